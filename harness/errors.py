@@ -1,0 +1,27 @@
+"""Errors a user sees: each says what is wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class MembudgetError(Exception):
+    """Base of every error the harness reports to a user (no traceback needed)."""
+
+
+class UnknownPlugin(MembudgetError, KeyError):
+    """A suite or command named a profiler, planner, executor, allocator or model nobody registered."""
+
+    def __init__(self, kind: str, name: str, available: list[str]):
+        self.kind, self.name, self.available = kind, name, available
+        choices = ", ".join(sorted(available)) or "(none registered)"
+        super().__init__(f"unknown {kind} {name!r}; available: {choices}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class InfeasibleBudget(MembudgetError):
+    """The budget is below what the planner (or any schedule) can work with."""
+
+    def __init__(self, message: str, needed_bytes: int | None = None):
+        self.needed_bytes = needed_bytes
+        super().__init__(message)

@@ -1,0 +1,366 @@
+"""The data that flows through the pipeline: profiles, schedules, runs, placements.
+
+Every box of the pipeline (see DESIGN.md) is a frozen dataclass here, with a lossless
+JSON round trip (``to_json`` / ``from_json``) and field-naming errors for malformed input
+(validation through pydantic's ``TypeAdapter`` on these plain dataclasses).
+
+Time is in seconds, sizes in bytes, bandwidths in bytes per second.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import pydantic
+
+StageKind = Literal["conv", "linear", "pool", "norm", "act", "block", "attention", "embedding", "other"]
+STAGE_KINDS: tuple[str, ...] = StageKind.__args__  # type: ignore[attr-defined]
+
+
+class ModelError(ValueError):
+    """Raised for data that does not describe a valid profile, schedule, run or placement."""
+
+
+def _non_negative(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------- profile
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One way to compute a stage (e.g. a cuDNN convolution algorithm), with its cost.
+
+    moDNN (papers/000 eq. 5) and vDNN_dyn (papers/001 section 3.4) trade workspace for
+    time by choosing among these.
+    """
+
+    name: str
+    fwd_time: float
+    bwd_time: float
+    fwd_workspace: int = 0
+    bwd_workspace: int = 0
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "fwd_time", "bwd_time", "fwd_workspace", "bwd_workspace")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One link of the chain: a forward operation F_i and its backward B_i (papers/004 section 3.1).
+
+    ``input_bytes`` is |x_i|, the stage input; ``saved_bytes`` is what F_i keeps for B_i
+    (the input included when the stage needs it) and is the unit that offloading moves;
+    ``grad_bytes`` is |y_i|, the gradient of the input. The default times and workspaces
+    are those of the algorithm a framework picks; ``algorithms`` lists alternatives, the
+    first being the memory-optimal one.
+    """
+
+    name: str
+    kind: StageKind
+    fwd_time: float
+    bwd_time: float
+    input_bytes: int
+    saved_bytes: int
+    grad_bytes: int
+    fwd_workspace: int = 0
+    bwd_workspace: int = 0
+    algorithms: tuple[Algorithm, ...] = ()
+    flops: float = 0.0
+
+    def __post_init__(self) -> None:
+        _non_negative(
+            self, "fwd_time", "bwd_time", "input_bytes", "saved_bytes", "grad_bytes",
+            "fwd_workspace", "bwd_workspace", "flops",
+        )
+
+    def algorithm(self, index: int) -> Algorithm:
+        """The stage's algorithm ``index``; -1 is the default (the stage's own figures)."""
+        if index < 0:
+            return Algorithm("default", self.fwd_time, self.bwd_time, self.fwd_workspace, self.bwd_workspace)
+        return self.algorithms[index]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A workload measured or estimated as a chain of stages, plus the transfer bandwidths.
+
+    ``weight_bytes`` (parameters, their gradients and optimizer state) stays resident on the
+    device for the whole iteration; ``output_bytes`` is the size of the last stage's output
+    (and of the gradient that enters the backward pass). ``variants`` holds profiles of the
+    same workload at other batch sizes (sub-batching, papers/000 eq. 3).
+    """
+
+    model: str
+    batch_size: int
+    input_shape: tuple[int, ...]
+    device: str
+    device_memory: int
+    d2h_bandwidth: float
+    h2d_bandwidth: float
+    weight_bytes: int
+    output_bytes: int
+    stages: tuple[Stage, ...]
+    dtype: str = "float32"
+    profiler: str = "unknown"
+    measured: bool = False
+    variants: tuple[Profile, ...] = ()
+    notes: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("stages: a profile needs at least one stage")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.d2h_bandwidth <= 0 or self.h2d_bandwidth <= 0:
+            raise ValueError("d2h_bandwidth and h2d_bandwidth must be > 0 (bytes/s)")
+        _non_negative(self, "device_memory", "weight_bytes", "output_bytes")
+
+    @property
+    def n_stages(self) -> int:
+        """L, the number of stages."""
+        return len(self.stages)
+
+    @property
+    def compute_time(self) -> float:
+        """Sum of all forward and backward times with default algorithms (the ideal iteration)."""
+        return sum(s.fwd_time + s.bwd_time for s in self.stages)
+
+    def at_batch(self, batch_size: int) -> Profile:
+        """This workload at another batch size: a measured variant if there is one, else scaled.
+
+        Scaling is linear in the batch for sizes and times; the result says so in its notes
+        (``derived_from``), so a measured profile can be told apart from an extrapolated one.
+        """
+        if batch_size == self.batch_size:
+            return self
+        for variant in self.variants:
+            if variant.batch_size == batch_size:
+                return variant
+        r = batch_size / self.batch_size
+
+        def b(n: int) -> int:
+            return int(round(n * r))
+
+        stages = tuple(
+            replace(
+                s,
+                fwd_time=s.fwd_time * r, bwd_time=s.bwd_time * r,
+                input_bytes=b(s.input_bytes), saved_bytes=b(s.saved_bytes), grad_bytes=b(s.grad_bytes),
+                fwd_workspace=b(s.fwd_workspace), bwd_workspace=b(s.bwd_workspace), flops=s.flops * r,
+                algorithms=tuple(
+                    replace(a, fwd_time=a.fwd_time * r, bwd_time=a.bwd_time * r,
+                            fwd_workspace=b(a.fwd_workspace), bwd_workspace=b(a.bwd_workspace))
+                    for a in s.algorithms
+                ),
+            )
+            for s in self.stages
+        )
+        return replace(
+            self, batch_size=batch_size, stages=stages, output_bytes=b(self.output_bytes),
+            measured=False, variants=(),
+            notes={**self.notes, "derived_from": f"batch {self.batch_size}, scaled linearly"},
+        )
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+@dataclass(frozen=True)
+class Op:
+    """A compute operation: the forward (``F``) or backward (``B``) of ``stage`` for ``sub_batch``."""
+
+    kind: Literal["F", "B"]
+    stage: int
+    sub_batch: int = 0
+
+    @property
+    def label(self) -> str:
+        suffix = f"/{self.sub_batch}" if self.sub_batch else ""
+        return f"{self.kind}{self.stage}{suffix}"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A copy of a stage's saved data between device and host.
+
+    It is issued at the ``start`` or ``end`` of compute operation ``issue_op`` (an index
+    into ``Schedule.ops``), runs on its copy engine in the order transfers are listed,
+    and, when ``wait_op`` is set, that operation may not start before the copy completes
+    (vDNN's end-of-layer synchronisation). With ``wait_op`` None it only holds things up
+    through memory (vDNN++). ``nbytes`` below the stage's saved bytes moves part of it
+    (the fractional relaxation of papers/004 section 4); None moves all of it.
+    """
+
+    stage: int
+    direction: Literal["offload", "prefetch"]
+    issue_op: int
+    issue_at: Literal["start", "end"] = "start"
+    wait_op: int | None = None
+    sub_batch: int = 0
+    nbytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a planner decided, runnable by any executor without knowing the planner.
+
+    ``ops`` is the compute order; ``transfers`` the copies; ``algorithms`` the algorithm
+    index per stage (-1: the stage default; empty: all defaults); ``sub_batches`` how
+    many gradient-accumulation passes the batch is split into (the stage figures are then
+    those of ``Profile.at_batch(batch_size // sub_batches)``).
+    """
+
+    planner: str
+    budget_bytes: int
+    ops: tuple[Op, ...]
+    transfers: tuple[Transfer, ...] = ()
+    algorithms: tuple[int, ...] = ()
+    sub_batches: int = 1
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
+    notes: str = ""
+
+    def algorithm_of(self, stage: int) -> int:
+        return self.algorithms[stage] if self.algorithms else -1
+
+    @property
+    def offloaded_stages(self) -> tuple[int, ...]:
+        """Stages whose saved data this schedule offloads (in any sub-batch)."""
+        return tuple(sorted({t.stage for t in self.transfers if t.direction == "offload"}))
+
+
+def training_ops(n_stages: int, sub_batches: int = 1) -> tuple[Op, ...]:
+    """F_0..F_{L-1} then B_{L-1}..B_0, once per sub-batch: the order every chain schedule uses."""
+    ops: list[Op] = []
+    for sb in range(sub_batches):
+        ops.extend(Op("F", i, sb) for i in range(n_stages))
+        ops.extend(Op("B", i, sb) for i in reversed(range(n_stages)))
+    return tuple(ops)
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One interval of work: a compute operation or a copy, on its stream."""
+
+    label: str
+    stream: Literal["compute", "d2h", "h2d", "copy"]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """One device allocation of a run: alive on [alloc, free)."""
+
+    id: int
+    name: str
+    size: int
+    alloc: float
+    free: float
+
+
+RunStatus = Literal["ok", "infeasible", "oom", "error"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """The outcome of executing a schedule: times, memory, and what happened when."""
+
+    executor: str
+    planner: str
+    status: RunStatus
+    message: str
+    makespan: float
+    compute_time: float
+    peak_bytes: int
+    moved_bytes: int
+    timeline: tuple[TimelineEvent, ...] = ()
+    trace: tuple[MemoryBlock, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict, hash=False)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def idle_time(self) -> float:
+        """Time the compute stream stood still."""
+        return max(0.0, self.makespan - self.compute_time) if self.feasible else float("nan")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Offsets for every block of a memory trace, as an allocator chose them."""
+
+    allocator: str
+    offsets: tuple[int, ...]
+    arena_bytes: int
+    max_live_bytes: int
+    optimal: bool | None = None
+    notes: str = ""
+
+    @property
+    def fragmentation(self) -> float:
+        """Arena size over the max-live bytes (1.0 is perfect)."""
+        return self.arena_bytes / self.max_live_bytes if self.max_live_bytes else 1.0
+
+
+# --------------------------------------------------------------------------- JSON
+
+T = TypeVar("T")
+
+
+@cache
+def _adapter(cls: type) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(cls)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A JSON-ready dict of any dataclass of this module."""
+    return _adapter(type(obj)).dump_python(obj, mode="json")
+
+
+def from_dict(cls: type[T], data: Any, *, source: str = "") -> T:
+    """Build ``cls`` from ``data``; errors name every offending field (and ``source``)."""
+    try:
+        return _adapter(cls).validate_python(data)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        )
+        where = f"{source}: " if source else ""
+        raise ModelError(f"{where}invalid {cls.__name__}: {problems}") from None
+
+
+def to_json(obj: Any, indent: int | None = 1) -> str:
+    """Serialise a dataclass of this module to JSON (floats keep every bit: ``repr`` round trip)."""
+    return json.dumps(to_dict(obj), indent=indent)
+
+
+def from_json(cls: type[T], text: str, *, source: str = "") -> T:
+    """Parse JSON text into ``cls`` with field-naming errors."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{source or 'input'}: not valid JSON: {exc}") from None
+    return from_dict(cls, data, source=source)
+
+
+def save(obj: Any, path: str | Path) -> None:
+    Path(path).write_text(to_json(obj))
+
+
+def load(cls: type[T], path: str | Path) -> T:
+    path = Path(path)
+    return from_json(cls, path.read_text(), source=str(path))

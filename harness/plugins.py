@@ -1,0 +1,153 @@
+"""The plugin manager and the registry of everything plugins bring.
+
+Plugins are found through the ``membudget`` entry-point group; the harness's own
+built-ins register through the same hooks (module ``harness.builtins``). Two environment
+variables choose what loads:
+
+- ``MEMBUDGET_PLUGINS``: a comma-separated list of entry-point names; only those load
+  (set it empty to load none but the built-ins);
+- ``MEMBUDGET_BLOCK_PLUGINS``: a comma-separated list of entry-point names never to load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from harness import hookspecs
+from harness.errors import UnknownPlugin
+
+KINDS = ("profiler", "planner", "executor", "allocator", "model")
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registered object with the plugin (distribution) and version that brought it."""
+
+    kind: str
+    name: str
+    obj: Any
+    plugin: str
+    version: str
+
+    @property
+    def description(self) -> str:
+        return getattr(self.obj, "description", "")
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class Registry:
+    """Everything registered, by kind and name, with lookups that explain a miss."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
+        self._sources: dict[int, tuple[str, str]] = {}
+
+    # -- loading
+    def load(self) -> Registry:
+        from harness import builtins
+
+        self._add(builtins, "membudget", _version("membudget"))
+        only, blocked = _env_list("MEMBUDGET_PLUGINS"), set(_env_list("MEMBUDGET_BLOCK_PLUGINS") or [])
+        for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+            if ep.name in blocked or (only is not None and ep.name not in only):
+                continue
+            dist = ep.dist.name if ep.dist else ep.name
+            self._add(ep.load(), dist, ep.dist.version if ep.dist else "")
+        self._collect()
+        return self
+
+    def add_plugin(self, module: Any, plugin: str = "local", version: str = "") -> None:
+        """Register a plugin object by hand (tests, notebooks) and collect what it brings."""
+        self._add(module, plugin, version)
+        self._collect()
+
+    def _add(self, module: Any, plugin: str, version: str) -> None:
+        if self.pm.is_registered(module):
+            return
+        self.pm.register(module, name=f"{plugin}:{getattr(module, '__name__', id(module))}")
+        self._sources[id(module)] = (plugin, version)
+
+    def _collect(self) -> None:
+        for kind in KINDS:
+            hook = getattr(self.pm.hook, f"membudget_register_{kind}s")
+            for impl in hook.get_hookimpls():
+                plugin, version = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))
+
+                def register(obj: Any, _kind: str = kind, _p: str = plugin, _v: str = version) -> None:
+                    name = obj.name
+                    existing = self._items[_kind].get(name)
+                    if existing is not None and existing.obj is not obj and existing.plugin != _p:
+                        raise ValueError(
+                            f"{_kind} {name!r} is registered twice: by {existing.plugin} and by {_p}"
+                        )
+                    self._items[_kind][name] = Registered(_kind, name, obj, _p, _v)
+
+                impl.function(register=register)
+
+    # -- lookups
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._items[kind])
+
+    def entries(self, kind: str | None = None) -> list[Registered]:
+        kinds = [kind] if kind else list(KINDS)
+        return [self._items[k][n] for k in kinds for n in sorted(self._items[k])]
+
+    def get(self, kind: str, name: str) -> Any:
+        """The object registered as ``name``; ``UnknownPlugin`` lists the choices if none is."""
+        try:
+            return self._items[kind][name].obj
+        except KeyError:
+            raise UnknownPlugin(kind, name, self.names(kind)) from None
+
+    def profiler(self, name: str) -> Any:
+        return self.get("profiler", name)
+
+    def planner(self, name: str) -> Any:
+        return self.get("planner", name)
+
+    def executor(self, name: str) -> Any:
+        return self.get("executor", name)
+
+    def allocator(self, name: str) -> Any:
+        return self.get("allocator", name)
+
+    def model_factory(self, model_name: str) -> Any:
+        """The model factory that answers to ``model_name`` (e.g. ``torchvision:resnet50``)."""
+        known: list[str] = []
+        for entry in self.entries("model"):
+            names = list(entry.obj.names())
+            if model_name in names:
+                return entry.obj
+            known.extend(names)
+        raise UnknownPlugin("model", model_name, known[:40] + (["..."] if len(known) > 40 else []))
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
+_registry: Registry | None = None
+
+
+def registry(reload: bool = False) -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _registry
+    if _registry is None or reload:
+        _registry = Registry().load()
+    return _registry

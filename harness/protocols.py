@@ -1,0 +1,81 @@
+"""The small protocols that registered objects follow (see ``harness.hookspecs``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from harness.model import MemoryBlock, Placement, Profile, Run, Schedule
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to profile and run: a registered model, its batch and input size, and the device.
+
+    ``device`` is a device-spec name for the analytic profiler (``V100-PCIe``) or a torch
+    device (``cpu``, ``cuda``) for measured profiling and real execution.
+    """
+
+    model: str
+    batch_size: int
+    input_size: tuple[int, ...] = (3, 224, 224)
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+@runtime_checkable
+class Profiler(Protocol):
+    """Turns a workload into a chain ``Profile`` (measured, estimated, or read from a file)."""
+
+    name: str
+    description: str
+
+    def profile(self, workload: Workload) -> Profile: ...
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Decides what moves where and when for a memory budget: returns a ``Schedule``.
+
+    A planner raises ``harness.errors.InfeasibleBudget`` when it cannot fit the budget.
+    """
+
+    name: str
+    description: str
+
+    def plan(self, profile: Profile, budget_bytes: int, **options: Any) -> Schedule: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs a schedule (simulated or for real) and reports what happened as a ``Run``."""
+
+    name: str
+    description: str
+
+    def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run: ...
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """Places the blocks of a memory trace at offsets in one arena: returns a ``Placement``."""
+
+    name: str
+    description: str
+
+    def place(self, trace: Sequence[MemoryBlock]) -> Placement: ...
+
+
+@runtime_checkable
+class ModelFactory(Protocol):
+    """Builds a model by name: ``build(workload)`` returns ``(nn.Module, example_input)``.
+
+    ``names()`` lists the model names it answers to (e.g. ``torchvision:resnet50``).
+    """
+
+    name: str
+    description: str
+
+    def names(self) -> Sequence[str]: ...
+
+    def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]: ...

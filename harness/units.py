@@ -1,0 +1,45 @@
+"""Byte quantities as people write them: ``512MiB``, ``4GiB``, ``1.5GB``, ``1e9``."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """Return the number of bytes in ``text`` (an int, or a string with an optional unit)."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a byte quantity: {text!r}")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(f"a byte quantity cannot be negative: {text!r}")
+        return int(text)
+    match = _PATTERN.match(text)
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(
+            f"not a byte quantity: {text!r} (write e.g. 1073741824, 512MiB, 4GiB or 1.5GB)"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def format_bytes(n: float) -> str:
+    """Format a byte count with a binary unit, e.g. ``1.50 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

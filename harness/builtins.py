@@ -2,6 +2,7 @@
 
 They register through the same hooks as any plugin (as pytest's built-ins do), so that
 ``membudget list`` shows them beside the plugins' and nothing in the core is special.
+Each area keeps its list in its own package (``register_builtin(register)``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,35 @@ from harness.hookspecs import hookimpl
 
 
 @hookimpl
-def membudget_register_planners(register):
-    from harness.planners import keep_all
+def membudget_register_profilers(register):
+    from harness import profilers
 
-    register(keep_all.KeepAll())
+    profilers.register_builtin(register)
+
+
+@hookimpl
+def membudget_register_planners(register):
+    from harness import planners
+
+    planners.register_builtin(register)
 
 
 @hookimpl
 def membudget_register_executors(register):
-    from harness.simulate.executor import Simulator
+    from harness import executors
 
-    register(Simulator())
+    executors.register_builtin(register)
+
+
+@hookimpl
+def membudget_register_allocators(register):
+    from harness import allocators
+
+    allocators.register_builtin(register)
+
+
+@hookimpl
+def membudget_register_models(register):
+    from harness import models
+
+    models.register_builtin(register)

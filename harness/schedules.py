@@ -1,0 +1,109 @@
+"""Building blocks planners share: keep-all, and the ordered no-wait offloading schedule.
+
+papers/004 (Lemma 3, Prop. 1) shows that for a fixed set of offloaded activations the best
+schedule is ordered (offloads by increasing index, prefetches by decreasing index) and
+no-wait (everything as early as data and memory allow). ``ordered_schedule`` builds it;
+how early prefetches may be issued is the one free choice left, and
+``best_ordered_schedule`` tries the candidates in the simulator and keeps the fastest.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from harness.errors import InfeasibleBudget
+from harness.model import Op, Profile, Schedule, Transfer, training_ops
+from harness.units import format_bytes
+
+
+def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:
+    """Map (kind, stage, sub_batch) to the position of that operation."""
+    return {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(ops)}
+
+
+def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:
+    """Raise ``InfeasibleBudget`` ("needs at least N bytes") when no schedule can fit."""
+    from harness.bounds import min_memory
+
+    need = min_memory(profile, memory_optimal)
+    if budget < need:
+        raise InfeasibleBudget(
+            f"infeasible: {planner} needs at least {need} bytes ({format_bytes(need)}) for "
+            f"{profile.model} at batch {profile.batch_size}; the budget is {budget} bytes ({format_bytes(budget)})",
+            needed_bytes=need,
+        )
+
+
+def keep_all_schedule(profile: Profile, budget: int, planner: str = "keep-all") -> Schedule:
+    """No offloading: the plain training iteration."""
+    return Schedule(planner, int(budget), training_ops(profile.n_stages))
+
+
+def ordered_schedule(
+    profile: Profile,
+    budget: int,
+    offload: Mapping[int, int | None] | set[int] | list[int],
+    *,
+    planner: str,
+    prefetch_window: int | None = None,
+    sync: bool = False,
+    sub_batches: int = 1,
+    algorithms: tuple[int, ...] = (),
+    options: dict | None = None,
+) -> Schedule:
+    """The ordered schedule that offloads ``offload`` (stage -> bytes, None: all saved bytes).
+
+    Offload i is issued when F_i starts; with ``sync`` the next forward waits for it
+    (vDNN's end-of-layer synchronisation), else nothing waits but memory (no-wait).
+    Prefetches run by decreasing stage; prefetch i is issued when B_{i+w} starts for
+    window w (``None``: as soon as the backward pass starts), or when the last forward
+    ends if there is no such backward operation.
+    """
+    amounts = dict.fromkeys(offload) if not isinstance(offload, Mapping) else dict(offload)
+    n = profile.n_stages
+    ops = training_ops(n, sub_batches)
+    where = op_index(ops)
+    transfers: list[Transfer] = []
+    for sb in range(sub_batches):
+        stages = sorted(amounts)
+        for i in stages:
+            wait = where[("F", i + 1, sb)] if sync and i + 1 < n else None
+            transfers.append(Transfer(i, "offload", where[("F", i, sb)], "start", wait, sb, amounts[i]))
+        for i in reversed(stages):
+            j = n - 1 if prefetch_window is None else i + prefetch_window
+            if j <= n - 1 and j > i:
+                issue, at = where[("B", j, sb)], "start"
+            else:
+                issue, at = where[("F", n - 1, sb)], "end"
+            transfers.append(Transfer(i, "prefetch", issue, at, None, sb, amounts[i]))
+    return Schedule(
+        planner, int(budget), ops, tuple(transfers), algorithms=algorithms, sub_batches=sub_batches,
+        options=dict(options or {}),
+    )
+
+
+def best_ordered_schedule(profile: Profile, budget: int, offload, *, planner: str, duplex: bool = False,
+                          **kwargs) -> Schedule | None:
+    """The fastest feasible ``ordered_schedule`` over prefetch windows (None if none is feasible).
+
+    Windows tried: as early as possible, then L/2, L/4, ... down to 1 (just in time, which
+    is always feasible when the offloaded set leaves room for every operation).
+    """
+    from harness.simulate.executor import timing
+
+    n = profile.n_stages
+    windows: list[int | None] = [None]
+    w = n // 2
+    while w > 1:
+        windows.append(w)
+        w //= 2
+    windows.append(1)
+    best, best_time = None, float("inf")
+    for window in windows:
+        schedule = ordered_schedule(profile, budget, offload, planner=planner, prefetch_window=window, **kwargs)
+        _, tm = timing(schedule, profile, duplex=duplex)
+        if tm.status == 0:
+            makespan = max(tm.op_end.max(), (tm.tr_end.max() if len(tm.tr_end) else 0.0))
+            if makespan < best_time:
+                best, best_time = schedule, makespan
+    return best

@@ -1,0 +1,153 @@
+"""The ``simulate`` executor: the reference way to score any schedule on any machine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent
+from harness.simulate.lowering import Lowered, lower, stage_profile
+from harness.simulate.reference import OK, Timing, simulate_reference
+
+ENGINES = ("kernel", "reference")
+
+
+def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
+           engine: str = "kernel") -> tuple[Lowered, Timing]:
+    """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference."""
+    low = lower(schedule, profile, budget=budget, duplex=duplex)
+    if engine == "kernel":
+        from harness.simulate._kernels import simulate_kernel
+
+        return low, simulate_kernel(low)
+    if engine == "reference":
+        return low, simulate_reference(low)
+    raise ValueError(f"unknown simulation engine {engine!r}; choose one of {ENGINES}")
+
+
+def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
+             engine: str = "kernel", with_trace: bool = True) -> Run:
+    """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
+    low, tm = timing(schedule, profile, budget=budget, duplex=duplex, engine=engine)
+    compute = float(low.op_dur.sum())
+    started = ~np.isnan(tm.tr_start)
+    moved = int(low.tr_bytes[started].sum())
+    if tm.status != OK:
+        return Run(
+            executor="simulate", planner=schedule.planner, status="infeasible",
+            message=stuck_reason(schedule, low, tm), makespan=float("nan"), compute_time=compute,
+            peak_bytes=int(tm.peak), moved_bytes=moved,
+        )
+    makespan = float(max(np.nanmax(tm.op_end), np.nanmax(tm.tr_end) if started.any() else 0.0))
+    return Run(
+        executor="simulate", planner=schedule.planner, status="ok", message="",
+        makespan=makespan, compute_time=compute, peak_bytes=int(tm.peak), moved_bytes=moved,
+        timeline=timeline(schedule, tm, duplex) if with_trace else (),
+        trace=memory_trace(schedule, profile, tm, makespan) if with_trace else (),
+    )
+
+
+def stuck_reason(schedule: Schedule, low: Lowered, tm: Timing) -> str:
+    """Say why the simulation could not go on: the blocked operation and what it waited for."""
+    k = tm.blocked_op
+    op = schedule.ops[k]
+    t = int(low.op_tensor[k])
+    awaited = [j for j, w in enumerate(low.tr_wait_op) if w == k and np.isnan(tm.tr_end[j])]
+    if awaited:
+        return f"infeasible: {op.label} waits for transfer {awaited[0]}, which never completes"
+    if op.kind == "B":
+        offloaded = [j for j in range(len(low.tr_tensor)) if low.tr_tensor[j] == t and not low.tr_is_prefetch[j]]
+        prefetched = [j for j in range(len(low.tr_tensor)) if low.tr_tensor[j] == t and low.tr_is_prefetch[j]]
+        if offloaded and not prefetched:
+            return f"infeasible: {op.label} needs stage {op.stage}'s saved data, offloaded and never prefetched"
+        if prefetched and np.isnan(tm.tr_end[prefetched[0]]):
+            need = int(low.tr_bytes[prefetched[0]])
+            return (f"infeasible: the prefetch for {op.label} needs {need} bytes "
+                    f"but only {int(tm.free_at_block)} are free under the budget")
+    need = int(low.op_alloc[k])
+    return (f"infeasible: {op.label} allocates {need} bytes at its start but only "
+            f"{int(tm.free_at_block)} of the budget's {int(low.budget)} are free and nothing can free more")
+
+
+def timeline(schedule: Schedule, tm: Timing, duplex: bool) -> tuple[TimelineEvent, ...]:
+    """Compute operations and copies as intervals on their streams."""
+    events = [TimelineEvent(op.label, "compute", float(tm.op_start[k]), float(tm.op_end[k]))
+              for k, op in enumerate(schedule.ops)]
+    for j, tr in enumerate(schedule.transfers):
+        if np.isnan(tm.tr_start[j]):
+            continue
+        pre = tr.direction == "prefetch"
+        stream = ("h2d" if pre else "d2h") if duplex else "copy"
+        label = f"{'prefetch' if pre else 'offload'} {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else "")
+        events.append(TimelineEvent(label, stream, float(tm.tr_start[j]), float(tm.tr_end[j])))
+    return tuple(events)
+
+
+def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: float) -> tuple[MemoryBlock, ...]:
+    """The device allocations of the run, as blocks alive on [alloc, free).
+
+    The blocks follow the memory model of ``harness.simulate.lowering``; their live sum at
+    any instant is what the simulator held (the validator checks that independently).
+    """
+    p = stage_profile(profile, schedule)
+    n = p.n_stages
+    index = {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(schedule.ops)}
+    algos = [s.algorithm(schedule.algorithm_of(i)) for i, s in enumerate(p.stages)]
+    offload = {}
+    prefetch = {}
+    for j, tr in enumerate(schedule.transfers):
+        (prefetch if tr.direction == "prefetch" else offload)[(tr.stage, tr.sub_batch)] = j
+    blocks: list[tuple[str, int, float, float]] = [("weights", p.weight_bytes, 0.0, makespan)]
+
+    def start(kind: str, i: int, sb: int) -> float:
+        return float(tm.op_start[index[(kind, i, sb)]])
+
+    def end(kind: str, i: int, sb: int) -> float:
+        return float(tm.op_end[index[(kind, i, sb)]])
+
+    for sb in range(max(schedule.sub_batches, 1)):
+        tag = f"/{sb}" if sb else ""
+        for i, s in enumerate(p.stages):
+            born = start("F", i - 1 if i else 0, sb)
+            b_end = end("B", i, sb)
+            kept = min(s.input_bytes, s.saved_bytes)
+            extra = s.saved_bytes - kept
+            blocks.append((f"x{i}.drop{tag}", s.input_bytes - kept, born, end("F", i, sb)))
+            blocks.append((f"wF{i}{tag}", algos[i].fwd_workspace, start("F", i, sb), end("F", i, sb)))
+            blocks.append((f"wB{i}{tag}", algos[i].bwd_workspace, start("B", i, sb), b_end))
+            blocks.append((f"y{i}{tag}", s.grad_bytes, start("B", i, sb), end("B", i - 1, sb) if i else b_end))
+            j = offload.get((i, sb))
+            if j is None:
+                gone = b_end
+            else:
+                gone = float(tm.tr_release[j])
+                moved = int(schedule.transfers[j].nbytes if schedule.transfers[j].nbytes is not None else s.saved_bytes)
+                blocks.append((f"saved{i}.rest{tag}", s.saved_bytes - moved, gone, b_end))
+                q = prefetch.get((i, sb))
+                if q is not None:
+                    blocks.append((f"saved{i}.back{tag}", moved, float(tm.tr_start[q]), b_end))
+            blocks.append((f"x{i}{tag}", kept, born, gone))
+            blocks.append((f"saved{i}.extra{tag}", extra, start("F", i, sb), gone))
+        blocks.append((f"out{tag}", p.output_bytes, start("F", n - 1, sb), end("B", n - 1, sb)))
+        blocks.append((f"grad_out{tag}", p.output_bytes, start("B", n - 1, sb), end("B", n - 1, sb)))
+    return tuple(
+        MemoryBlock(bid, name, int(size), lo, hi)
+        for bid, (name, size, lo, hi) in enumerate((b for b in blocks if b[1] > 0))
+    )
+
+
+class Simulator:
+    """The ``simulate`` executor: an event simulation of one iteration (papers/004 section 3.1).
+
+    Options: ``duplex`` (separate copy engines per direction; default False, the paper's
+    assumption B), ``engine`` (``kernel`` or ``reference``).
+    """
+
+    name = "simulate"
+    description = "Event simulation of one training iteration: compute stream + copy engine(s), Numba kernel"
+
+    def __init__(self, duplex: bool = False, engine: str = "kernel"):
+        self.duplex = duplex
+        self.engine = engine
+
+    def run(self, schedule: Schedule, profile: Profile, workload=None) -> Run:
+        return simulate(schedule, profile, duplex=self.duplex, engine=self.engine)

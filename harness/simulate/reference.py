@@ -1,0 +1,191 @@
+"""The simulator written plainly, one readable step at a time: the reference for the kernel.
+
+One compute stream runs the operations in schedule order; copy engines (one shared, or
+one per direction when duplex) run the transfers in list order, each one at a time
+(papers/004 assumptions B-D). Everything starts as early as it can (the no-wait rule,
+Prop. 1): an operation when the previous one has ended, the copies it must wait for are
+done, its saved data is resident and its allocation fits the budget; a copy when it has
+been issued, its engine is free and the transfers before it on that engine have started,
+its data is where it should be, and (a prefetch) the memory it reserves fits
+(assumption E: a prefetch reserves at its start, an offload releases at its end, and not
+before the forward operation that reads the data has ended).
+
+At one instant, ends are processed before starts, and the compute stream is served
+before the copy engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.simulate.lowering import Lowered
+
+OK, STUCK = 0, 1
+
+
+@dataclass
+class Timing:
+    """When everything ran, as both simulators report it."""
+
+    status: int
+    blocked_op: int  # the operation that could not start, when stuck
+    op_start: np.ndarray
+    op_end: np.ndarray
+    tr_start: np.ndarray
+    tr_end: np.ndarray
+    tr_release: np.ndarray  # offloads: when their device bytes were freed
+    peak: float
+    free_at_block: float = 0.0  # memory free when stuck
+
+
+@dataclass
+class _Copy:
+    index: int
+    issued: float | None = None
+    start: float | None = None
+    end: float | None = None
+    release: float | None = None
+
+
+@dataclass
+class _Tensor:
+    size: int
+    device: int = 0  # bytes on (or reserved on) the device
+    host: int = 0  # bytes on the host
+    prefetching: int = 0  # prefetches in flight
+    unreleased: list[int] = field(default_factory=list)  # offloads done, waiting for F to end
+    offloading: int = 0  # offloads issued but not yet released
+
+
+def simulate_reference(low: Lowered) -> Timing:
+    """Run the event simulation on ``low`` and return its timing."""
+    n_ops, n_tr = low.n_ops, len(low.tr_dur)
+    op_start = np.full(n_ops, np.nan)
+    op_end = np.full(n_ops, np.nan)
+    copies = [_Copy(j) for j in range(n_tr)]
+    tensors = [_Tensor(int(s)) for s in low.t_size]
+    f_op_of = {int(low.op_tensor[k]): k for k in range(n_ops) if not low.op_is_b[k]}
+    for j in range(n_tr):
+        if not low.tr_is_prefetch[j]:
+            tensors[int(low.tr_tensor[j])].offloading += 1
+    engines: dict[int, list[int]] = {}
+    for j in range(n_tr):
+        engines.setdefault(int(low.tr_engine[j]), []).append(j)
+    heads = {e: 0 for e in engines}
+    waits = {k: [j for j in range(n_tr) if low.tr_wait_op[j] == k] for k in range(n_ops)}
+
+    now = 0.0
+    mem = float(low.base_bytes)
+    peak = mem
+    next_op = 0
+    running_op: int | None = None
+
+    def issue(k: int, at_end: bool) -> None:
+        for c in copies:
+            if c.issued is None and low.tr_issue_op[c.index] == k and bool(low.tr_issue_end[c.index]) == at_end:
+                c.issued = now
+
+    def release(t: int, nbytes: int) -> None:
+        nonlocal mem
+        mem -= nbytes
+        tensors[t].device -= nbytes
+        tensors[t].offloading -= 1
+
+    while True:
+        progress = True
+        while progress:
+            progress = False
+            # ends
+            if running_op is not None and op_end[running_op] <= now:
+                k = running_op
+                running_op = None
+                mem -= low.op_free[k]
+                t = int(low.op_tensor[k])
+                if low.op_is_b[k]:
+                    mem -= tensors[t].device
+                    tensors[t].device = 0
+                else:
+                    for j in tensors[t].unreleased:
+                        copies[j].release = now
+                        release(t, int(low.tr_bytes[j]))
+                    tensors[t].unreleased.clear()
+                issue(k, True)
+                progress = True
+            for c in copies:
+                if c.start is not None and c.end is None and c.start + low.tr_dur[c.index] <= now:
+                    c.end = c.start + low.tr_dur[c.index]
+                    t, nbytes = int(low.tr_tensor[c.index]), int(low.tr_bytes[c.index])
+                    if low.tr_is_prefetch[c.index]:
+                        tensors[t].prefetching -= 1
+                        tensors[t].host -= nbytes
+                    else:
+                        tensors[t].host += nbytes
+                        if not np.isnan(op_end[f_op_of[t]]) and op_end[f_op_of[t]] <= now:
+                            c.release = now
+                            release(t, nbytes)
+                        else:
+                            tensors[t].unreleased.append(c.index)
+                    progress = True
+            # compute start
+            if running_op is None and next_op < n_ops:
+                k = next_op
+                t = int(low.op_tensor[k])
+                ready = all(copies[j].end is not None for j in waits[k])
+                if low.op_is_b[k]:
+                    tt = tensors[t]
+                    ready = ready and tt.device == tt.size and tt.prefetching == 0 and tt.offloading == 0
+                if ready and mem + low.op_alloc[k] <= low.budget:
+                    mem += low.op_alloc[k]
+                    peak = max(peak, mem)
+                    if not low.op_is_b[k]:
+                        tensors[t].device = tensors[t].size
+                    op_start[k] = now
+                    op_end[k] = now + low.op_dur[k]
+                    running_op = k
+                    next_op += 1
+                    issue(k, False)
+                    progress = True
+            # copy starts
+            for e, queue in engines.items():
+                if heads[e] >= len(queue):
+                    continue
+                if any(c.start is not None and c.end is None for c in copies if int(low.tr_engine[c.index]) == e):
+                    continue
+                c = copies[queue[heads[e]]]
+                if c.issued is None:
+                    continue
+                t, nbytes = int(low.tr_tensor[c.index]), int(low.tr_bytes[c.index])
+                if low.tr_is_prefetch[c.index]:
+                    if tensors[t].host < nbytes or mem + nbytes > low.budget:
+                        continue
+                    mem += nbytes
+                    peak = max(peak, mem)
+                    tensors[t].device += nbytes
+                    tensors[t].prefetching += 1
+                elif np.isnan(op_start[f_op_of[t]]):
+                    continue  # the data is not produced yet
+                c.start = now
+                heads[e] += 1
+                progress = True
+        # advance time
+        pending = []
+        if running_op is not None:
+            pending.append(op_end[running_op])
+        pending += [c.start + low.tr_dur[c.index] for c in copies if c.start is not None and c.end is None]
+        if not pending:
+            break
+        now = min(pending)
+
+    def arr(attr: str) -> np.ndarray:
+        return np.array([np.nan if getattr(c, attr) is None else getattr(c, attr) for c in copies], dtype=float)
+
+    status = OK if next_op == n_ops and running_op is None else STUCK
+    return Timing(
+        status=status,
+        blocked_op=-1 if status == OK else next_op,
+        op_start=op_start, op_end=op_end,
+        tr_start=arr("start"), tr_end=arr("end"), tr_release=arr("release"),
+        peak=peak, free_at_block=low.budget - mem,
+    )

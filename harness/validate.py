@@ -1,0 +1,212 @@
+"""``validate(schedule, profile, budget)``: check any schedule, whoever made it.
+
+Two layers, each independent of the planner:
+
+1. the schedule as data: every operation once and in dependency order, transfers that
+   name real stages and operations, no offload of data not produced yet, one prefetch
+   for every offload, issued before the operation that needs it;
+2. the schedule as run: the reference simulator runs it, and its timeline and memory
+   trace are checked against the profile from scratch: operations in order and for
+   their durations, no copy before its data exists, each backward after its data is
+   back, one copy at a time per engine, and a sweep over the memory trace that never
+   exceeds the budget.
+
+Each problem is a ``Violation`` naming the stage and the time it happens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from harness.model import Profile, Run, Schedule
+from harness.schedules import op_index
+from harness.simulate.lowering import stage_profile
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: where (stage, time in seconds; None when static) and what."""
+
+    message: str
+    stage: int | None = None
+    time: float | None = None
+
+    def __str__(self) -> str:
+        where = []
+        if self.stage is not None:
+            where.append(f"stage {self.stage}")
+        if self.time is not None:
+            where.append(f"t={self.time:.6g}s")
+        return f"{self.message}" + (f" ({', '.join(where)})" if where else "")
+
+
+def validate(schedule: Schedule, profile: Profile, budget: float | None = None, *,
+             duplex: bool = False) -> list[Violation]:
+    """Every violation of ``schedule`` on ``profile`` under ``budget`` (default: the schedule's)."""
+    budget = float(schedule.budget_bytes if budget is None else budget)
+    problems = check_structure(schedule, profile)
+    if problems:
+        return problems
+    from harness.simulate.executor import simulate
+
+    run = simulate(schedule, profile, budget=budget, duplex=duplex, engine="reference")
+    if not run.feasible:
+        blocked = None
+        return [Violation(f"the schedule cannot run within the budget: {run.message}", blocked)]
+    return check_run(schedule, profile, run, budget, duplex)
+
+
+def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
+    """Static checks: operations, algorithms and transfers make sense for this profile."""
+    out: list[Violation] = []
+    n, n_sb = profile.n_stages, schedule.sub_batches
+    if n_sb < 1:
+        return [Violation(f"sub_batches must be >= 1, got {n_sb}")]
+    expected = {(k, i, sb) for k in "FB" for i in range(n) for sb in range(n_sb)}
+    counts = Counter((op.kind, op.stage, op.sub_batch) for op in schedule.ops)
+    for key in sorted(expected - set(counts)):
+        out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} is missing", key[1]))
+    for key, c in sorted(counts.items()):
+        if key not in expected:
+            out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} is not in this chain", key[1]))
+        elif c > 1:
+            out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} appears {c} times", key[1]))
+    if out:
+        return out
+    pos = op_index(schedule.ops)
+    for sb in range(n_sb):
+        for i in range(n):
+            if i and pos[("F", i, sb)] < pos[("F", i - 1, sb)]:
+                out.append(Violation(f"F{i} runs before F{i - 1}, whose output it reads", i))
+            after = ("F", n - 1, sb) if i == n - 1 else ("B", i + 1, sb)
+            if pos[("B", i, sb)] < pos[after]:
+                out.append(Violation(f"B{i} runs before {after[0]}{after[1]}, whose result it needs", i))
+    if schedule.algorithms and len(schedule.algorithms) != n:
+        out.append(Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages"))
+    for i, a in enumerate(schedule.algorithms):
+        if not -1 <= a < len(profile.stages[i].algorithms):
+            out.append(Violation(f"algorithm {a} does not exist for stage {i}", i))
+
+    sp = stage_profile(profile, schedule)
+    offloads: dict[tuple[int, int], int] = {}
+    prefetches: dict[tuple[int, int], int] = {}
+    for j, tr in enumerate(schedule.transfers):
+        if not (0 <= tr.stage < n and 0 <= tr.sub_batch < n_sb):
+            out.append(Violation(f"transfer {j} names stage {tr.stage} of sub-batch {tr.sub_batch}, which does not exist"))
+            continue
+        if not 0 <= tr.issue_op < len(schedule.ops):
+            out.append(Violation(f"transfer {j} is issued at operation {tr.issue_op}, which does not exist", tr.stage))
+            continue
+        if tr.wait_op is not None and not (tr.issue_op <= tr.wait_op < len(schedule.ops)):
+            out.append(Violation(f"transfer {j} makes operation {tr.wait_op} wait, which does not come after its issue", tr.stage))
+        size = sp.stages[tr.stage].saved_bytes
+        if tr.nbytes is not None and not 0 <= tr.nbytes <= size:
+            out.append(Violation(f"transfer {j} moves {tr.nbytes} bytes of a {size}-byte saved tensor", tr.stage))
+        key = (tr.stage, tr.sub_batch)
+        book = prefetches if tr.direction == "prefetch" else offloads
+        if key in book:
+            out.append(Violation(f"stage {tr.stage} is {tr.direction}ed twice in sub-batch {tr.sub_batch}", tr.stage))
+        book[key] = j
+        f, b = pos[("F", tr.stage, tr.sub_batch)], pos[("B", tr.stage, tr.sub_batch)]
+        if tr.direction == "offload":
+            if tr.issue_op < f:
+                out.append(Violation(f"offload of stage {tr.stage} is issued before F{tr.stage} produces its data", tr.stage))
+            if tr.issue_op > b or (tr.issue_op == b and tr.issue_at == "end"):
+                out.append(Violation(f"offload of stage {tr.stage} is issued after B{tr.stage} consumed the data", tr.stage))
+        else:
+            if tr.issue_op >= b:
+                out.append(Violation(f"prefetch of stage {tr.stage} is issued no earlier than B{tr.stage}, which needs it", tr.stage))
+    for key, j in offloads.items():
+        q = prefetches.get(key)
+        if q is None:
+            out.append(Violation(f"stage {key[0]} is offloaded but never prefetched", key[0]))
+        elif q < j:
+            out.append(Violation(f"stage {key[0]} is prefetched before it is offloaded", key[0]))
+        elif schedule.transfers[q].nbytes != schedule.transfers[j].nbytes:
+            out.append(Violation(f"stage {key[0]} is offloaded and prefetched in different amounts", key[0]))
+    for key in prefetches.keys() - offloads.keys():
+        out.append(Violation(f"stage {key[0]} is prefetched but was never offloaded", key[0]))
+    return out
+
+
+def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, duplex: bool = False) -> list[Violation]:
+    """Check a run's timeline and memory trace against the schedule, the profile and the budget."""
+    out: list[Violation] = []
+    sp = stage_profile(profile, schedule)
+    compute = [e for e in run.timeline if e.stream == "compute"]
+    if len(compute) != len(schedule.ops):
+        return [Violation(f"the timeline has {len(compute)} compute operations, the schedule {len(schedule.ops)}")]
+    start = {(op.kind, op.stage, op.sub_batch): ev.start for op, ev in zip(schedule.ops, compute)}
+    end = {(op.kind, op.stage, op.sub_batch): ev.end for op, ev in zip(schedule.ops, compute)}
+    prev_end = 0.0
+    for op, ev in zip(schedule.ops, compute):
+        a = sp.stages[op.stage].algorithm(schedule.algorithm_of(op.stage))
+        dur = a.fwd_time if op.kind == "F" else a.bwd_time
+        if ev.start < prev_end - _EPS:
+            out.append(Violation(f"{op.label} starts before the previous operation ends", op.stage, ev.start))
+        if not math.isclose(ev.end - ev.start, dur, rel_tol=1e-9, abs_tol=1e-12):
+            out.append(Violation(f"{op.label} lasts {ev.end - ev.start:.6g}s, the profile says {dur:.6g}s", op.stage, ev.start))
+        prev_end = ev.end
+
+    copies = [e for e in run.timeline if e.stream != "compute"]
+    started = [j for j, tr in enumerate(schedule.transfers)]
+    if len(copies) != len(started):
+        out.append(Violation(f"{len(started) - len(copies)} transfers never ran"))
+        return out
+    by_engine: dict[str, list[tuple[float, float]]] = {}
+    done: dict[tuple[str, int, int], float] = {}
+    for tr, ev in zip(schedule.transfers, copies):
+        key = (tr.stage, tr.sub_batch)
+        size = sp.stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
+        bw = sp.h2d_bandwidth if tr.direction == "prefetch" else sp.d2h_bandwidth
+        if not math.isclose(ev.end - ev.start, size / bw, rel_tol=1e-9, abs_tol=1e-12):
+            out.append(Violation(f"{ev.label} lasts {ev.end - ev.start:.6g}s for {size} bytes", tr.stage, ev.start))
+        issued_at = (start if tr.issue_at == "start" else end)[_key_of(schedule.ops[tr.issue_op])]
+        if ev.start < issued_at - _EPS:
+            out.append(Violation(f"{ev.label} starts before it is issued", tr.stage, ev.start))
+        if tr.direction == "offload":
+            if ev.start < start[("F", *key)] - _EPS:
+                out.append(Violation(f"{ev.label} starts before F{tr.stage} produced the data", tr.stage, ev.start))
+            done[("offload", *key)] = ev.end
+        else:
+            off = done.get(("offload", *key))
+            if off is None or ev.start < off - _EPS:
+                out.append(Violation(f"{ev.label} starts before the data reached the host", tr.stage, ev.start))
+            if start[("B", *key)] < ev.end - _EPS:
+                out.append(Violation(f"B{tr.stage} starts before its saved data is back", tr.stage, start[("B", *key)]))
+        if tr.wait_op is not None:
+            waiter = _key_of(schedule.ops[tr.wait_op])
+            if start[waiter] < ev.end - _EPS:
+                out.append(Violation(f"{schedule.ops[tr.wait_op].label} starts before {ev.label} completes", tr.stage, start[waiter]))
+        engine = ("h2d" if tr.direction == "prefetch" else "d2h") if duplex else "copy"
+        by_engine.setdefault(engine, []).append((ev.start, ev.end))
+    for engine, spans in by_engine.items():
+        spans.sort()
+        for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+            if s1 < e0 - _EPS:
+                out.append(Violation(f"two copies overlap on the {engine} engine", None, s1))
+
+    events: list[tuple[float, int]] = []
+    for block in run.trace:
+        events.append((block.alloc, block.size))
+        events.append((block.free, -block.size))
+    events.sort(key=lambda e: (e[0], e[1]))  # frees first at the same instant
+    live = peak = 0
+    for t, delta in events:
+        live += delta
+        if live > peak:
+            peak = live
+        if live > budget:
+            out.append(Violation(f"memory reaches {live} bytes, above the budget of {int(budget)}", None, t))
+            break
+    if peak != run.peak_bytes:
+        out.append(Violation(f"the memory trace peaks at {peak} bytes, the run reports {run.peak_bytes}"))
+    return out
+
+
+def _key_of(op) -> tuple[str, int, int]:
+    return (op.kind, op.stage, op.sub_batch)

@@ -1,0 +1,176 @@
+"""A model of PyTorch's CUDA caching allocator: what a PyTorch user gets today.
+
+The rules are those of ``c10/cuda/CUDACachingAllocator.cpp`` (pytorch/pytorch) with its
+default configuration (no ``PYTORCH_CUDA_ALLOC_CONF``: ``max_split_size`` unlimited,
+``roundup_power2_divisions`` off, ``expandable_segments`` off, no garbage collection
+threshold), one device and one stream:
+
+- ``round_size``: every request is rounded up to a multiple of ``kMinBlockSize`` = 512
+  bytes (and at least 512);
+- ``get_pool``: rounded sizes up to ``kSmallSize`` = 1 MiB are served from the *small*
+  pool, larger ones from the *large* pool;
+- ``get_free_block``: best fit within the pool: the free block with the smallest size
+  that is large enough, lowest address among equal sizes (the pool is a ``std::set``
+  ordered by ``(stream, size, address)`` and searched with ``lower_bound``);
+- when none fits, a new segment is ``cudaMalloc``-ed with ``get_allocation_size``:
+  ``kSmallBuffer`` = 2 MiB for small requests, ``kLargeBuffer`` = 20 MiB for requests
+  below ``kMinLargeAlloc`` = 10 MiB, and the request rounded up to ``kRoundLarge`` = 2 MiB
+  above that;
+- ``should_split``: the block found is split when the remainder is at least 512 bytes
+  (small pool) or more than ``kSmallSize`` (large pool); the request takes the front,
+  the remainder goes back to the pool;
+- ``free_block`` / ``try_merge_blocks``: a freed block merges with its free neighbours
+  of the same segment and returns to its pool; segments are never returned to the device
+  during an iteration (``cudaFree`` happens only on an out-of-memory retry or
+  ``empty_cache``), so the reserved bytes only grow.
+
+The arena is the total reserved segment bytes (``torch.cuda.max_memory_reserved``), with
+the segments laid out one after another in the order they were created; a block's offset
+is its segment's base plus its place in the segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from harness.allocators._common import event_order, make_placement
+from harness.allocators.trace import as_int_trace
+from harness.model import MemoryBlock, Placement
+
+__all__ = ["CachingAllocator", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE", "K_SMALL_SIZE",
+           "K_SMALL_BUFFER", "K_LARGE_BUFFER", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE"]
+
+K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
+K_SMALL_SIZE = 1 << 20  # largest "small" allocation is 1 MiB
+K_SMALL_BUFFER = 2 << 20  # "small" allocations are packed in 2 MiB blocks
+K_LARGE_BUFFER = 20 << 20  # "large" allocations may be packed in 20 MiB blocks
+K_MIN_LARGE_ALLOC = 10 << 20  # allocations between 1 and 10 MiB may use kLargeBuffer
+K_ROUND_LARGE = 2 << 20  # round up large allocations to 2 MiB
+
+
+def round_size(size: int) -> int:
+    """PyTorch's ``round_size``: up to a multiple of 512 bytes, at least 512."""
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+
+
+def allocation_size(size: int) -> int:
+    """PyTorch's ``get_allocation_size``: the segment ``cudaMalloc``-ed for a rounded request."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
+
+
+@dataclass
+class _Block:
+    addr: int
+    size: int
+    small: bool
+    prev: _Block | None = None
+    next: _Block | None = None
+    allocated: bool = False
+
+
+@dataclass
+class _State:
+    reserved: int = 0
+    segments: list[tuple[int, int, bool]] = field(default_factory=list)  # (base, size, small)
+    pools: dict[bool, list[tuple[int, int, int]]] = field(default_factory=lambda: {True: [], False: []})
+    blocks: dict[int, _Block] = field(default_factory=dict)  # pool key id -> block
+
+    def pool_insert(self, b: _Block) -> None:
+        bisect.insort(self.pools[b.small], (b.size, b.addr, id(b)))
+        self.blocks[id(b)] = b
+
+    def pool_remove(self, b: _Block) -> None:
+        pool = self.pools[b.small]
+        key = (b.size, b.addr, id(b))
+        pos = bisect.bisect_left(pool, key)
+        assert pool[pos] == key
+        pool.pop(pos)
+        del self.blocks[id(b)]
+
+
+class CachingAllocator:
+    """Replays a trace through a model of PyTorch's CUDA caching allocator (module docstring).
+
+    The arena is the reserved segment bytes at the end of the iteration (nothing is
+    released mid-iteration). ``notes`` reports the segment count and the bytes lost to
+    rounding.
+    """
+
+    name = "caching"
+    description = "PyTorch CUDA caching allocator model (512 B rounding, 2/20 MiB segments, best fit per pool)"
+
+    def place(self, trace: Sequence[MemoryBlock]) -> Placement:
+        """Replay ``trace`` (allocations and frees in time order) and report where each block landed."""
+        t = as_int_trace(trace)
+        offsets = np.zeros(len(t), dtype=np.int64)
+        st = _State()
+        live: dict[int, _Block] = {}
+        for code in event_order(t):
+            code = int(code)
+            if code >= 0:
+                b = self._malloc(st, int(t.size[code]))
+                live[code] = b
+                offsets[code] = b.addr
+            else:
+                self._free(st, live.pop(~code))
+        small_segments = sum(1 for s in st.segments if s[2])
+        notes = (
+            f"{len(st.segments)} segments ({small_segments} small, {len(st.segments) - small_segments} large), "
+            f"{st.reserved} bytes reserved"
+        )
+        return make_placement(self.name, t, offsets, arena_bytes=st.reserved, notes=notes)
+
+    @staticmethod
+    def _malloc(st: _State, requested: int) -> _Block:
+        size = round_size(requested)
+        small = size <= K_SMALL_SIZE
+        pool = st.pools[small]
+        pos = bisect.bisect_left(pool, (size, -1, -1))
+        if pos < len(pool):
+            block = st.blocks[pool[pos][2]]
+            st.pool_remove(block)
+        else:
+            seg = allocation_size(size)
+            block = _Block(st.reserved, seg, small)
+            st.segments.append((st.reserved, seg, small))
+            st.reserved += seg
+        remaining = block.size - size
+        split = remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE
+        if split:
+            rest = _Block(block.addr + size, remaining, small, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            st.pool_insert(rest)
+        block.allocated = True
+        return block
+
+    @staticmethod
+    def _free(st: _State, block: _Block) -> None:
+        block.allocated = False
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:
+            st.pool_remove(prev)
+            block.addr = prev.addr
+            block.size += prev.size
+            block.prev = prev.prev
+            if block.prev is not None:
+                block.prev.next = block
+        if nxt is not None and not nxt.allocated:
+            st.pool_remove(nxt)
+            block.size += nxt.size
+            block.next = nxt.next
+            if block.next is not None:
+                block.next.prev = block
+        st.pool_insert(block)

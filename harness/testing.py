@@ -1,0 +1,142 @@
+"""Conformance tests every planner plugin runs on itself, and the random chains they use.
+
+In a plugin's tests::
+
+    from harness.testing import PlannerConformance
+
+    class TestGreedyConformance(PlannerConformance):
+        planner = Greedy()
+        reaches_min_memory = True   # plans for every budget from min_memory up
+
+The kit draws chains with Hypothesis (``chains()``) and walks budgets from the minimum
+to the peak: every schedule returned must pass ``harness.validate``, its simulated makespan
+may not beat papers/004's lower bound, the peak budget must give the keep-all makespan,
+and a budget below the minimum must raise ``InfeasibleBudget``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.errors import InfeasibleBudget
+from harness.model import Algorithm, Profile, Stage
+from harness.simulate.executor import simulate
+from harness.validate import validate
+
+KINDS = ("conv", "conv", "act", "pool", "norm", "linear", "block")
+
+
+@st.composite
+def stages(draw, with_algorithms: bool = True) -> Stage:
+    """A random stage: times in ms, sizes in KiB-ish units, sometimes conv algorithms."""
+    size = st.integers(0, 4000)
+    kind = draw(st.sampled_from(KINDS))
+    fwd = draw(st.floats(0.0, 3e-3, allow_nan=False))
+    bwd = draw(st.floats(0.0, 6e-3, allow_nan=False))
+    algorithms: tuple[Algorithm, ...] = ()
+    if with_algorithms and kind == "conv" and draw(st.booleans()):
+        n = draw(st.integers(1, 3))
+        algorithms = tuple(
+            Algorithm(f"algo{a}", fwd * (1 + 0.5 * (n - a)), bwd * (1 + 0.5 * (n - a)),
+                      draw(st.integers(0, 300)) * a, draw(st.integers(0, 300)) * a)
+            for a in range(n)
+        )
+    return Stage(
+        name=f"{kind}", kind=kind, fwd_time=fwd, bwd_time=bwd,
+        input_bytes=draw(size), saved_bytes=draw(size), grad_bytes=draw(size),
+        fwd_workspace=draw(st.integers(0, 800)), bwd_workspace=draw(st.integers(0, 800)),
+        algorithms=algorithms,
+    )
+
+
+@st.composite
+def chains(draw, min_stages: int = 1, max_stages: int = 12, with_algorithms: bool = True) -> Profile:
+    """A random chain profile (papers/004's model with random sizes, times and bandwidths)."""
+    n = draw(st.integers(min_stages, max_stages))
+    chain = tuple(draw(stages(with_algorithms)) for _ in range(n))
+    chain = tuple(s.__class__(**{**s.__dict__, "name": f"{s.kind}{i}"}) for i, s in enumerate(chain))
+    return Profile(
+        model="random-chain", batch_size=draw(st.sampled_from([1, 2, 4, 8])), input_shape=(3, 32, 32),
+        device="synthetic", device_memory=10**9,
+        d2h_bandwidth=draw(st.floats(1e5, 1e7)), h2d_bandwidth=draw(st.floats(1e5, 1e7)),
+        weight_bytes=draw(st.integers(0, 2000)), output_bytes=draw(st.integers(0, 500)),
+        stages=chain, profiler="hypothesis",
+    )
+
+
+def budgets(profile: Profile, points: int = 5) -> list[int]:
+    """``points`` budgets evenly spread from ``min_memory`` to ``peak_memory`` (both included)."""
+    lo, hi = min_memory(profile), peak_memory(profile)
+    if hi <= lo:
+        return [hi]
+    return sorted({lo + (hi - lo) * k // (points - 1) for k in range(points)})
+
+
+_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+class PlannerConformance:
+    """Mix-in test class: set ``planner`` (and optionally ``options``, ``reaches_min_memory``)."""
+
+    planner: Any = None
+    options: dict = {}
+    reaches_min_memory: bool = False  # must plan every budget >= min_memory
+    duplex: bool = False
+
+    def _plan(self, profile: Profile, budget: int):
+        try:
+            return self.planner.plan(profile, budget, **self.options)
+        except InfeasibleBudget as exc:
+            assert str(exc), "InfeasibleBudget must say why"
+            return None
+
+    @_SETTINGS
+    @given(profile=chains())
+    def test_every_schedule_validates_and_respects_the_lower_bound(self, profile: Profile) -> None:
+        m_peak = peak_memory(profile)
+        for budget in budgets(profile):
+            schedule = self._plan(profile, budget)
+            if schedule is None:
+                assert not self.reaches_min_memory, f"{self.planner.name} refused budget {budget} >= min_memory"
+                assert budget < m_peak, f"{self.planner.name} refused the peak budget {budget}"
+                continue
+            problems = validate(schedule, profile, budget, duplex=self.duplex)
+            assert not problems, [str(p) for p in problems]
+            run = simulate(schedule, profile, duplex=self.duplex)
+            assert run.feasible, run.message
+            lb = lower_bound(profile, budget, duplex=self.duplex, m_peak=m_peak)
+            assert run.makespan >= lb * (1 - 1e-9) - 1e-15, (run.makespan, lb)
+
+    @_SETTINGS
+    @given(profile=chains())
+    def test_peak_budget_reproduces_keep_all(self, profile: Profile) -> None:
+        peak = peak_memory(profile)
+        schedule = self._plan(profile, peak)
+        assert schedule is not None, "a planner must accept the peak budget"
+        run = simulate(schedule, profile, duplex=self.duplex)
+        assert run.feasible, run.message
+        assert math.isclose(run.makespan, profile.compute_time, rel_tol=1e-9, abs_tol=1e-15)
+
+    @_SETTINGS
+    @given(profile=chains())
+    def test_budget_below_minimum_is_refused(self, profile: Profile) -> None:
+        low = min_memory(profile, memory_optimal=True) - 1
+        if low < 0:
+            return
+        try:
+            schedule = self.planner.plan(profile, low, **self.options)
+        except InfeasibleBudget as exc:
+            assert "needs at least" in str(exc)
+            return
+        raise AssertionError(f"{self.planner.name} returned a schedule below the minimum: {schedule}")
+
+    @_SETTINGS
+    @given(profile=chains())
+    def test_deterministic(self, profile: Profile) -> None:
+        budget = budgets(profile, 3)[len(budgets(profile, 3)) // 2]
+        assert self._plan(profile, budget) == self._plan(profile, budget)

@@ -1,0 +1,89 @@
+"""GREEDY against papers/004: the conformance kit, Theorem 2 and Prop. 3."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.model import Profile
+from harness.schedules import best_ordered_schedule
+from harness.simulate.executor import simulate
+from harness.testing import PlannerConformance, budgets, chains
+from harness.validate import validate
+from membudget_greedy import Greedy, greedy_amounts
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+class TestGreedyConformance(PlannerConformance):
+    planner = Greedy()
+    reaches_min_memory = True
+
+
+class TestFractionalGreedyConformance(PlannerConformance):
+    planner = Greedy()
+    options = {"fractional": True}
+    reaches_min_memory = True
+
+
+def _makespan(profile: Profile, budget: int, amounts) -> float | None:
+    schedule = best_ordered_schedule(profile, budget, amounts, planner="probe")
+    if schedule is None:
+        return None
+    run = simulate(schedule, profile)
+    return run.makespan if run.feasible else None
+
+
+@SETTINGS
+@given(profile=chains(max_stages=7, with_algorithms=False), where=st.floats(0.0, 1.0))
+def test_theorem_2_fractional_greedy_is_optimal(profile: Profile, where: float) -> None:
+    """Theorem 2: offloading exactly M_peak - M, eagerly, beats every other ordered offload set.
+
+    The fractional greedy schedule is compared with every integral subset of stages (all
+    2^L ordered no-wait schedules, L <= 7) and with eager fractional schedules that move
+    more than M_peak - M (Lemma 2): none is faster.
+    """
+    lo, hi = min_memory(profile), peak_memory(profile)
+    budget = int(lo + (hi - lo) * where)
+    amounts = greedy_amounts(profile, budget, fractional=True)
+    best = _makespan(profile, budget, amounts)
+    assert best is not None, "the fractional greedy schedule must be feasible from min_memory up"
+    n = profile.n_stages
+    for size in range(n + 1):
+        for subset in itertools.combinations(range(n), size):
+            other = _makespan(profile, budget, set(subset))
+            if other is not None:
+                assert best <= other * (1 + 1e-9) + 1e-12, (subset, best, other)
+    for extra in (1, max(1, (hi - budget) // 3)):
+        more = greedy_amounts(profile, max(lo, budget - extra), fractional=True)
+        other = _makespan(profile, budget, more)
+        if other is not None:
+            assert best <= other * (1 + 1e-9) + 1e-12, ("Lemma 2", best, other)
+
+
+@SETTINGS
+@given(profile=chains(max_stages=12))
+def test_integral_greedy_never_beats_the_lower_bound_and_offloads_enough(profile: Profile) -> None:
+    """Prop. 2 and 3: GREEDY moves at least M_peak - M out and its makespan is >= LB."""
+    m_peak = peak_memory(profile)
+    for budget in budgets(profile, 6):
+        schedule = Greedy().plan(profile, budget)
+        assert not validate(schedule, profile)
+        run = simulate(schedule, profile)
+        assert run.feasible, run.message
+        offloaded = sum(profile.stages[i].saved_bytes for i in schedule.offloaded_stages)
+        assert offloaded >= m_peak - budget
+        # the smallest such prefix: dropping the last offloaded stage would not be enough
+        if schedule.offloaded_stages:
+            assert offloaded - profile.stages[schedule.offloaded_stages[-1]].saved_bytes < m_peak - budget
+        assert run.makespan >= lower_bound(profile, budget, m_peak=m_peak) * (1 - 1e-12)
+
+
+def test_greedy_registers_through_its_entry_point() -> None:
+    from harness.plugins import registry
+
+    entry = {e.name: e for e in registry(reload=True).entries("planner")}["greedy"]
+    assert entry.plugin == "membudget-greedy"

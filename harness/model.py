@@ -337,7 +337,7 @@ def from_dict(cls: type[T], data: Any, *, source: str = "") -> T:
         return _adapter(cls).validate_python(data)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg'].removeprefix('Value error, ')}" for err in exc.errors()
         )
         where = f"{source}: " if source else ""
         raise ModelError(f"{where}invalid {cls.__name__}: {problems}") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self._sources: dict[int, tuple[str, str]] = {}
+        self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
 
     # -- loading
     def load(self) -> Registry:
@@ -65,7 +67,13 @@ class Registry:
             if ep.name in blocked or (only is not None and ep.name not in only):
                 continue
             dist = ep.dist.name if ep.dist else ep.name
-            self._add(ep.load(), dist, ep.dist.version if ep.dist else "")
+            try:
+                module = ep.load()
+            except Exception as exc:  # a broken plugin must not take the others down with it
+                self.failed[dist] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"membudget plugin {dist} failed to load and is skipped: {exc}", stacklevel=2)
+                continue
+            self._add(module, dist, ep.dist.version if ep.dist else "")
         self._collect()
         return self
 

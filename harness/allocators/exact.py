@@ -1,0 +1,218 @@
+"""The exact placement: papers/003's MIP (eq. 1-6) solved with OR-Tools CP-SAT.
+
+The model is eq. (1)-(6) of papers/003 section 3.1: minimise the peak ``u`` (1) with
+``x_i + w_i <= u`` (2), the blocks of every pair with overlapping lifetimes (the set E)
+apart in address (3)-(4), ``0 <= u <= W`` (5) and ``x_i >= 0`` (6). CP-SAT states (3)-(4)
+without the big-M and the binaries ``z_ij``: each block is a rectangle, fixed in time
+(``[lower, upper)``) and free in address (``[x_i, x_i + w_i)``), and ``AddNoOverlap2D``
+keeps the rectangles apart; two rectangles whose lifetimes do not intersect can never
+collide, so this is exactly the constraint set over E. Two redundant constraints help
+the search: a cumulative constraint (at every instant the live sizes sum to at most
+``u``) and ``u >= max-live``.
+
+All sizes are divided by their greatest common divisor first. This loses nothing: any
+placement can be compacted (each block pushed down onto a block below it or onto 0)
+without raising its peak, and then every offset is a sum of sizes.
+
+``W`` is the pool size when one is given (then the answer may be "infeasible": no
+placement fits), else the arena of a heuristic placement (greedy-by-size or first-fit,
+whichever is smaller), which is also given to the solver as a hint.
+
+OR-Tools is an optional extra (``pip install membudget[exact]``); it is imported only
+when a solve starts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import reduce
+from typing import Literal, Sequence, Union
+
+import numpy as np
+
+from harness.allocators._common import make_placement
+from harness.allocators.trace import IntTrace, as_int_trace, max_live_bytes
+from harness.model import MemoryBlock, Placement
+
+__all__ = ["ExactResult", "ExactAllocator", "solve_exact", "ortools_available"]
+
+ExactStatus = Literal["optimal", "feasible", "infeasible", "unknown"]
+
+
+def ortools_available() -> bool:
+    """Whether OR-Tools (the ``exact`` extra) can be imported."""
+    try:
+        import ortools.sat.python.cp_model  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """What CP-SAT found.
+
+    ``status``: ``optimal`` (proved), ``feasible`` (best found in the time limit, with
+    ``gap``), ``infeasible`` (proved: nothing fits in ``pool_bytes``) or ``unknown`` (the
+    time ran out before anything was settled). ``offsets``/``arena_bytes`` are the best
+    placement known (None when there is none); ``lower_bound_bytes`` is the best proved
+    bound on the optimum; ``gap`` is ``(arena - bound) / arena``.
+    """
+
+    status: ExactStatus
+    offsets: tuple[int, ...] | None
+    arena_bytes: int | None
+    lower_bound_bytes: int
+    gap: float
+    wall_time_s: float
+    pool_bytes: int | None = None
+    scale: int = 1
+
+    @property
+    def optimal(self) -> bool:
+        """Whether the arena is proved minimal."""
+        return self.status == "optimal"
+
+
+def _heuristic(t: IntTrace) -> np.ndarray:
+    from harness.allocators.first_fit import PoolAllocator
+    from harness.allocators.greedy_by_size import greedy_by_size_offsets
+
+    a = greedy_by_size_offsets(t)
+    b = np.asarray(PoolAllocator("first", granularity=1).place(t).offsets, dtype=np.int64)
+    end_a = int((a + t.size).max()) if len(t) else 0
+    end_b = int((b + t.size).max()) if len(t) else 0
+    return a if end_a <= end_b else b
+
+
+def solve_exact(
+    trace: Union[IntTrace, Sequence[MemoryBlock]],
+    *,
+    time_limit_s: float = 10.0,
+    pool_bytes: int | None = None,
+    workers: int = 1,
+    seed: int = 0,
+    hint: Sequence[int] | None = None,
+) -> ExactResult:
+    """Solve papers/003 eq. (1)-(6) for ``trace`` with CP-SAT.
+
+    ``pool_bytes`` is ``W`` in eq. (5): with it the question is also whether any
+    placement fits at all. ``workers=1`` (the default) with a fixed ``seed`` makes the
+    search reproducible, run to run; more workers prove harder instances sooner.
+    ``hint``: offsets of a known placement (default: a heuristic one).
+    """
+    from ortools.sat.python import cp_model
+
+    started = time.perf_counter()
+    t = as_int_trace(trace)
+    n = len(t)
+    live = max_live_bytes(t)
+    active = [i for i in range(n) if t.size[i] > 0 and t.upper[i] > t.lower[i]]
+    if not active:
+        status: ExactStatus = "optimal"
+        if pool_bytes is not None and pool_bytes < 0:
+            status = "infeasible"
+        return ExactResult(status, tuple([0] * n), 0, 0, 0.0, time.perf_counter() - started, pool_bytes)
+
+    g = reduce(math.gcd, (int(t.size[i]) for i in active))
+    if hint is None:
+        hint_off = _heuristic(t)
+    else:
+        hint_off = np.asarray(hint, dtype=np.int64)
+    hint_arena = int(max(int(hint_off[i]) + int(t.size[i]) for i in active))
+    hint_ok = all(int(hint_off[i]) % g == 0 for i in active)
+    if pool_bytes is None:
+        cap = hint_arena
+    else:
+        cap = max(0, pool_bytes)
+    W = cap // g
+    lb = -(-live // g)
+    if lb > W:  # max-live alone exceeds the pool
+        return ExactResult("infeasible", None, None, live, math.inf, time.perf_counter() - started, pool_bytes, g)
+
+    model = cp_model.CpModel()
+    u = model.new_int_var(lb, W, "u")  # (5), with u >= max-live
+    xs = {}
+    t_intervals, y_intervals, demands = [], [], []
+    for i in active:
+        w = int(t.size[i]) // g
+        x = model.new_int_var(0, W - w, f"x{i}")  # (6)
+        model.add(x + w <= u)  # (2)
+        xs[i] = x
+        t_intervals.append(
+            model.new_fixed_size_interval_var(int(t.lower[i]), int(t.upper[i] - t.lower[i]), f"t{i}")
+        )
+        y_intervals.append(model.new_fixed_size_interval_var(x, w, f"y{i}"))
+        demands.append(w)
+    model.add_no_overlap_2d(t_intervals, y_intervals)  # (3)-(4) over E
+    model.add_cumulative(t_intervals, demands, u)  # redundant
+    model.minimize(u)  # (1)
+    if hint_ok and hint_arena <= cap:
+        for i in active:
+            model.add_hint(xs[i], int(hint_off[i]) // g)
+        model.add_hint(u, hint_arena // g)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = int(workers)
+    solver.parameters.random_seed = int(seed)
+    code = solver.solve(model)
+    elapsed = time.perf_counter() - started
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        offsets = [0] * n
+        for i in active:
+            offsets[i] = int(solver.value(xs[i])) * g
+        arena = max(offsets[i] + int(t.size[i]) for i in active)
+        bound = max(live, int(math.ceil(solver.best_objective_bound - 1e-9)) * g)
+        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+        if status == "optimal":
+            bound = arena
+        gap = (arena - bound) / arena if arena else 0.0
+        return ExactResult(status, tuple(offsets), arena, bound, gap, elapsed, pool_bytes, g)
+    if code == cp_model.INFEASIBLE:
+        return ExactResult("infeasible", None, None, live, math.inf, elapsed, pool_bytes, g)
+    # time ran out with nothing found: fall back on the hint when it fits
+    if pool_bytes is None or hint_arena <= pool_bytes:
+        offsets = tuple(int(x) for x in hint_off)
+        gap = (hint_arena - live) / hint_arena if hint_arena else 0.0
+        return ExactResult("feasible" if pool_bytes is None else "unknown", offsets, hint_arena, live, gap,
+                           elapsed, pool_bytes, g)
+    return ExactResult("unknown", None, None, live, math.inf, elapsed, pool_bytes, g)
+
+
+class ExactAllocator:
+    """``exact``: the optimum of papers/003 eq. (1)-(6) by CP-SAT, or the best found within the time limit.
+
+    ``Placement.optimal`` says whether optimality was proved; ``notes`` give the proved
+    lower bound and the gap otherwise.
+    """
+
+    name = "exact"
+    description = "optimal placement by OR-Tools CP-SAT (papers/003 MIP, no-overlap-2D), best found on time out"
+
+    def __init__(self, time_limit_s: float = 10.0, workers: int = 1, seed: int = 0) -> None:
+        self.time_limit_s = time_limit_s
+        self.workers = workers
+        self.seed = seed
+
+    def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None) -> ExactResult:
+        """The full :class:`ExactResult` (status, bound, gap) for ``trace``."""
+        return solve_exact(
+            trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers, seed=self.seed
+        )
+
+    def place(self, trace: Sequence[MemoryBlock]) -> Placement:
+        """Place ``trace`` optimally if CP-SAT proves it within the time limit, else as well as it found."""
+        t = as_int_trace(trace)
+        res = self.solve(t)
+        assert res.offsets is not None  # without a pool there is always a placement
+        if res.optimal:
+            notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
+        else:
+            notes = (
+                f"best found in {self.time_limit_s:g} s: lower bound {res.lower_bound_bytes} bytes, "
+                f"gap {100 * res.gap:.2f}%"
+            )
+        return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes)

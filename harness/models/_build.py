@@ -1,0 +1,90 @@
+"""Helpers every model factory shares: where parameters are created, dtypes, example inputs.
+
+The analytic profiler builds models on PyTorch's ``meta`` device, where tensors have a
+shape and a dtype but no data, so that ResNet-152 at batch 256 with 1000x1000 images
+costs nothing to "allocate". Most constructors run fine under ``torch.device("meta")``;
+a few (torchvision's RegNets) compute their layer widths with tensors and need real
+data while they do. ``on_device`` handles both: it tries the device context and, for
+``meta``, falls back to building on the CPU while every parameter and buffer is moved
+to ``meta`` the moment it is registered, so no full-size CPU copy ever exists.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The ``torch.dtype`` for a workload's dtype name (``float32``, ``float16``, ``bfloat16``)."""
+    try:
+        return _DTYPES[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}") from None
+
+
+@contextmanager
+def _params_to_meta() -> Iterator[None]:
+    """While active, every parameter and buffer a module registers is moved to ``meta``."""
+    register_parameter = nn.Module.register_parameter
+    register_buffer = nn.Module.register_buffer
+
+    def param(self: nn.Module, name: str, p: Any) -> None:
+        if p is not None and p.device.type != "meta":
+            p = nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
+        register_parameter(self, name, p)
+
+    def buffer(self: nn.Module, name: str, b: Any, persistent: bool = True) -> None:
+        if b is not None and b.device.type != "meta":
+            b = b.to("meta")
+        register_buffer(self, name, b, persistent)
+
+    nn.Module.register_parameter = param  # type: ignore[method-assign]
+    nn.Module.register_buffer = buffer  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
+
+
+def on_device(construct: Callable[[], nn.Module], device: Any) -> nn.Module:
+    """Call ``construct()`` so that the module's parameters are created on ``device``.
+
+    For ``meta`` no parameter data is ever allocated (see the module docstring).
+    """
+    device = torch.device(device)
+    try:
+        with device:
+            return construct()
+    except (NotImplementedError, RuntimeError):
+        if device.type != "meta":
+            raise
+    with _params_to_meta():
+        return construct()
+
+
+def prepare(model: nn.Module, device: Any, dtype: str) -> nn.Module:
+    """Put ``model`` on ``device`` in ``dtype``, in training mode (profiles describe training)."""
+    model = model.to(device=torch.device(device), dtype=torch_dtype(dtype))
+    return model.train()
+
+
+def image_batch(batch: int, input_size: tuple[int, ...], device: Any, dtype: str) -> torch.Tensor:
+    """A random image batch ``(batch, *input_size)``; on ``meta`` nothing is allocated."""
+    return torch.randn(batch, *input_size, device=torch.device(device), dtype=torch_dtype(dtype))

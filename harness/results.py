@@ -1,0 +1,222 @@
+"""Result folders: ``results/<suite>/<run-id>/`` with ``rows.csv``, ``rows.parquet``, ``meta.json``.
+
+One row a case (DESIGN.md, "Suites and results"). The first columns, ``STABLE_COLUMNS``,
+are the ones users script against: never renamed. ``COLUMNS`` adds more after them;
+docs/results.md documents every one.
+
+Rows are appended to ``rows.csv`` one finished case at a time (one ``write`` and an
+``fsync`` each), so a run that is interrupted keeps every case it finished and
+``--resume`` can skip them. A torn last line (the process killed mid-write) is dropped
+when the file is read back.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+STABLE_COLUMNS: tuple[str, ...] = (
+    "suite", "case_id", "model", "batch_size", "input_size", "device", "profiler", "planner",
+    "executor", "allocator", "budget_bytes", "status", "message", "makespan_s", "ideal_s",
+    "lower_bound_s", "ratio_to_lb", "throughput", "peak_bytes", "moved_bytes", "min_memory_bytes",
+    "max_live_bytes", "arena_bytes", "plan_time_s",
+)
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "run_id", "budget_label", "budget_fraction", "peak_memory_bytes", "idle_s", "fragmentation",
+    "place_time_s", "run_time_s", "planner_options", "repeat", "seed", "dtype", "n_stages",
+    "offloaded_stages", "sub_batches", "valid", "timeline", "finished_at",
+)
+COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
+STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
+
+ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta.json", "timelines"
+
+_INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
+                "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
+                "offloaded_stages", "sub_batches")
+_FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
+                  "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s")
+
+
+class ResultsError(ValueError):
+    """A folder or file that is not a membudget result."""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def format_row(row: Mapping[str, Any]) -> str:
+    """One CSV line (with its newline) of ``row`` in ``COLUMNS`` order; missing cells are empty."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([_cell(row.get(c)) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def header_line() -> str:
+    """The CSV header line."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(COLUMNS)
+    return buf.getvalue()
+
+
+class RowWriter:
+    """Appends rows to ``rows.csv``, each group of rows in one durable write."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._repair()
+
+    def _repair(self) -> None:
+        """Start the file with a header, or cut a torn last line left by a killed run."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            self.path.write_text(header_line())
+            return
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append ``rows`` at once and flush them to disk."""
+        text = "".join(format_row(r) for r in rows)
+        if not text:
+            return
+        with open(self.path, "a", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_rows_csv(path: Path) -> list[dict[str, str]]:
+    """The complete rows of a ``rows.csv`` as dicts of strings (a torn last line is dropped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(text))
+    return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
+
+
+def finished_case_ids(run_dir: Path) -> set[str]:
+    """The case ids already written to a run's ``rows.csv``."""
+    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV)}
+
+
+def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:
+    """A typed DataFrame of rows (ints as nullable Int64, floats as float, the rest as text)."""
+    frame = pd.DataFrame(list(rows), columns=list(COLUMNS))
+    for col in _INT_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col].replace("", None), errors="coerce").astype("Int64")
+    for col in _FLOAT_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col].replace("", None), errors="coerce").astype(float)
+    text_cols = [c for c in COLUMNS if c not in _INT_COLUMNS and c not in _FLOAT_COLUMNS]
+    for col in text_cols:
+        frame[col] = frame[col].fillna("").astype(str)
+    return frame
+
+
+def load_rows(run_dir: Path) -> pd.DataFrame:
+    """The rows of one run folder as a typed DataFrame."""
+    run_dir = Path(run_dir)
+    if not (run_dir / ROWS_CSV).exists():
+        raise ResultsError(f"{run_dir}: no {ROWS_CSV} here; is this a run folder (results/<suite>/<run-id>)?")
+    return to_frame(read_rows_csv(run_dir / ROWS_CSV))
+
+
+def write_parquet(run_dir: Path) -> Path | None:
+    """Write ``rows.parquet`` beside ``rows.csv`` when pyarrow is installed (else None)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return None
+    run_dir = Path(run_dir)
+    out = run_dir / ROWS_PARQUET
+    load_rows(run_dir).to_parquet(out, index=False)
+    return out
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    """A run's ``meta.json`` ({} when missing)."""
+    path = Path(run_dir) / META_JSON
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+
+
+def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:
+    """Write ``meta.json`` atomically (a crash leaves the old one or the new one)."""
+    path = Path(run_dir) / META_JSON
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run folder found on disk: its suite name, run id and path."""
+
+    suite: str
+    run_id: str
+    path: Path
+
+
+def is_run_folder(path: Path) -> bool:
+    """True when ``path`` holds a ``rows.csv``."""
+    return (Path(path) / ROWS_CSV).is_file()
+
+
+def runs_of_suite(suite_dir: Path) -> list[RunFolder]:
+    """The run folders of one suite folder, oldest first (run ids sort by time)."""
+    suite_dir = Path(suite_dir)
+    runs = [p for p in sorted(suite_dir.iterdir()) if p.is_dir() and is_run_folder(p)] if suite_dir.is_dir() else []
+    return [RunFolder(suite_dir.name, p.name, p) for p in runs]
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:
+    """Resolve publish/compare arguments to run folders.
+
+    Each path is a run folder (has ``rows.csv``), a suite folder (its latest run), or a
+    results root (the latest run of every suite in it).
+    """
+    found: list[RunFolder] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise ResultsError(f"{path}: no such file or folder")
+        if is_run_folder(path):
+            meta = read_meta(path)
+            found.append(RunFolder(meta.get("suite", path.parent.name), path.name, path))
+            continue
+        runs = runs_of_suite(path)
+        if runs:
+            found.append(runs[-1])
+            continue
+        suites = [runs_of_suite(p) for p in sorted(path.iterdir()) if p.is_dir()] if path.is_dir() else []
+        latest = [r[-1] for r in suites if r]
+        if not latest:
+            raise ResultsError(f"{path}: no results here (expected results/<suite>/<run-id>/{ROWS_CSV})")
+        found.extend(latest)
+    return found

@@ -1,0 +1,130 @@
+"""The plugin manager: built-ins and entry points, environment switches, clear misses."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from harness import hookimpl
+from harness.errors import UnknownPlugin
+from harness.plugins import Registry, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_builtins_register_through_the_hooks() -> None:
+    reg = Registry().load()
+    names = {(e.kind, e.name): e for e in reg.entries()}
+    assert ("planner", "keep-all") in names and ("executor", "simulate") in names
+    assert names[("planner", "keep-all")].plugin == "membudget"
+    assert all(e.description for e in reg.entries())
+
+
+def test_unknown_name_lists_the_choices() -> None:
+    with pytest.raises(UnknownPlugin) as err:
+        registry().planner("gredy")
+    assert "unknown planner 'gredy'" in str(err.value) and "keep-all" in str(err.value)
+
+
+def test_environment_chooses_which_entry_points_load(monkeypatch) -> None:
+    monkeypatch.setenv("MEMBUDGET_PLUGINS", "")
+    assert "greedy" not in Registry().load().names("planner")
+    monkeypatch.delenv("MEMBUDGET_PLUGINS")
+    monkeypatch.setenv("MEMBUDGET_BLOCK_PLUGINS", "greedy")
+    reg = Registry().load()
+    assert "greedy" not in reg.names("planner") and "keep-all" in reg.names("planner")
+
+
+def test_a_plugin_object_added_by_hand_registers() -> None:
+    class Mine:
+        name = "mine"
+        description = "a test planner"
+
+        def plan(self, profile, budget_bytes, **options):
+            raise NotImplementedError
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_planners(self, register):
+            register(Mine())
+
+    reg = Registry().load()
+    reg.add_plugin(Plugin(), "my-plugin", "9.9")
+    entry = {e.name: e for e in reg.entries("planner")}["mine"]
+    assert (entry.plugin, entry.version) == ("my-plugin", "9.9")
+
+
+def test_two_plugins_claiming_one_name_is_an_error() -> None:
+    class Clash:
+        name = "keep-all"
+        description = "clash"
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_planners(self, register):
+            register(Clash())
+
+    reg = Registry().load()
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.add_plugin(Plugin(), "intruder")
+
+
+def _link_dependencies(site: Path) -> None:
+    """Make the core's third-party dependencies importable in a bare venv, without our own dists.
+
+    A .pth pointing at the parent's site-packages would also expose the parent's installed
+    membudget plugins (their dist-info), which is exactly what the test must not see; so
+    only the dependency packages themselves are linked into a folder of their own.
+    """
+    deps = site / "_parent_deps"
+    deps.mkdir()
+    for module in ("numpy", "numba", "llvmlite", "pluggy", "pydantic", "pydantic_core", "typing_extensions",
+                   "annotated_types", "typing_inspection", "yaml", "_yaml"):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin)
+        target = origin.parent if origin.name == "__init__.py" else origin
+        (deps / target.name).symlink_to(target)
+    (site / "parent_deps.pth").write_text(str(deps) + "\n")
+
+
+@pytest.mark.slow
+def test_installing_the_greedy_plugin_into_a_fresh_venv_makes_it_appear(tmp_path: Path) -> None:
+    """Build the core and plugins/greedy as wheels, install them into a new venv, list planners."""
+    wheels = tmp_path / "wheels"
+    for project in (ROOT, ROOT / "plugins" / "greedy"):
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(wheels), str(project)], check=True, cwd=tmp_path)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    _link_dependencies(site)
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMBUDGET_", "PYTHON"))}
+
+    def install(pattern: str) -> None:
+        wheel = next(wheels.glob(pattern))
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        str(wheel)], check=True, env=clean_env)
+
+    def planners() -> dict[str, str]:
+        code = ("import json; from harness.plugins import registry; "
+                "print(json.dumps({e.name: e.plugin for e in registry().entries('planner')}))")
+        out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True,
+                             env=clean_env, cwd=tmp_path)
+        return json.loads(out.stdout)
+
+    install("membudget-*.whl")
+    before = planners()
+    assert "keep-all" in before and "greedy" not in before
+    install("membudget_greedy-*.whl")
+    assert planners()["greedy"] == "membudget-greedy"

@@ -1,0 +1,141 @@
+"""The simulator: Numba kernel against the plain reference, and the rules of papers/004 3.1."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.model import Profile, Schedule, Stage, Transfer, training_ops
+from harness.schedules import best_ordered_schedule, keep_all_schedule, ordered_schedule
+from harness.simulate.executor import simulate, timing
+
+
+def random_chain(rng: random.Random, n: int) -> Profile:
+    stages = tuple(
+        Stage(f"s{i}", rng.choice(["conv", "act", "pool"]), rng.uniform(0, 2e-3), rng.uniform(0, 4e-3),
+              rng.randint(0, 4000), rng.randint(0, 5000), rng.randint(0, 4000),
+              rng.choice([0, rng.randint(0, 900)]), rng.randint(0, 500))
+        for i in range(n)
+    )
+    return Profile("random", 4, (3, 8, 8), "synthetic", 10**9, rng.uniform(1e5, 1e7), rng.uniform(1e5, 1e7),
+                   rng.randint(0, 500), rng.randint(0, 300), stages)
+
+
+def random_schedule(rng: random.Random, profile: Profile) -> Schedule:
+    """An ordered schedule with a random offload set, random sync, window and partial amounts."""
+    n = profile.n_stages
+    chosen = rng.sample(range(n), rng.randint(0, n))
+    amounts = {i: (rng.randint(0, profile.stages[i].saved_bytes) if rng.random() < 0.2 else None) for i in chosen}
+    return ordered_schedule(profile, 0, amounts, planner="random", sync=rng.random() < 0.3,
+                            prefetch_window=rng.choice([None, 1, 2, 3]))
+
+
+def test_kernel_agrees_with_reference_on_random_chains() -> None:
+    """At least 200 random chains x budgets, duplex or not: identical timings, bit for bit."""
+    rng = random.Random(2024)
+    compared = stuck = 0
+    while compared < 240:
+        profile = random_chain(rng, rng.randint(1, 25))
+        schedule = random_schedule(rng, profile)
+        lo, hi = min_memory(profile), peak_memory(profile)
+        budget = rng.choice([lo, hi, rng.randint(min(lo, hi) // 2, hi), rng.randint(lo, hi)])
+        duplex = rng.random() < 0.5
+        _, ref = timing(schedule, profile, budget=budget, duplex=duplex, engine="reference")
+        _, ker = timing(schedule, profile, budget=budget, duplex=duplex, engine="kernel")
+        assert ref.status == ker.status
+        assert ref.blocked_op == ker.blocked_op
+        for name in ("op_start", "op_end", "tr_start", "tr_end", "tr_release"):
+            np.testing.assert_array_equal(getattr(ref, name), getattr(ker, name), err_msg=name)
+        assert ref.peak == ker.peak
+        compared += 1
+        stuck += ref.status != 0
+    assert 0 < stuck < compared  # both feasible and infeasible runs were compared
+
+
+def test_keep_all_runs_back_to_back_at_the_peak() -> None:
+    profile = random_chain(random.Random(1), 10)
+    peak = peak_memory(profile)
+    run = simulate(keep_all_schedule(profile, peak), profile)
+    assert run.feasible and run.moved_bytes == 0
+    assert math.isclose(run.makespan, profile.compute_time)
+    assert run.peak_bytes == peak
+    squeezed = simulate(keep_all_schedule(profile, peak - 1), profile)
+    assert squeezed.status == "infeasible" and "free" in squeezed.message
+
+
+def two_stage_chain() -> Profile:
+    """x0 = 100 B offloadable during F1 (1 s); beta = 100 B/s; F1 needs 100 B more than fits."""
+    s0 = Stage("s0", "conv", 1.0, 1.0, 100, 100, 0)
+    s1 = Stage("s1", "conv", 1.0, 1.0, 100, 100, 0)
+    return Profile("two", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0, (s0, s1))
+
+
+def test_forward_waits_for_the_offload_to_free_memory() -> None:
+    """papers/004 eq. (1): F_i starts once enough has been offloaded, no earlier, no later."""
+    profile = two_stage_chain()
+    assert peak_memory(profile) == 200
+    schedule = ordered_schedule(profile, 100, {0: None}, planner="t", prefetch_window=1)
+    # F0 allocates x0 (100) + x1 (100) = 200 > 100: infeasible at 100; at 200 it runs.
+    assert simulate(schedule, profile).status == "infeasible"
+    schedule = ordered_schedule(profile, 200, {0: None}, planner="t", prefetch_window=1)
+    run = simulate(schedule, profile)
+    events = {e.label: e for e in run.timeline}
+    assert events["offload 0"].start == 0.0 and events["offload 0"].end == 1.0
+    assert events["F1"].start == 1.0  # F1 needs x1 + nothing else; no wait beyond F0
+    assert run.moved_bytes == 200
+
+
+def test_sync_wait_op_charges_the_stall() -> None:
+    """vDNN's end-of-layer sync: the next layer waits for the offload even with memory to spare."""
+    s = Stage("s", "conv", 1.0, 1.0, 100, 300, 0)
+    profile = Profile("sync", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0, (s, s))
+    free = simulate(ordered_schedule(profile, 10**6, {0: None}, planner="t"), profile)
+    synced = simulate(ordered_schedule(profile, 10**6, {0: None}, planner="t", sync=True), profile)
+    assert {e.label: e for e in free.timeline}["F1"].start == 1.0
+    assert {e.label: e for e in synced.timeline}["F1"].start == 3.0  # 300 B at 100 B/s
+    assert synced.makespan > free.makespan
+
+
+def test_duplex_engines_overlap_directions() -> None:
+    rng = random.Random(7)
+    profile = random_chain(rng, 12)
+    schedule = ordered_schedule(profile, peak_memory(profile), set(range(12)), planner="t")
+    single = simulate(schedule, profile)
+    duplex = simulate(schedule, profile, duplex=True)
+    assert duplex.makespan <= single.makespan
+    assert {e.stream for e in duplex.timeline} >= {"d2h", "h2d", "compute"}
+
+
+def test_offload_everything_fits_the_minimum_memory() -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        profile = random_chain(rng, rng.randint(1, 15))
+        lo = min_memory(profile)
+        schedule = best_ordered_schedule(profile, lo, set(range(profile.n_stages)), planner="t")
+        assert schedule is not None
+        run = simulate(schedule, profile)
+        assert run.feasible and run.peak_bytes <= lo
+        assert run.makespan >= lower_bound(profile, lo) * (1 - 1e-12)
+
+
+def test_a_never_prefetched_offload_is_reported() -> None:
+    profile = two_stage_chain()
+    ops = training_ops(2)
+    schedule = Schedule("broken", 10**6, ops, (Transfer(0, "offload", 0),))
+    run = simulate(schedule, profile)
+    assert run.status == "infeasible" and "never prefetched" in run.message
+
+
+@pytest.mark.parametrize("engine", ["kernel", "reference"])
+def test_trace_blocks_sum_to_the_reported_peak(engine) -> None:
+    rng = random.Random(11)
+    profile = random_chain(rng, 9)
+    schedule = best_ordered_schedule(profile, min_memory(profile), set(range(9)), planner="t")
+    run = simulate(schedule, profile, engine=engine)
+    times = sorted({b.alloc for b in run.trace})
+    live = max(sum(b.size for b in run.trace if b.alloc <= t < b.free) for t in times)
+    assert live == run.peak_bytes

@@ -1,0 +1,95 @@
+"""The validator catches broken schedules and broken runs, whoever made them."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from harness.bounds import min_memory, peak_memory
+from harness.model import Op, Schedule, Transfer, training_ops
+from harness.schedules import best_ordered_schedule, ordered_schedule
+from harness.simulate.executor import simulate
+from harness.validate import check_run, validate
+from tests.test_simulate import random_chain, two_stage_chain
+
+
+def messages(problems) -> str:
+    return " | ".join(str(p) for p in problems)
+
+
+def good_schedule():
+    profile = random_chain(random.Random(5), 6)
+    budget = min_memory(profile)
+    return profile, best_ordered_schedule(profile, budget, set(range(6)), planner="t")
+
+
+def test_a_good_schedule_has_no_violations() -> None:
+    profile, schedule = good_schedule()
+    assert validate(schedule, profile) == []
+
+
+def test_missing_duplicate_and_misordered_operations() -> None:
+    profile = two_stage_chain()
+    ops = training_ops(2)
+    assert "B0 of sub-batch 0 is missing" in messages(validate(Schedule("t", 10**6, ops[:-1]), profile))
+    assert "appears 2 times" in messages(validate(Schedule("t", 10**6, ops + ops[-1:]), profile))
+    swapped = (ops[1], ops[0]) + ops[2:]
+    assert "F1 runs before F0" in messages(validate(Schedule("t", 10**6, swapped), profile))
+    early_b = (ops[0], Op("B", 0), ops[1], ops[2])
+    assert "B0 runs before B1" in messages(validate(Schedule("t", 10**6, early_b), profile))
+
+
+def test_transfers_that_break_the_rules() -> None:
+    profile = two_stage_chain()
+    ops = training_ops(2)  # F0 F1 B1 B0
+    cases = {
+        "issued before F1 produces": (Transfer(1, "offload", 0), Transfer(1, "prefetch", 2)),
+        "never prefetched": (Transfer(0, "offload", 0),),
+        "never offloaded": (Transfer(0, "prefetch", 1),),
+        "no earlier than B0": (Transfer(0, "offload", 0), Transfer(0, "prefetch", 3)),
+        "prefetched before it is offloaded": (Transfer(0, "prefetch", 2), Transfer(0, "offload", 0)),
+        "does not exist": (Transfer(5, "offload", 0),),
+        "moves 999 bytes": (Transfer(0, "offload", 0, nbytes=999), Transfer(0, "prefetch", 2, nbytes=999)),
+        "different amounts": (Transfer(0, "offload", 0, nbytes=10), Transfer(0, "prefetch", 2, nbytes=20)),
+    }
+    for expected, transfers in cases.items():
+        found = messages(validate(Schedule("t", 10**6, ops, transfers), profile))
+        assert expected in found, (expected, found)
+
+
+def test_over_budget_is_reported_with_the_blocked_operation() -> None:
+    profile = two_stage_chain()
+    schedule = ordered_schedule(profile, 150, {0: None}, planner="t", prefetch_window=1)
+    found = messages(validate(schedule, profile))
+    assert "cannot run within the budget" in found and "F0" in found
+
+
+def test_a_run_that_lies_is_caught() -> None:
+    """check_run recomputes from the profile: a doctored timeline or trace fails."""
+    profile, schedule = good_schedule()
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    timeline = list(run.timeline)
+    first_b = next(k for k, e in enumerate(timeline) if e.label.startswith("B"))
+    timeline[first_b] = dataclasses.replace(timeline[first_b], end=timeline[first_b].end + 1.0)
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(timeline)),
+                               schedule.budget_bytes))
+    assert "lasts" in found
+    fat = dataclasses.replace(run.trace[0], size=run.trace[0].size + 10**9)
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, trace=(fat,) + run.trace[1:]),
+                               schedule.budget_bytes))
+    assert "above the budget" in found
+    shifted = []
+    for e in run.timeline:
+        shifted.append(dataclasses.replace(e, start=e.start - 5, end=e.end - 5) if e.label.startswith("prefetch") else e)
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(shifted)),
+                               schedule.budget_bytes))
+    assert "before it is issued" in found or "before the data reached the host" in found
+
+
+def test_keep_all_at_peak_validates_and_below_peak_does_not() -> None:
+    profile = random_chain(random.Random(9), 8)
+    peak = peak_memory(profile)
+    schedule = Schedule("keep-all", peak, training_ops(8))
+    assert validate(schedule, profile) == []
+    assert validate(schedule, profile, peak - 1)

@@ -30,7 +30,7 @@ STABLE_COLUMNS: tuple[str, ...] = (
     "max_live_bytes", "arena_bytes", "plan_time_s",
 )
 EXTRA_COLUMNS: tuple[str, ...] = (
-    "run_id", "budget_label", "budget_fraction", "peak_memory_bytes", "idle_s", "fragmentation",
+    "run_id", "planner_label", "budget_label", "budget_fraction", "peak_memory_bytes", "idle_s", "fragmentation",
     "place_time_s", "run_time_s", "planner_options", "repeat", "seed", "dtype", "n_stages",
     "offloaded_stages", "sub_batches", "valid", "timeline", "finished_at",
 )
@@ -145,9 +145,9 @@ def load_rows(run_dir: Path) -> pd.DataFrame:
 
 def write_parquet(run_dir: Path) -> Path | None:
     """Write ``rows.parquet`` beside ``rows.csv`` when pyarrow is installed (else None)."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
         return None
     run_dir = Path(run_dir)
     out = run_dir / ROWS_PARQUET

@@ -1,0 +1,514 @@
+"""The ``membudget`` command line (DESIGN.md, "Command line").
+
+Every command that prints a result takes ``--json`` and then prints the same content as
+one JSON document on stdout. Errors a user can fix (an unknown plugin, a malformed suite
+or profile, an infeasible budget) print one line to stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.errors import MembudgetError
+from harness.model import ModelError
+
+EXIT_USAGE = 2
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json(data: Any) -> None:
+    _out(json.dumps(data, indent=1, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy and pandas scalars
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _clean(value: Any) -> Any:
+    """NaN and pandas' NA become None so that JSON stays valid."""
+    if value is None:
+        return None
+    try:
+        import pandas as pd
+
+        if value is pd.NA:
+            return None
+    except ImportError:
+        pass
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _kv_lines(pairs: list[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        _out(f"{key:<{width}}  {value}")
+
+
+def parse_budget(text: str, profile: Any = None) -> int:
+    """Bytes (``4GiB``, ``1e9``) or, with a profile at hand, ``50%`` of the span min..peak, ``min``, ``peak``."""
+    from harness.units import parse_bytes
+
+    text = str(text).strip()
+    if text.endswith("%") or text in ("min", "peak"):
+        if profile is None:
+            raise MembudgetError(f"budget {text!r}: a fraction needs a profile; give bytes like 4GiB")
+        from harness.bounds import min_memory, peak_memory
+
+        lo, hi = min_memory(profile), peak_memory(profile)
+        if text == "min":
+            return lo
+        if text == "peak":
+            return hi
+        try:
+            fraction = float(text[:-1]) / 100
+        except ValueError:
+            raise MembudgetError(f"budget {text!r}: write a percentage like 50%") from None
+        return int(lo + math.floor(fraction * (hi - lo)))
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise MembudgetError(f"budget: {exc}; or a percentage of the span min..peak like 50%") from None
+
+
+def _options(pairs: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise MembudgetError(f"--option {pair!r}: write KEY=VALUE, e.g. --option slots=500")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _load_profile(path: str):
+    from harness.model import Profile, load
+
+    if not Path(path).exists():
+        raise MembudgetError(f"{path}: no such profile file (make one with: membudget profile MODEL ... -o {path})")
+    return load(Profile, path)
+
+
+# --------------------------------------------------------------------------- list
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Everything registered: kind, name, plugin, version, description."""
+    from harness.plugins import registry
+
+    entries = [
+        {"kind": e.kind, "name": e.name, "plugin": e.plugin, "version": e.version, "description": e.description}
+        for e in registry().entries(args.kind)
+    ]
+    if args.json:
+        _json(entries)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("kind", "name", "plugin", "version", "description", box=None, show_edge=False)
+    for e in entries:
+        table.add_row(e["kind"], e["name"], e["plugin"], e["version"], e["description"])
+    Console(width=160).print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Profile a model into a profile JSON file."""
+    input_size = _input_size(args.input_size)
+    try:
+        from harness.profilers import profile_command
+    except ImportError:
+        profile_command = None
+    if profile_command is not None:
+        profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,
+                                  input_size=input_size, output=args.output, dtype=args.dtype)
+    else:
+        from harness.model import save
+        from harness.plugins import registry
+        from harness.protocols import Workload
+
+        workload = Workload(args.model, args.batch, input_size or (3, 224, 224), args.device, args.dtype)
+        profile = registry().profiler(args.profiler).profile(workload)
+        save(profile, args.output)
+    from harness.bounds import min_memory, peak_memory
+
+    report = {"model": profile.model, "batch_size": profile.batch_size,
+              "input_shape": "x".join(map(str, profile.input_shape)), "device": profile.device,
+              "profiler": profile.profiler, "stages": profile.n_stages, "compute_time_s": profile.compute_time,
+              "weight_bytes": profile.weight_bytes, "min_memory_bytes": min_memory(profile),
+              "peak_memory_bytes": peak_memory(profile), "output": args.output}
+    _json(report) if args.json else _print_report(report)
+    return 0
+
+
+def _input_size(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.replace("x", ",").split(","))
+    except ValueError:
+        raise MembudgetError(f"--input-size {text!r}: write C,H,W like 3,224,224") from None
+
+
+# --------------------------------------------------------------------------- plan / simulate
+
+
+def _plan(args: argparse.Namespace):
+    from harness.bounds import min_memory, peak_memory
+    from harness.plugins import registry
+    from harness.runner import warm_up
+    from harness.simulate.lowering import stage_profile
+
+    profile = _load_profile(args.profile)
+    budget = parse_budget(args.budget, profile)
+    planner = registry().planner(args.planner)
+    warm_up(planner)
+    started = time.perf_counter()
+    schedule = planner.plan(profile, budget, **_options(args.option))
+    plan_time = time.perf_counter() - started
+    stages = stage_profile(profile, schedule).stages
+    summary = {
+        "model": profile.model, "batch_size": profile.batch_size, "planner": args.planner,
+        "budget_bytes": budget, "min_memory_bytes": min_memory(profile), "peak_memory_bytes": peak_memory(profile),
+        "stages": profile.n_stages, "offloaded_stages": list(schedule.offloaded_stages),
+        "offloaded_bytes": sum(t.nbytes if t.nbytes is not None else stages[t.stage].saved_bytes
+                               for t in schedule.transfers if t.direction == "offload"),
+        "transfers": len(schedule.transfers), "synchronised_transfers": sum(
+            1 for t in schedule.transfers if t.wait_op is not None),
+        "sub_batches": schedule.sub_batches,
+        "non_default_algorithms": sum(1 for a in schedule.algorithms if a >= 0),
+        "plan_time_s": plan_time, "notes": schedule.notes,
+    }
+    return profile, budget, schedule, summary
+
+
+def _validation(schedule, profile, budget) -> dict[str, Any]:
+    from harness.validate import validate
+
+    problems = validate(schedule, profile, budget)
+    return {"valid": not problems, "violations": [str(p) for p in problems]}
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    from harness.units import format_bytes
+
+    pairs = []
+    for key, value in report.items():
+        if key == "violations":
+            continue
+        if key.endswith("_bytes") and isinstance(value, int):
+            value = f"{value} ({format_bytes(value)})"
+        elif key.endswith("_s") and isinstance(value, float):
+            value = f"{value:.6g} s"
+        elif isinstance(value, float):
+            value = f"{value:.6g}"
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value) or "-"
+        pairs.append((key, value))
+    _kv_lines(pairs)
+    for message in report.get("violations", []):
+        _out(f"  violation: {message}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan for a budget; print the schedule summary and the validator's verdict."""
+    profile, budget, schedule, report = _plan(args)
+    report.update(_validation(schedule, profile, budget))
+    if args.output:
+        from harness.model import save
+
+        save(schedule, args.output)
+        report["output"] = args.output
+    _json(report) if args.json else _print_report(report)
+    return 0 if report["valid"] else 1
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Plan, then run the schedule with an executor (the simulator by default) and report."""
+    from harness.bounds import lower_bound
+    from harness.plugins import registry
+    from harness.protocols import Workload
+
+    profile, budget, schedule, report = _plan(args)
+    executor = registry().executor(args.executor)
+    workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
+    run = executor.run(schedule, profile, workload)
+    lb = lower_bound(profile, budget, duplex=bool(getattr(executor, "duplex", False)))
+    report.update(
+        executor=args.executor, status=run.status, message=run.message,
+        makespan_s=run.makespan if run.feasible else None, ideal_s=profile.compute_time, lower_bound_s=lb,
+        ratio_to_lb=run.makespan / lb if run.feasible and lb > 0 else None,
+        throughput=profile.batch_size / run.makespan if run.feasible and run.makespan > 0 else None,
+        idle_s=run.idle_time if run.feasible else None, peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes,
+    )
+    if args.timeline and run.feasible:
+        Path(args.timeline).write_text(json.dumps(
+            {"case_id": f"{profile.model}/{args.planner}/{budget}", "planner": args.planner, "model": profile.model,
+             "budget_bytes": budget, "makespan_s": run.makespan,
+             "events": [[e.label, e.stream, e.start, e.end] for e in run.timeline]}))
+        report["timeline"] = args.timeline
+    if args.trace and run.feasible:
+        from harness.allocators.trace import to_int_trace, write_csv
+
+        write_csv(to_int_trace(run.trace), args.trace)
+        report["trace"] = args.trace
+    report = {k: _clean(v) for k, v in report.items()}
+    _json(report) if args.json else _print_report(report)
+    return 0 if run.feasible else 1
+
+
+# --------------------------------------------------------------------------- place
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    """Place a memory trace with an allocator."""
+    from harness import allocators
+
+    return int(allocators.place_command(args.trace, args.allocator, args.json, output=args.output) or 0)
+
+
+# --------------------------------------------------------------------------- run
+
+
+RUN_TABLE = (("model", "model"), ("batch", "batch_size"), ("planner", "planner_label"), ("budget", "budget_label"),
+             ("status", "status"), ("makespan ms", "makespan_s"), ("LB ms", "lower_bound_s"), ("ratio", "ratio_to_lb"),
+             ("peak", "peak_bytes"), ("moved", "moved_bytes"), ("plan ms", "plan_time_s"))
+UNIT_KEY = ["model", "batch_size", "input_size", "planner_label", "budget_label", "executor", "repeat", "seed"]
+
+
+def _cell(col: str, value: Any) -> str:
+    from harness.units import format_bytes
+
+    value = _clean(value)
+    if value is None or value == "":
+        return "-"
+    if col.endswith("_s"):
+        return f"{value * 1e3:.2f}"
+    if col.endswith("_bytes"):
+        return format_bytes(value)
+    if col == "ratio_to_lb":
+        return f"{value:.3f}"
+    if col == "status" and value != "ok":
+        return f"[red]{value}[/red]"
+    return str(value)
+
+
+def run_table(frame) -> Any:
+    """A rich table of a run's rows: one line per planned case, one arena column per allocator."""
+    from rich.table import Table
+
+    allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
+    lines = frame[frame["allocator"] == allocators[0]] if allocators else frame
+    arenas = {a: frame[frame["allocator"] == a].set_index(UNIT_KEY) for a in allocators}
+    table = Table(*[t for t, _ in RUN_TABLE], *[f"arena {a}" for a in allocators], box=None, show_edge=False)
+    for _, row in lines.iterrows():
+        cells = [_cell(col, row[col]) for _, col in RUN_TABLE]
+        key = tuple(row[k] for k in UNIT_KEY)
+        for a in allocators:
+            placed = arenas[a].loc[[key]].iloc[0] if key in arenas[a].index else None
+            if placed is None:
+                cells.append("-")
+            elif placed["status"] != "ok" and row["status"] == "ok":
+                cells.append(f"[red]{placed['status']}[/red]")
+            else:
+                cells.append(_cell("arena_bytes", placed["arena_bytes"]))
+        table.add_row(*cells)
+    return table
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a suite and print its table."""
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    suite = load_suite(args.suite)
+    for note in suite.skipped:
+        print(f"membudget: note: {note}", file=sys.stderr)
+    outcome = run_suite(suite, args.output, run_id=args.run_id, resume=args.resume, backend=args.backend,
+                        jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite)
+    order = {c.case_id: k for k, c in enumerate(suite.cases())}
+    frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
+    counts = frame["status"].value_counts().to_dict()
+    if args.json:
+        _json({"suite": suite.name, "run_dir": str(outcome.run_dir), "ran": outcome.ran,
+               "already_done": outcome.skipped, "notes": outcome.notes,
+               "status_counts": {k: int(v) for k, v in counts.items()},
+               "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
+        return 0
+    from rich.console import Console
+
+    console = Console(width=200)
+    console.print(run_table(frame))
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    console.print(f"{len(frame)} rows ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
+    for note in outcome.notes:
+        console.print(f"note: {note}")
+    console.print(f"rows: {outcome.run_dir / 'rows.csv'}")
+    return 0
+
+
+# --------------------------------------------------------------------------- publish / compare
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """Turn result folders into Markdown and HTML pages with tables and plots."""
+    from harness.publish import publish
+
+    written = publish(args.results, args.output)
+    if args.json:
+        _json({"output": args.output, "files": [str(p) for p in written]})
+    else:
+        for path in written:
+            _out(str(path))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Per-case differences between two runs."""
+    from harness.publish import compare, compare_table
+
+    result = compare(args.a, args.b, rtol=args.rtol)
+    if args.json:
+        _json(result)
+        return 0
+    from rich.console import Console
+
+    console = Console(width=200)
+    console.print(f"A: {result['a']}\nB: {result['b']}")
+    console.print(compare_table(result, show_all=args.all))
+    s = result["summary"]
+    console.print(f"{s['common']} cases in both: {s['same']} same, {s['changed']} changed "
+                  f"({s['status_changed']} changed status); {len(result['only_in_a'])} only in A, "
+                  f"{len(result['only_in_b'])} only in B")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``membudget``."""
+    parser = argparse.ArgumentParser(
+        prog="membudget", description="Benchmark GPU memory management strategies for DNN training.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, func, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        return p
+
+    p = command("list", cmd_list, "list every registered profiler, planner, executor, allocator and model")
+    p.add_argument("--kind", choices=("profiler", "planner", "executor", "allocator", "model"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("profile", cmd_profile, "profile a model into a profile JSON file")
+    p.add_argument("model", help="registered model name, e.g. torchvision:resnet50")
+    p.add_argument("--profiler", default="analytic")
+    p.add_argument("--device", default="V100-PCIe", help="device spec (analytic) or torch device")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--input-size", help="C,H,W, e.g. 3,224,224")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("-o", "--output", required=True, help="profile JSON to write")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    for name, func, help_ in (
+        ("plan", cmd_plan, "plan for a budget: schedule summary and validation"),
+        ("simulate", cmd_simulate, "plan and execute (simulate by default): makespan, bounds, memory"),
+    ):
+        p = command(name, func, help_)
+        p.add_argument("profile", help="profile JSON (from membudget profile)")
+        p.add_argument("--planner", required=True)
+        p.add_argument("--budget", required=True, help="bytes (4GiB, 512MiB), or 50%% of min..peak, min, peak")
+        p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="planner option")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        if name == "plan":
+            p.add_argument("-o", "--output", help="write the schedule JSON here")
+        else:
+            p.add_argument("--executor", default="simulate")
+            p.add_argument("--timeline", help="write the run's timeline JSON here")
+            p.add_argument("--trace", help="write the memory trace CSV (id,lower,upper,size) here")
+
+    p = command("place", cmd_place, "place a memory trace (CSV id,lower,upper,size) with an allocator")
+    p.add_argument("trace")
+    p.add_argument("--allocator", required=True)
+    p.add_argument("-o", "--output", help="write the trace with an offset column here")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("run", cmd_run, "run a suite; rows go to RESULTS_DIR/<suite>/<run-id>/")
+    p.add_argument("suite", help="suite YAML, e.g. suites/quick.yaml")
+    p.add_argument("-o", "--output", default="results", metavar="RESULTS_DIR")
+    p.add_argument("--resume", action="store_true", help="continue the latest (or --run-id) run: skip finished cases")
+    p.add_argument("--run-id", help="name of the run folder (default: the start time)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run folder --run-id if it exists")
+    p.add_argument("--backend", choices=("local", "ray"), default="local")
+    p.add_argument("--jobs", type=int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("publish", cmd_publish, "Markdown and HTML pages (tables, plots) from result folders")
+    p.add_argument("results", nargs="+", help="run folders, suite folders (latest run) or results roots")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("compare", cmd_compare, "per-case differences between two runs")
+    p.add_argument("a", help="run folder A (or suite folder: its latest run)")
+    p.add_argument("b", help="run folder B")
+    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for 'same'")
+    p.add_argument("--all", action="store_true", help="show unchanged cases too")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [MembudgetError, ModelError, OSError]
+    from harness.results import ResultsError
+
+    errors.append(ResultsError)
+    try:
+        from harness.allocators.trace import TraceError
+
+        errors.append(TraceError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``membudget`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("membudget: interrupted; finished cases are saved (resume with --resume)", file=sys.stderr)
+        return 130
+    except _user_errors() as exc:
+        message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
+        print(f"membudget: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

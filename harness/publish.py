@@ -1,0 +1,539 @@
+"""``membudget publish`` and ``membudget compare``: the tables and plots people read.
+
+``publish(results, out)`` writes, for each run (the latest of each suite given):
+
+- ``<out>/<suite>/index.md`` and ``index.html`` (well-formed XHTML): per model, the
+  makespan / LB table (strategy x budget), the plots, the placement table when the
+  suite has allocators, and every case with its status and message;
+- the plots (PNG, matplotlib's Agg backend), per model: makespan / LB against the
+  memory limit (papers/004 Figure 5), throughput against memory (papers/004 Figures
+  13-19), iteration time against the budget (papers/000 Figure 8), and a timeline of
+  compute and copies for one case (from the run's ``timelines/``);
+- ``<out>/index.md`` and ``index.html`` linking the suites.
+
+``compare(a, b)`` lines up the rows of two runs by case id and reports what changed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from harness.results import ROWS_CSV, RunFolder, find_runs, load_rows, read_meta
+from harness.units import format_bytes
+
+STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+td.bad { color: #a00; }
+img { max-width: 100%; border: 1px solid #eee; }
+code { background: #f4f4f4; padding: 0 0.2em; }
+.small { color: #666; font-size: 0.85em; }
+"""
+
+
+# --------------------------------------------------------------------------- documents
+
+
+class Doc:
+    """A page written twice, as Markdown and as XHTML, from the same calls."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.md: list[str] = [f"# {title}", ""]
+        self.html: list[str] = [f"<h1>{html.escape(title)}</h1>"]
+
+    def heading(self, text: str, level: int = 2) -> None:
+        """A section heading."""
+        self.md += [f"{'#' * level} {text}", ""]
+        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def para(self, text: str, small: bool = False) -> None:
+        """A paragraph of plain text."""
+        self.md += [text, ""]
+        cls = ' class="small"' if small else ""
+        self.html.append(f"<p{cls}>{html.escape(text)}</p>")
+
+    def link_list(self, items: Sequence[tuple[str, str]]) -> None:
+        """A bulleted list of (text, href) links."""
+        self.md += [f"- [{text}]({href})" for text, href in items] + [""]
+        lis = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>' for text, href in items)
+        self.html.append(f"<ul>{lis}</ul>")
+
+    def image(self, src: str, alt: str) -> None:
+        """An image (a plot file beside the page)."""
+        self.md += [f"![{alt}]({src})", ""]
+        self.html.append(f'<p><img src="{html.escape(src)}" alt="{html.escape(alt)}"/></p>')
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]],
+              bad: set[tuple[int, int]] = frozenset()) -> None:
+        """A table; ``bad`` marks cells (row, column) to show as failures."""
+        def md_cell(v: Any) -> str:
+            return str(v).replace("|", "\\|").replace("\n", " ")
+
+        self.md.append("| " + " | ".join(md_cell(h) for h in headers) + " |")
+        self.md.append("|" + "|".join(" --- " for _ in headers) + "|")
+        self.md += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
+        self.md.append("")
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+        body = []
+        for i, row in enumerate(rows):
+            cells = "".join(
+                ('<td class="bad">' if (i, j) in bad else "<td>") + f"{html.escape(str(v))}</td>"
+                for j, v in enumerate(row)
+            )
+            body.append(f"<tr>{cells}</tr>")
+        self.html.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+    def write(self, folder: Path, stem: str = "index") -> list[Path]:
+        """Write ``stem.md`` and ``stem.html`` into ``folder``."""
+        md, page = folder / f"{stem}.md", folder / f"{stem}.html"
+        md.write_text("\n".join(self.md).rstrip() + "\n", encoding="utf-8")
+        page.write_text(
+            "<!DOCTYPE html>\n"
+            '<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
+            f'<head><meta charset="utf-8"/><title>{html.escape(self.title)}</title>'
+            f"<style>{_CSS}</style></head>\n<body>\n" + "\n".join(self.html) + "\n</body>\n</html>\n",
+            encoding="utf-8",
+        )
+        return [md, page]
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _num(value: Any) -> float | None:
+    if value is None or value is pd.NA:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def fmt_ms(value: Any) -> str:
+    """Seconds as milliseconds, or ``-``."""
+    f = _num(value)
+    return "-" if f is None else f"{f * 1e3:.2f}"
+
+
+def fmt_bytes(value: Any) -> str:
+    """Bytes with a binary unit, or ``-``."""
+    f = _num(value)
+    return "-" if f is None else format_bytes(f)
+
+
+def fmt_ratio(value: Any) -> str:
+    """A ratio with three decimals, or ``-``."""
+    f = _num(value)
+    return "-" if f is None else f"{f:.3f}"
+
+
+def _slug(text: str) -> str:
+    from harness.runner import slug
+
+    return slug(text)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The rows of one model at one batch and input size."""
+
+    model: str
+    batch_size: int
+    input_size: str
+    rows: pd.DataFrame
+
+    @property
+    def title(self) -> str:
+        """``torchvision:resnet18, batch 32, 3x224x224``."""
+        return f"{self.model}, batch {self.batch_size}, {self.input_size}"
+
+    @property
+    def key(self) -> str:
+        """A file-name stem."""
+        return _slug(f"{self.model}-b{self.batch_size}-{self.input_size}")
+
+
+def model_groups(frame: pd.DataFrame) -> list[Group]:
+    """Rows split by (model, batch, input size), in order of appearance."""
+    out = []
+    for (model, batch, size), rows in frame.groupby(["model", "batch_size", "input_size"], sort=False):
+        out.append(Group(model, int(batch), size, rows))
+    return out
+
+
+def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by model (as they first appear), strategy (likewise), budget, allocator."""
+    def rank(values: pd.Series) -> pd.Series:
+        return values.map({v: i for i, v in enumerate(dict.fromkeys(values))})
+
+    group = frame["model"] + "/" + frame["batch_size"].astype(str) + "/" + frame["input_size"]
+    keyed = frame.assign(_g=rank(group), _p=rank(frame["planner_label"]))
+    keyed = keyed.sort_values(["_g", "_p", "budget_bytes", "allocator", "case_id"], kind="stable")
+    return keyed.drop(columns=["_g", "_p"])
+
+
+def plan_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per planned case: the first allocator's (plans do not depend on the allocator)."""
+    if (rows["allocator"] == "").all():
+        return rows
+    first = rows["allocator"].iloc[0]
+    return rows[rows["allocator"] == first]
+
+
+def _budget_order(rows: pd.DataFrame) -> list[str]:
+    order = rows.groupby("budget_label", sort=False)["budget_bytes"].median().sort_values(kind="stable")
+    return list(order.index)
+
+
+def _planner_order(rows: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(rows["planner_label"]))
+
+
+def ratio_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+    """Strategy x budget: makespan / LB, or the status when a case did not run."""
+    rows = plan_rows(rows)
+    budgets = _budget_order(rows)
+    headers = ["planner"]
+    for label in budgets:
+        b = rows.loc[rows["budget_label"] == label, "budget_bytes"].dropna()
+        headers.append(f"{label} ({fmt_bytes(b.iloc[0])})" if len(b) else label)
+    table, bad = [], set()
+    for i, planner in enumerate(_planner_order(rows)):
+        line = [planner]
+        for j, label in enumerate(budgets, start=1):
+            cell = rows[(rows["planner_label"] == planner) & (rows["budget_label"] == label)]
+            if cell.empty:
+                line.append("")
+                continue
+            row = cell.iloc[0]
+            if row["status"] == "ok":
+                line.append(fmt_ratio(row["ratio_to_lb"]))
+            else:
+                line.append(STATUS_MARK.get(row["status"], row["status"]))
+                bad.add((i, j))
+        table.append(line)
+    return headers, table, bad
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _figure(width: float = 8.5, height: float = 4.2):
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+_MARKERS = "os^vDPX*h<>p"
+_DASHES = ("-", "--", "-.", ":")
+
+
+def _styles(planners: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A colour, marker and line style per strategy, distinct for up to 20 of them."""
+    from matplotlib import colormaps
+
+    colours = colormaps["tab20"].colors
+    return {p: {"color": colours[(2 * k) % 20 + (k // 10) % 2], "marker": _MARKERS[k % len(_MARKERS)],
+                "linestyle": _DASHES[k % len(_DASHES)]} for k, p in enumerate(planners)}
+
+
+def _legend(ax) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, format=path.suffix.lstrip("."))
+    return path
+
+
+def plot_ratio(group: Group, path: Path) -> Path:
+    """Makespan / LB against the memory limit, one line per strategy (papers/004 Figure 5)."""
+    fig, ax = _figure()
+    rows = plan_rows(group.rows)
+    styles = _styles(_planner_order(rows))
+    for planner, style in styles.items():
+        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
+        if not ok.empty:
+            ax.plot(ok["budget_bytes"] / 2**30, ok["ratio_to_lb"], label=planner, **style)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("memory limit (GiB)")
+    ax.set_ylabel("makespan / lower bound")
+    ax.set_title(f"{group.title}: makespan / LB (cf. papers/004 Fig. 5)", fontsize=10)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_throughput(group: Group, path: Path) -> Path:
+    """Samples per second against the memory limit (papers/004 Figures 13-19), with the ideal."""
+    fig, ax = _figure()
+    rows = plan_rows(group.rows)
+    styles = _styles(_planner_order(rows))
+    for planner, style in styles.items():
+        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
+        if not ok.empty:
+            ax.plot(ok["budget_bytes"] / 2**30, ok["throughput"], label=planner, **style)
+    ideal = rows["ideal_s"].dropna()
+    if len(ideal):
+        ax.axhline(group.batch_size / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")
+    ax.set_xlabel("memory limit (GiB)")
+    ax.set_ylabel("throughput (samples/s)")
+    ax.set_title(f"{group.title}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_time(group: Group, path: Path) -> Path:
+    """Iteration time per budget, bars per strategy; failed cases marked x (papers/000 Figure 8)."""
+    fig, ax = _figure()
+    rows = plan_rows(group.rows)
+    budgets, planners = _budget_order(rows), _planner_order(rows)
+    styles = _styles(planners)
+    width = 0.8 / max(1, len(planners))
+    for k, planner in enumerate(planners):
+        xs, ys, fails = [], [], []
+        for j, label in enumerate(budgets):
+            cell = rows[(rows["planner_label"] == planner) & (rows["budget_label"] == label)]
+            x = j - 0.4 + width * (k + 0.5)
+            if not cell.empty and cell.iloc[0]["status"] == "ok":
+                xs.append(x)
+                ys.append(cell.iloc[0]["makespan_s"] * 1e3)
+            elif not cell.empty:
+                fails.append(x)
+        colour = styles[planner]["color"]
+        ax.bar(xs, ys, width=width, label=planner, color=colour)
+        if fails:
+            ax.plot(fails, [0] * len(fails), "x", color=colour)
+    ideal = rows["ideal_s"].dropna()
+    if len(ideal):
+        ax.axhline(ideal.iloc[0] * 1e3, color="grey", lw=0.8, ls="--", label="ideal")
+    ax.set_xticks(range(len(budgets)))
+    ax.set_xticklabels(budgets, fontsize=8)
+    ax.set_xlabel("memory budget (x marks a case that did not run)")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title(f"{group.title}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_timeline(timeline: dict[str, Any], path: Path) -> Path:
+    """Compute and copy streams of one case as bars over time."""
+    events = timeline["events"]
+    streams = list(dict.fromkeys(e[1] for e in events))
+    fig, ax = _figure(9.0, 1.2 + 0.7 * len(streams))
+    colours = {"F": "tab:blue", "B": "tab:orange", "offload": "tab:green", "prefetch": "tab:red"}
+    for y, stream in enumerate(streams):
+        for label, _stream, start, end in (e for e in events if e[1] == stream):
+            kind = label.split()[0] if " " in label else label[:1]
+            ax.broken_barh([(start * 1e3, max(end - start, 0) * 1e3)], (y - 0.35, 0.7),
+                           facecolors=colours.get(kind, "tab:grey"), edgecolor="white", linewidth=0.3)
+    ax.invert_yaxis()  # compute on top
+    ax.set_yticks(range(len(streams)))
+    ax.set_yticklabels(streams)
+    ax.set_xlabel("time (ms)")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=k) for k, c in colours.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title(f"timeline: {timeline.get('case_id', '')}", fontsize=9)
+    return _save(fig, path)
+
+
+def pick_timeline(rows: pd.DataFrame) -> pd.Series | None:
+    """The case whose timeline to show: one that moves data, nearest the middle of the budgets."""
+    rows = plan_rows(rows)
+    have = rows[(rows["status"] == "ok") & (rows["timeline"] != "")]
+    if have.empty:
+        return None
+    moving = have[have["moved_bytes"].fillna(0) > 0]
+    pool = moving if not moving.empty else have
+    distance = (pool["budget_fraction"].fillna(0.5) - 0.5).abs()
+    return pool.loc[distance.sort_values(kind="stable").index[0]]
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _meta_lines(meta: dict[str, Any]) -> list[str]:
+    env = meta.get("environment", {})
+    pkgs = env.get("packages", {})
+    git = env.get("git", {})
+    commit = (git.get("commit") or "unknown")[:12] + (" (with local changes)" if git.get("dirty") else "")
+    sessions = meta.get("sessions", [])
+    started = sessions[0].get("started", "") if sessions else ""
+    versions = ", ".join(f"{k} {v}" for k, v in pkgs.items() if v)
+    return [
+        f"Run {meta.get('run_id', '?')} started {started}; status {meta.get('status', '?')}; "
+        f"profiler {meta.get('profiler', '?')} on {meta.get('device', '?')}; commit {commit}.",
+        f"Python {env.get('python', '?')}; {versions}.",
+    ]
+
+
+def publish_run(run: RunFolder, out: Path) -> list[Path]:
+    """Write the pages and plots of one run into ``out``; return the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    meta = read_meta(run.path)
+    frame = load_rows(run.path)
+    suite = meta.get("suite", run.suite)
+    written: list[Path] = []
+    doc = Doc(f"membudget results: {suite}")
+    for line in _meta_lines(meta):
+        doc.para(line, small=True)
+    counts = frame["status"].value_counts().to_dict()
+    doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
+             "Tables give makespan / lower bound (papers/004 Prop. 3; 1.000 is optimal); budgets fN are "
+             "the fraction N of the span from the minimum memory to the keep-all peak.")
+    for note in meta.get("skipped_plugins", []):
+        doc.para(f"Note: {note}", small=True)
+    for group in model_groups(frame):
+        doc.heading(group.title)
+        headers, table, bad = ratio_table(group.rows)
+        doc.table(headers, table, bad)
+        plan = plan_rows(group.rows)
+        ok = plan[plan["status"] == "ok"]
+        if not ok.empty:
+            first = plan.iloc[0]
+            doc.para(f"ideal iteration {fmt_ms(first['ideal_s'])} ms; minimum memory "
+                     f"{fmt_bytes(first['min_memory_bytes'])}; keep-all peak {fmt_bytes(first['peak_memory_bytes'])}.",
+                     small=True)
+            for kind, plot in (("ratio", plot_ratio), ("throughput", plot_throughput), ("time", plot_time)):
+                name = f"{kind}-{group.key}.png"
+                written.append(plot(group, out / name))
+                doc.image(name, f"{kind} for {group.title}")
+        chosen = pick_timeline(group.rows)
+        if chosen is not None and (run.path / chosen["timeline"]).exists():
+            timeline = json.loads((run.path / chosen["timeline"]).read_text())
+            name = f"timeline-{group.key}.png"
+            written.append(plot_timeline(timeline, out / name))
+            doc.para(f"Timeline of {chosen['case_id']} (budget {fmt_bytes(chosen['budget_bytes'])}, "
+                     f"makespan {fmt_ms(chosen['makespan_s'])} ms).")
+            doc.image(name, f"timeline of {chosen['case_id']}")
+        allocs = group.rows[group.rows["allocator"] != ""]
+        if not allocs.empty:
+            doc.heading(f"Placement: arena / max-live ({group.title})", 3)
+            ok_alloc = allocs[allocs["status"] == "ok"]
+            pivot = ok_alloc.pivot_table(index="planner_label", columns="allocator", values="fragmentation",
+                                         aggfunc="mean", sort=False)
+            doc.table(["planner (mean over budgets)", *pivot.columns],
+                      [[p, *(fmt_ratio(v) for v in pivot.loc[p])] for p in pivot.index])
+    doc.heading("Every case")
+    cols = ["case_id", "status", "makespan ms", "LB ms", "ratio", "peak", "moved", "arena", "plan ms", "message"]
+    rows, bad = [], set()
+    for i, (_, r) in enumerate(ordered(frame).iterrows()):
+        rows.append([r["case_id"], r["status"], fmt_ms(r["makespan_s"]), fmt_ms(r["lower_bound_s"]),
+                     fmt_ratio(r["ratio_to_lb"]), fmt_bytes(r["peak_bytes"]), fmt_bytes(r["moved_bytes"]),
+                     fmt_bytes(r["arena_bytes"]), fmt_ms(r["plan_time_s"]), r["message"]])
+        if r["status"] != "ok":
+            bad.add((i, 1))
+    doc.table(cols, rows, bad)
+    table_file = f"{_slug(suite)}.csv"  # not rows.csv: a published folder is not a run folder
+    shutil.copyfile(run.path / ROWS_CSV, out / table_file)
+    doc.para(f"Every column of every case: {table_file} (the columns are documented in docs/results.md).",
+             small=True)
+    written.append(out / table_file)
+    written += doc.write(out)
+    return written
+
+
+def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+    """Publish the runs found in ``results`` into ``out_dir``; return every file written."""
+    out = Path(out_dir)
+    runs = find_runs(results)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    links = []
+    used: set[str] = set()
+    for run in runs:
+        meta = read_meta(run.path)
+        name = meta.get("suite", run.suite)
+        folder = name if name not in used else f"{name}-{run.run_id}"
+        used.add(folder)
+        written += publish_run(run, out / folder)
+        links.append((f"{name} (run {run.run_id})", f"{folder}/index.html"))
+    index = Doc("membudget results")
+    index.para("Published by membudget publish; one page per suite.")
+    index.link_list(links)
+    written += index.write(out)
+    md_index = out / "index.md"
+    md_index.write_text(md_index.read_text().replace("/index.html)", "/index.md)"))
+    return written
+
+
+# --------------------------------------------------------------------------- compare
+
+COMPARED = ("makespan_s", "ratio_to_lb", "peak_bytes", "moved_bytes", "arena_bytes")
+
+
+def _close(a: Any, b: Any, rtol: float) -> bool:
+    fa, fb = _num(a), _num(b)
+    if fa is None or fb is None:
+        return fa is None and fb is None
+    return math.isclose(fa, fb, rel_tol=rtol, abs_tol=1e-12)
+
+
+def compare(a: str | Path, b: str | Path, rtol: float = 1e-6) -> dict[str, Any]:
+    """Per-case differences of two runs (matched by case id): status, times, memory."""
+    run_a, run_b = find_runs([a])[0], find_runs([b])[0]
+    fa = load_rows(run_a.path).set_index("case_id")
+    fb = load_rows(run_b.path).set_index("case_id")
+    common = [c for c in fa.index if c in fb.index]
+    cases, same, status_changed = [], 0, 0
+    for case_id in common:
+        ra, rb = fa.loc[case_id], fb.loc[case_id]
+        entry: dict[str, Any] = {"case_id": case_id, "status_a": ra["status"], "status_b": rb["status"]}
+        changed = ra["status"] != rb["status"]
+        status_changed += changed
+        for col in (*COMPARED, "plan_time_s"):
+            entry[f"{col}_a"], entry[f"{col}_b"] = _num(ra[col]), _num(rb[col])
+            if col in COMPARED and not _close(ra[col], rb[col], rtol):
+                changed = True
+        ma, mb = _num(ra["makespan_s"]), _num(rb["makespan_s"])
+        entry["makespan_change"] = (mb / ma - 1) if ma and mb is not None else None
+        entry["changed"] = bool(changed)
+        same += not changed
+        cases.append(entry)
+    return {
+        "a": str(run_a.path), "b": str(run_b.path),
+        "summary": {"common": len(common), "same": same, "changed": len(common) - same,
+                    "status_changed": int(status_changed)},
+        "cases": cases,
+        "only_in_a": [c for c in fa.index if c not in fb.index],
+        "only_in_b": [c for c in fb.index if c not in fa.index],
+    }
+
+
+def compare_table(result: dict[str, Any], show_all: bool = False):
+    """A rich table of a comparison (changed cases only unless ``show_all``)."""
+    from rich.table import Table
+
+    table = Table("case", "status A", "status B", "makespan A ms", "makespan B ms", "change", "peak A", "peak B",
+                  "moved A", "moved B", box=None, show_edge=False)
+    for c in result["cases"]:
+        if not (show_all or c["changed"]):
+            continue
+        change = "-" if c["makespan_change"] is None else f"{c['makespan_change'] * 100:+.2f}%"
+        table.add_row(c["case_id"], c["status_a"], c["status_b"], fmt_ms(c["makespan_s_a"]), fmt_ms(c["makespan_s_b"]),
+                      change, fmt_bytes(c["peak_bytes_a"]), fmt_bytes(c["peak_bytes_b"]),
+                      fmt_bytes(c["moved_bytes_a"]), fmt_bytes(c["moved_bytes_b"]))
+    for case_id in result["only_in_a"]:
+        table.add_row(case_id, "(only in A)", "", "", "", "", "", "", "", "")
+    for case_id in result["only_in_b"]:
+        table.add_row(case_id, "", "(only in B)", "", "", "", "", "", "", "")
+    return table

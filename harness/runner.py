@@ -1,0 +1,487 @@
+"""Run a suite: expand it into cases, run each one isolated, append its row at once.
+
+For every case: profile (once per model, batch, input size; cached in memory and in the
+run folder) -> ``planner.plan(profile, budget, **options)`` -> ``executor.run(schedule,
+profile, workload)`` -> for each allocator ``allocator.place(run.trace)`` -> one row.
+The cases that share everything but the allocator (a *unit*) are planned and run once.
+
+A case that fails is a row (status ``infeasible``, ``oom`` or ``error`` with a message),
+never a lost suite. Rows are appended to ``rows.csv`` the moment their unit finishes, so
+an interrupted run resumes with ``resume=True``: finished case ids are skipped and no
+case runs twice.
+
+Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool;
+``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
+time excludes Numba compilation: every process plans once on a tiny chain before it
+times a planner (DESIGN.md, "Planning kernels").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import shutil
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import InfeasibleBudget, MembudgetError
+from harness.model import Profile, Stage, load, save
+from harness.protocols import Workload
+from harness.results import (
+    ROWS_CSV, TIMELINES, RowWriter, finished_case_ids, load_rows, read_meta, runs_of_suite,
+    write_meta, write_parquet,
+)
+from harness.suite import Case, Suite, iter_units
+
+BACKENDS = ("local", "ray")
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a case id or model name."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
+
+
+def new_run_id() -> str:
+    """A run id that sorts by time: ``20240131-142501``."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+# --------------------------------------------------------------------------- one unit
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What every row of a profile is judged against (DESIGN.md, "Lower bounds")."""
+
+    min_memory: int
+    min_memory_optimal: int
+    peak_memory: int
+    ideal_time: float
+
+
+def bounds_of(profile: Profile) -> Bounds:
+    """The bounds of ``profile`` (harness.bounds)."""
+    from harness.bounds import ideal_time, min_memory, peak_memory
+
+    return Bounds(min_memory(profile), min_memory(profile, memory_optimal=True), peak_memory(profile),
+                  ideal_time(profile))
+
+
+@dataclass
+class UnitTask:
+    """Everything one unit needs, resolved in the parent so that a worker needs no registry."""
+
+    cases: list[Case]
+    profile: Profile | None
+    bounds: Bounds | None
+    profile_error: tuple[str, str] | None
+    planner: Any
+    executor: Any
+    allocators: dict[str, Any]
+    want_timeline: bool
+    validate: bool
+    run_id: str
+
+
+@dataclass
+class UnitResult:
+    """The rows of a unit and, when asked for, its timeline."""
+
+    rows: list[dict[str, Any]]
+    timeline: dict[str, Any] | None = None
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, message) of a failed case."""
+    if isinstance(exc, InfeasibleBudget):
+        return "infeasible", str(exc)
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return "oom", f"{type(exc).__name__}: {exc}".strip()
+    return "error", f"{type(exc).__name__}: {exc}".strip()
+
+
+_WARMED: set[str] = set()
+
+
+def _tiny_chain() -> Profile:
+    stage = Stage("warm", "conv", 1e-3, 2e-3, 1000, 1000, 1000, 100, 100)
+    return Profile("warm-up", 1, (1,), "synthetic", 10**9, 1e6, 1e6, 100, 100, (stage,) * 4, profiler="warm-up")
+
+
+def warm_up(planner: Any) -> None:
+    """Plan once on a tiny chain so that Numba compilation is not timed (DESIGN.md, "Planning kernels")."""
+    key = f"{type(planner).__module__}.{type(planner).__qualname__}:{getattr(planner, 'name', '')}"
+    if key in _WARMED:
+        return
+    _WARMED.add(key)
+    from harness.bounds import min_memory, peak_memory
+
+    tiny = _tiny_chain()
+    lo, hi = min_memory(tiny), peak_memory(tiny)
+    for budget in (hi, (lo + hi) // 2, lo):
+        try:
+            planner.plan(tiny, budget)
+        except Exception:  # a planner may refuse a toy chain; warming is best effort
+            pass
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _nan_if_bad(x: float) -> float:
+    return x if x is not None and math.isfinite(x) else float("nan")
+
+
+def base_row(case: Case, run_id: str, bounds: Bounds | None) -> dict[str, Any]:
+    """The identity columns of a case's row (and its bounds when the profile exists)."""
+    import json
+
+    row: dict[str, Any] = {
+        "suite": case.suite, "case_id": case.case_id, "model": case.model, "batch_size": case.batch_size,
+        "input_size": case.input_label, "device": case.device, "profiler": case.profiler,
+        "planner": case.planner, "planner_label": case.planner_label, "executor": case.executor,
+        "allocator": case.allocator, "budget_label": case.budget.label, "repeat": case.repeat,
+        "seed": case.seed, "dtype": case.dtype, "run_id": run_id,
+        "planner_options": json.dumps(case.planner_options, sort_keys=True) if case.planner_options else "",
+    }
+    if case.budget.kind == "bytes":
+        row["budget_bytes"] = int(case.budget.value)
+    if bounds is not None:
+        budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
+        span = bounds.peak_memory - bounds.min_memory
+        row.update(
+            budget_bytes=budget, min_memory_bytes=bounds.min_memory, peak_memory_bytes=bounds.peak_memory,
+            ideal_s=bounds.ideal_time,
+            budget_fraction=case.budget.value if case.budget.kind == "fraction"
+            else ((budget - bounds.min_memory) / span if span > 0 else float("nan")),
+        )
+    return row
+
+
+def execute_unit(task: UnitTask) -> UnitResult:
+    """Plan, run and place one unit; every failure becomes the rows' status and message."""
+    now = lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: E731
+    rows = [base_row(c, task.run_id, task.bounds) for c in task.cases]
+    if task.profile is None or task.bounds is None:
+        status, message = task.profile_error or ("error", "no profile")
+        for row in rows:
+            row.update(status=status, message=message, finished_at=now())
+        return UnitResult(rows)
+    case, profile, bounds = task.cases[0], task.profile, task.bounds
+    budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
+    common: dict[str, Any] = {"n_stages": profile.n_stages}
+    try:
+        from harness.bounds import lower_bound
+
+        lb = lower_bound(profile, budget, duplex=bool(getattr(task.executor, "duplex", False)),
+                         m_peak=bounds.peak_memory)
+        common["lower_bound_s"] = lb
+        warm_up(task.planner)
+        _seed(case.seed)
+        started = time.perf_counter()
+        schedule = task.planner.plan(profile, budget, **case.planner_options)
+        common["plan_time_s"] = time.perf_counter() - started
+        common.update(offloaded_stages=len(schedule.offloaded_stages), sub_batches=schedule.sub_batches)
+        workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+        started = time.perf_counter()
+        run = task.executor.run(schedule, profile, workload)
+        common["run_time_s"] = time.perf_counter() - started
+        common.update(peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes, status=run.status,
+                      message=run.message)
+        if run.feasible:
+            common.update(
+                makespan_s=run.makespan, idle_s=run.idle_time,
+                ratio_to_lb=run.makespan / lb if lb > 0 else float("nan"),
+                throughput=case.batch_size / run.makespan if run.makespan > 0 else float("nan"),
+            )
+            if task.validate:
+                from harness.validate import validate
+
+                problems = validate(schedule, profile, budget)
+                common["valid"] = not problems
+                if problems:
+                    common.update(status="error", message=f"invalid schedule: {problems[0]}"
+                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    except Exception as exc:  # one failing case is a row, never a lost suite
+        common["status"], common["message"] = classify(exc)
+        run = None
+    if common["status"] != "ok" and budget < bounds.min_memory_optimal and "needs at least" not in common["message"]:
+        common["message"] += (f" (the budget {budget} bytes is below the minimum: any schedule without "
+                              f"sub-batching needs at least {bounds.min_memory_optimal} bytes)")
+    timeline = None
+    if run is not None and run.feasible and run.trace:
+        from harness.allocators.trace import max_live_bytes
+
+        common["max_live_bytes"] = max_live_bytes(run.trace)
+        if task.want_timeline and run.timeline:
+            timeline = {
+                "case_id": case.unit_id, "planner": case.planner_label, "model": case.model,
+                "budget_bytes": budget, "makespan_s": run.makespan,
+                "events": [[e.label, e.stream, e.start, e.end] for e in run.timeline],
+            }
+            common["timeline"] = f"{TIMELINES}/{slug(case.unit_id)}.json"
+    for row, c in zip(rows, task.cases):
+        row.update(common)
+        if c.allocator and run is not None and common["status"] == "ok" and run.trace:
+            try:
+                started = time.perf_counter()
+                placement = task.allocators[c.allocator].place(run.trace)
+                row.update(place_time_s=time.perf_counter() - started, arena_bytes=placement.arena_bytes,
+                           max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation)
+            except Exception as exc:
+                status, message = classify(exc)
+                row.update(status=status, message=f"allocator {c.allocator}: {message}")
+        row["finished_at"] = now()
+    return UnitResult(rows, timeline)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunOutcome:
+    """What ``run_suite`` did: the run folder, all its rows, and how many cases ran now."""
+
+    run_dir: Path
+    rows: pd.DataFrame
+    ran: int
+    skipped: int
+    notes: list[str] = field(default_factory=list)
+
+
+class ProfileCache:
+    """One profile per (model, batch, input size, dtype), kept in memory and in the run folder."""
+
+    def __init__(self, suite: Suite, folder: Path):
+        self.suite, self.folder = suite, folder
+        self._done: dict[tuple, tuple[Profile | None, Bounds | None, tuple[str, str] | None]] = {}
+
+    def get(self, case: Case) -> tuple[Profile | None, Bounds | None, tuple[str, str] | None]:
+        """(profile, bounds, None), or (None, None, (status, message)) when profiling failed."""
+        key = case.profile_key
+        if key not in self._done:
+            self._done[key] = self._make(case)
+        return self._done[key]
+
+    def _make(self, case: Case):
+        from harness.plugins import registry
+
+        path = self.folder / f"{slug(case.model)}-b{case.batch_size}-{case.input_label}-{case.dtype}.json"
+        try:
+            if path.exists():
+                profile = load(Profile, path)
+            else:
+                workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+                profile = registry().profiler(case.profiler).profile(workload)
+                self.folder.mkdir(parents=True, exist_ok=True)
+                save(profile, path)
+            return profile, bounds_of(profile), None
+        except Exception as exc:
+            status, message = classify(exc)
+            return None, None, (status, f"profiling failed: {message}")
+
+
+def _resolve_run_dir(suite: Suite, root: Path, run_id: str | None, resume: bool,
+                     overwrite: bool) -> tuple[Path, bool]:
+    suite_dir = root / suite.name
+    if run_id:
+        path = suite_dir / run_id
+        if path.exists() and not resume:
+            if not overwrite:
+                raise MembudgetError(f"{path} exists: resume it (--resume) or replace it (--overwrite)")
+            shutil.rmtree(path)
+        return path, resume and path.exists()
+    if resume:
+        runs = runs_of_suite(suite_dir)
+        if runs:
+            return runs[-1].path, True
+    path = suite_dir / new_run_id()
+    while path.exists():  # two runs in the same second
+        path = path.with_name(path.name + "-1")
+    return path, False
+
+
+def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: str) -> Iterator[UnitTask]:
+    from harness.plugins import registry
+
+    reg = registry()
+    for unit in units:
+        profile, bounds, error = cache.get(unit[0])
+        case = unit[0]
+        yield UnitTask(
+            cases=unit, profile=profile, bounds=bounds, profile_error=error,
+            planner=reg.planner(case.planner), executor=reg.executor(case.executor),
+            allocators={c.allocator: reg.allocator(c.allocator) for c in unit if c.allocator},
+            want_timeline=suite.wants_timeline(case), validate=suite.spec.validate_schedules, run_id=run_id,
+        )
+
+
+def _needs_gpu(task: UnitTask) -> bool:
+    return bool(getattr(task.executor, "needs_gpu", False)) or str(task.cases[0].device).startswith("cuda")
+
+
+def _run_local(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
+    if jobs <= 1:
+        for task in tasks:
+            yield execute_unit(task)
+        return
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = set()
+        for task in tasks:
+            pending.add(pool.submit(execute_unit, task))
+            while len(pending) >= 2 * jobs:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                yield from (f.result() for f in done)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            yield from (f.result() for f in done)
+
+
+def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
+    try:
+        import ray
+    except ImportError:
+        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+        started = True
+    try:
+        remote = ray.remote(execute_unit)
+        pending = [remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t) for t in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    except BaseException:
+        for ref in pending if "pending" in locals() else []:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_suite(
+    suite: Suite,
+    results_root: str | Path = "results",
+    *,
+    run_id: str | None = None,
+    resume: bool = False,
+    backend: str = "local",
+    jobs: int = 1,
+    progress: bool = True,
+    overwrite: bool = False,
+    on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> RunOutcome:
+    """Run every case of ``suite`` not yet in the run folder; return the folder and all its rows.
+
+    ``resume`` continues the run ``run_id`` (default: the suite's latest) instead of
+    starting a new one; ``overwrite`` replaces an existing run folder ``run_id``.
+    ``KeyboardInterrupt`` stops the run after marking it interrupted; every finished case
+    is already on disk.
+    """
+    if backend not in BACKENDS:
+        raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    root = Path(results_root)
+    run_dir, resuming = _resolve_run_dir(suite, root, run_id, resume, overwrite)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    notes = list(suite.skipped)
+    if resume and not resuming:
+        notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
+    cases = suite.cases()
+    done = finished_case_ids(run_dir) if resuming else set()
+    todo_units = [[c for c in unit if c.case_id not in done] for unit in iter_units(cases)]
+    todo_units = [u for u in todo_units if u]
+    n_todo = sum(len(u) for u in todo_units)
+
+    meta = read_meta(run_dir) if resuming else {}
+    from harness.environment import environment
+
+    session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
+               "jobs": jobs, "cases_to_run": n_todo, "cases_already_done": len(done)}
+    meta.update(
+        suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
+        cases=len(cases), skipped_plugins=suite.skipped, environment=environment(),
+        device=suite.spec.device, profiler=suite.spec.profiler,
+    )
+    meta.setdefault("sessions", []).append(session)
+    write_meta(run_dir, meta)
+
+    writer = RowWriter(run_dir / ROWS_CSV)
+    cache = ProfileCache(suite, run_dir / "profiles")
+    tasks = _tasks(suite, todo_units, cache, run_dir.name)
+    results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
+    ran, status = 0, "running"
+    try:
+        with _progress(progress, n_todo, suite.name) as advance:
+            for result in results:
+                if result.timeline is not None:
+                    _save_timeline(run_dir, result.timeline)
+                writer.append(result.rows)
+                ran += len(result.rows)
+                if on_rows:
+                    on_rows(result.rows)
+                advance(len(result.rows), result.rows[-1]["case_id"])
+        status = "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        session.update(finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), cases_run=ran,
+                       status=status)
+        meta["status"] = "complete" if status == "complete" else "interrupted"
+        write_meta(run_dir, meta)
+        if (run_dir / ROWS_CSV).exists():
+            write_parquet(run_dir)
+    return RunOutcome(run_dir, load_rows(run_dir), ran, len(done), notes)
+
+
+def _save_timeline(run_dir: Path, timeline: dict[str, Any]) -> None:
+    import json
+
+    folder = run_dir / TIMELINES
+    folder.mkdir(exist_ok=True)
+    (folder / f"{slug(timeline['case_id'])}.json").write_text(json.dumps(timeline))
+
+
+class _progress:
+    """A rich progress bar on stderr (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, title: str):
+        self.enabled, self.total, self.title = enabled, total, title
+        self._bar = None
+
+    def __enter__(self) -> Callable[[int, str], None]:
+        if not self.enabled:
+            return lambda n, what: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("[bold]{task.fields[title]}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("{task.fields[what]}"),
+                             console=Console(stderr=True), transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task("run", total=self.total, title=self.title, what="")
+        return lambda n, what: self._bar.update(task, advance=n, what=what if len(what) <= 40 else "…" + what[-39:])
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+

@@ -1,0 +1,625 @@
+"""Suites: the YAML files in ``suites/`` that say what to benchmark, and their cases.
+
+A suite (DESIGN.md, "Suites and results")::
+
+    name: quick
+    profiler: analytic                  # a registered profiler
+    device: V100-PCIe                   # device spec (analytic) or torch device
+    models:
+      - model: torchvision:resnet18     # a registered model (a profile path for `file`)
+        batch_sizes: [32]
+        input_size: [3, 224, 224]       # or input_sizes: [[3, 224, 224], [3, 500, 500]]
+    budgets: {fractions: [0, 0.5, 1]}   # of the span min_memory..peak_memory; and/or bytes: [4GiB]
+    planners: [keep-all, greedy, {name: dynprog, slots: 500}, {name: modnn, optional: true}]
+    executors: [simulate]
+    allocators: [caching]
+    repeats: 1
+    seeds: [0]
+    excludes: [{planner: keep-all, budget: 0}]    # drop matching cases
+    timelines: true                     # or false, or a list of matches like excludes
+    include: [base.yaml]                # suites merged in first (see ``load_suite``)
+
+Every error names the file, the line and the field (``suites/x.yaml:7: models[0].batch_sizes[1]:
+...``); unknown profilers, models, planners, executors and allocators are errors when the
+suite loads, naming the choices. A planner (or allocator, executor) marked ``optional: true``
+that is not installed is skipped and the run records that it was.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Iterator
+
+import yaml
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, PositiveInt, StrictBool, StrictInt,
+    StrictStr, ValidationError, field_validator, model_validator,
+)
+
+from harness.errors import MembudgetError, UnknownPlugin
+from harness.units import parse_bytes
+
+MATCH_KEYS = ("model", "batch_size", "input_size", "planner", "executor", "allocator", "budget", "repeat", "seed")
+_CONCATENATED = ("models", "excludes")  # lists that an including suite extends instead of replacing
+
+Path_ = tuple[Any, ...]
+Locations = dict[Path_, tuple[str, int]]
+
+
+class SuiteError(MembudgetError):
+    """A suite that cannot be run: the message names the file, line and field."""
+
+    def __init__(self, message: str, *, source: str = "", line: int | None = None, field: str = "",
+                 choices: list[str] | None = None):
+        self.source, self.line, self.field, self.choices = source, line, field, choices or []
+        MembudgetError.__init__(self, message)
+
+
+class UnknownSuitePlugin(SuiteError, UnknownPlugin):
+    """A suite names a profiler, model, planner, executor or allocator nobody registered."""
+
+    def __init__(self, message: str, exc: UnknownPlugin, *, source: str, line: int, field: str):
+        super().__init__(message, source=source, line=line, field=field, choices=list(exc.available))
+        self.kind, self.name, self.available = exc.kind, exc.name, exc.available
+
+
+def _where(source: str, line: int | None, field_name: str) -> str:
+    at = f"{source}:{line}" if line else source
+    return f"{at}: {field_name}: " if field_name else f"{at}: "
+
+
+# --------------------------------------------------------------------------- YAML with lines
+
+
+def _compose(path: Path) -> tuple[Any, Locations]:
+    """Load YAML keeping, for every key and item, the line where its value starts."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}", source=str(path)) from None
+    loader = yaml.SafeLoader(text)
+    source = str(path)
+    try:
+        root = loader.get_single_node()
+        locations: Locations = {}
+
+        def build(node: yaml.Node, at: Path_, line: int | None = None) -> Any:
+            locations[at] = (source, line or node.start_mark.line + 1)
+            if isinstance(node, yaml.MappingNode):
+                loader.flatten_mapping(node)
+                out = {}
+                for key_node, value_node in node.value:
+                    key = loader.construct_object(key_node, deep=True)
+                    if not isinstance(key, (str, int, float, bool)):
+                        line = key_node.start_mark.line + 1
+                        raise SuiteError(f"{source}:{line}: keys must be plain names, got {key!r}",
+                                         source=source, line=line)
+                    out[key] = build(value_node, (*at, key), key_node.start_mark.line + 1)
+                return out
+            if isinstance(node, yaml.SequenceNode):
+                return [build(child, (*at, i)) for i, child in enumerate(node.value)]
+            return loader.construct_object(node, deep=True)
+
+        data = build(root, ()) if root is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SuiteError(f"{source}:{line or 1}: not valid YAML: {problem}", source=source, line=line) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise SuiteError(f"{source}:1: a suite is a mapping (name:, profiler:, models:, ...), "
+                         f"got {type(data).__name__}", source=source, line=1)
+    return data, locations
+
+
+def _merge(base: dict, base_loc: Locations, top: dict, top_loc: Locations) -> None:
+    """Merge suite ``top`` over ``base`` in place: keys replace, except lists in ``_CONCATENATED``."""
+    for key, value in top.items():
+        old = base.get(key)
+        if key in _CONCATENATED and isinstance(old, list) and isinstance(value, list):
+            shift = len(old)
+            old.extend(value)
+            for at, where in top_loc.items():
+                if at[:1] == (key,) and len(at) > 1:
+                    base_loc[(key, at[1] + shift, *at[2:])] = where
+            continue
+        base[key] = value
+        for at in [a for a in base_loc if a[:1] == (key,)]:
+            del base_loc[at]
+        base_loc.update({at: where for at, where in top_loc.items() if at[:1] == (key,)})
+
+
+def _load_with_includes(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, Locations]:
+    path = path.resolve() if path.is_absolute() else path
+    if path.resolve() in stack:
+        chain = " -> ".join(str(p) for p in (*stack, path.resolve()))
+        raise SuiteError(f"{path}: include cycle: {chain}", source=str(path))
+    data, locations = _compose(path)
+    includes = data.pop("include", [])
+    inc_line = locations.get(("include",), (str(path), 1))[1]
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise SuiteError(f"{path}:{inc_line}: include: a list of suite files, got {includes!r}",
+                         source=str(path), line=inc_line, field="include")
+    merged: dict = {}
+    merged_loc: Locations = {(): (str(path), 1)}
+    for k, name in enumerate(includes):
+        target = (path.parent / name)
+        if not target.exists():
+            line = locations.get(("include", k), (str(path), inc_line))[1]
+            raise SuiteError(f"{path}:{line}: include[{k}]: no such suite file {str(target)!r}",
+                             source=str(path), line=line, field=f"include[{k}]")
+        sub, sub_loc = _load_with_includes(target, (*stack, path.resolve()))
+        sub.pop("name", None)  # the including suite names the run
+        _merge(merged, merged_loc, sub, sub_loc)
+    _merge(merged, merged_loc, data, locations)
+    return merged, merged_loc
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _named(value: Any) -> Any:
+    """``greedy`` is short for ``{name: greedy}``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+def _byte_quantity(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"a byte quantity like 4GiB, 512MiB or 1073741824, got {value!r}")
+    parse_bytes(value)  # raises ValueError with the accepted forms
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class ModelEntry(_Strict):
+    """A model with the batch sizes and input sizes to run it at."""
+
+    model: StrictStr
+    batch_sizes: list[PositiveInt] = Field(min_length=1)
+    input_size: list[PositiveInt] | None = Field(default=None, min_length=1)
+    input_sizes: list[list[PositiveInt]] | None = Field(default=None, min_length=1)
+    dtype: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _one_input_key(self) -> ModelEntry:
+        if self.input_size is not None and self.input_sizes is not None:
+            raise ValueError("give input_size or input_sizes, not both")
+        return self
+
+
+class Budgets(_Strict):
+    """Budgets as fractions of the span min..peak, and/or as byte quantities."""
+
+    fractions: list[NonNegativeFloat] | None = None
+    bytes_: list[Annotated[Any, BeforeValidator(_byte_quantity)]] | None = Field(default=None, alias="bytes")
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> Budgets:
+        if not (self.fractions or self.bytes_):
+            raise ValueError("no budgets: give fractions: [0, 0.5, 1] (of min..peak) and/or bytes: [4GiB]")
+        return self
+
+
+class Entry(BaseModel):
+    """A plugin by name, with options (planners) and ``optional: true`` (skip when not installed)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: StrictStr
+    optional: StrictBool = False
+    label: StrictStr | None = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keys other than name, optional and label: passed to the planner."""
+        return dict(self.model_extra or {})
+
+    @property
+    def display(self) -> str:
+        """The label, or ``name[key=value,...]`` when there are options."""
+        if self.label:
+            return self.label
+        if not self.options:
+            return self.name
+        inner = ",".join(f"{k}={_compact(v)}" for k, v in sorted(self.options.items()))
+        return f"{self.name}[{inner}]"
+
+
+NamedEntry = Annotated[Entry, BeforeValidator(_named)]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+
+
+class SuiteSpec(_Strict):
+    """The validated content of a suite file (after includes are merged)."""
+
+    name: StrictStr = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: StrictStr = ""
+    profiler: StrictStr
+    device: StrictStr
+    dtype: StrictStr = "float32"
+    models: list[ModelEntry] = Field(min_length=1)
+    budgets: Budgets
+    planners: list[NamedEntry] = Field(min_length=1)
+    executors: list[NamedEntry] = Field(default_factory=lambda: [Entry(name="simulate")], min_length=1)
+    allocators: list[NamedEntry] = Field(default_factory=list)
+    repeats: PositiveInt = 1
+    seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1)
+    excludes: list[dict[str, Any]] = Field(default_factory=list)
+    timelines: Any = True
+    validate_schedules: StrictBool = Field(default=True, alias="validate")
+
+    @field_validator("excludes")
+    @classmethod
+    def _match_keys(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        _check_matches(value)
+        return value
+
+    @field_validator("timelines")
+    @classmethod
+    def _timelines(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+            raise ValueError("true, false, or a list of matches like excludes ({planner: greedy})")
+        _check_matches(value)
+        return value
+
+
+def _check_matches(matches: list[dict[str, Any]]) -> None:
+    for k, match in enumerate(matches):
+        unknown = sorted(set(match) - set(MATCH_KEYS))
+        if unknown:
+            raise ValueError(f"[{k}]: unknown key {unknown[0]!r}; match on {', '.join(MATCH_KEYS)}")
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget of a suite: a fraction of min..peak or a byte count."""
+
+    kind: str  # "fraction" | "bytes"
+    value: float
+    label: str
+
+    def resolve(self, min_bytes: int, peak_bytes: int) -> int:
+        """The budget in bytes for a profile with this minimum and peak."""
+        if self.kind == "bytes":
+            return int(self.value)
+        return int(min_bytes + math.floor(self.value * (peak_bytes - min_bytes)))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a suite's grid: one row of its results."""
+
+    suite: str
+    model: str
+    batch_size: int
+    input_size: tuple[int, ...]
+    device: str
+    profiler: str
+    dtype: str
+    planner: str
+    planner_label: str
+    executor: str
+    allocator: str
+    budget: Budget
+    repeat: int = 0
+    seed: int = 0
+    planner_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    tags: tuple[str, ...] = ()  # repeat/seed parts of the id, when the suite varies them
+
+    @property
+    def input_label(self) -> str:
+        """``3x224x224``."""
+        return "x".join(str(d) for d in self.input_size)
+
+    @property
+    def profile_key(self) -> tuple[str, int, tuple[int, ...], str]:
+        """Cases with the same key share one profile."""
+        return (self.model, self.batch_size, self.input_size, self.dtype)
+
+    @property
+    def unit_id(self) -> str:
+        """The id without the allocator: cases of one unit share their plan and run."""
+        parts = [self.model, f"b{self.batch_size}", self.input_label, self.planner_label, self.budget.label,
+                 self.executor, *self.tags]
+        return "/".join(parts)
+
+    @property
+    def case_id(self) -> str:
+        """Stable, readable and unique in the suite: ``model/bN/CxHxW/planner/budget/executor[/allocator]``."""
+        parts = [self.model, f"b{self.batch_size}", self.input_label, self.planner_label, self.budget.label,
+                 self.executor]
+        if self.allocator:
+            parts.append(self.allocator)
+        return "/".join([*parts, *self.tags])
+
+    def field_value(self, key: str) -> Any:
+        """The value an exclude/timeline match compares for ``key``."""
+        return {
+            "model": self.model, "batch_size": self.batch_size, "input_size": self.input_size,
+            "planner": self.planner, "executor": self.executor, "allocator": self.allocator,
+            "budget": self.budget, "repeat": self.repeat, "seed": self.seed,
+        }[key]
+
+
+def _value_matches(key: str, want: Any, case: Case) -> bool:
+    have = case.field_value(key)
+    if key == "input_size":
+        if isinstance(want, str):
+            return want == case.input_label
+        return isinstance(want, list) and tuple(want) == have
+    if key == "planner":
+        return want in (case.planner, case.planner_label)
+    if key == "budget":
+        budget: Budget = have
+        if want == budget.label:
+            return True
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and budget.kind == "fraction":
+            return math.isclose(float(want), budget.value)
+        if budget.kind == "bytes":
+            try:
+                return parse_bytes(want) == int(budget.value)
+            except ValueError:
+                return False
+        return False
+    return want == have
+
+
+def matches(match: dict[str, Any], case: Case) -> bool:
+    """True when every key of ``match`` fits ``case`` (a list value: any of its items)."""
+    for key, want in match.items():
+        options = want if isinstance(want, list) and key != "input_size" else [want]
+        if key == "input_size" and isinstance(want, list) and want and isinstance(want[0], list):
+            options = want
+        if not any(_value_matches(key, w, case) for w in options):
+            return False
+    return True
+
+
+def _fraction_label(f: float) -> str:
+    return f"f{f:g}"
+
+
+def _bytes_label(value: Any) -> str:
+    return str(value).replace(" ", "") if isinstance(value, str) else str(int(value))
+
+
+@dataclass
+class Suite:
+    """A loaded suite: the validated spec, where it came from, and its cases."""
+
+    spec: SuiteSpec
+    source: str
+    locations: Locations = field(default_factory=dict, repr=False)
+    skipped: list[str] = field(default_factory=list)
+    absent: set[tuple[str, str]] = field(default_factory=set)  # (list key, name) not installed, optional
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The suite's name (the results folder under ``results/``)."""
+        return self.spec.name
+
+    def line_of(self, *at: Any) -> tuple[str, int]:
+        """(file, line) of the field at path ``at`` (the nearest enclosing one known)."""
+        for n in range(len(at), -1, -1):
+            if at[:n] in self.locations:
+                return self.locations[at[:n]]
+        return (self.source, 1)
+
+    def budgets(self) -> list[Budget]:
+        """The suite's budgets, fractions first, in the order written."""
+        out = [Budget("fraction", float(f), _fraction_label(f)) for f in self.spec.budgets.fractions or []]
+        out += [Budget("bytes", float(parse_bytes(b)), _bytes_label(b)) for b in self.spec.budgets.bytes_ or []]
+        return out
+
+    def present(self, key: str) -> list[Entry]:
+        """The entries of ``planners``, ``executors`` or ``allocators`` that are installed."""
+        return [e for e in getattr(self.spec, key) if (key, e.name) not in self.absent]
+
+    def input_sizes(self, entry: ModelEntry) -> list[tuple[int, ...]]:
+        """The input sizes of a model entry (the model factory's default when none is given)."""
+        if entry.input_sizes:
+            return [tuple(s) for s in entry.input_sizes]
+        if entry.input_size:
+            return [tuple(entry.input_size)]
+        if self.spec.profiler == "file":
+            from harness.model import Profile, load
+
+            return [tuple(load(Profile, self.model_name(entry)).input_shape)]
+        return [_default_input_size(entry.model)]
+
+    def all_cases(self) -> list[Case]:
+        """Every case of the grid, before excludes."""
+        spec = self.spec
+        tag_repeat = spec.repeats > 1
+        tag_seed = len(spec.seeds) > 1 or spec.seeds != [0]
+        out = []
+        planners, executors = self.present("planners"), self.present("executors")
+        allocators = [e.name for e in self.present("allocators")] or [""]
+        for entry in spec.models:
+            model = self.model_name(entry)
+            for batch, size, planner, budget, executor, allocator, repeat, seed in itertools.product(
+                entry.batch_sizes, self.input_sizes(entry), planners, self.budgets(), executors, allocators,
+                range(spec.repeats), spec.seeds,
+            ):
+                tags = ((f"r{repeat}",) if tag_repeat else ()) + ((f"s{seed}",) if tag_seed else ())
+                out.append(Case(
+                    suite=spec.name, model=model, batch_size=batch, input_size=size, device=spec.device,
+                    profiler=spec.profiler, dtype=entry.dtype or spec.dtype, planner=planner.name,
+                    planner_label=planner.display, executor=executor.name, allocator=allocator, budget=budget,
+                    repeat=repeat, seed=seed, planner_options=planner.options, tags=tags,
+                ))
+        return out
+
+    def model_name(self, entry: ModelEntry) -> str:
+        """The model as the profiler gets it (``file`` profiles: a path from the suite's folder)."""
+        if self.spec.profiler == "file":
+            path = Path(entry.model.removeprefix("file:"))
+            return str(path if path.is_absolute() else Path(self.source).parent / path)
+        return entry.model
+
+    def cases(self) -> list[Case]:
+        """The suite's cases after excludes, in a stable order."""
+        return [c for c in self.all_cases() if not any(matches(m, c) for m in self.spec.excludes)]
+
+    def wants_timeline(self, case: Case) -> bool:
+        """Whether the runner saves the timeline of ``case``."""
+        t = self.spec.timelines
+        return t if isinstance(t, bool) else any(matches(m, case) for m in t)
+
+
+def _default_input_size(model: str) -> tuple[int, ...]:
+    from harness.plugins import registry
+
+    try:
+        factory = registry().model_factory(model)
+    except UnknownPlugin:
+        return (3, 224, 224)
+    default = getattr(factory, "default_input_size", None)
+    return tuple(default(model)) if callable(default) else (3, 224, 224)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
+    lines = []
+    first: tuple[str, int, str] | None = None
+    errors = [(tuple("bytes" if p == "bytes_" else p for p in err["loc"]), err) for err in exc.errors()]
+    errors.sort(key=lambda e: e[0] not in locations)  # errors at a line of their own first
+    for loc, err in errors:
+        msg = err["msg"].removeprefix("Value error, ")
+        if msg.startswith("[") and "]: " in msg and msg[1:msg.index("]")].isdigit():  # names its item
+            item, msg = msg[1:].split("]: ", 1)
+            loc = (*loc, int(item))
+        at = loc
+        while at not in locations and at:
+            at = at[:-1]
+        source, line = locations.get(at, (suite_source, 1))
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the suite format in harness/suite.py)"
+        elif err["type"].startswith("too_short") and "input" in err:
+            msg = "must not be empty: the grid would have no cases"
+        name = _field_name(loc)
+        lines.append(f"{source}:{line}: {name or '(suite)'}: {msg}")
+        first = first or (source, line, name)
+    assert first is not None
+    return SuiteError("\n".join(lines), source=first[0], line=first[1], field=first[2])
+
+
+def _check_names(suite: Suite) -> None:
+    from harness.plugins import registry
+
+    reg = registry()
+    spec = suite.spec
+
+    def fail(exc: UnknownPlugin, *at: Any) -> SuiteError:
+        source, line = suite.line_of(*at)
+        return UnknownSuitePlugin(f"{source}:{line}: {_field_name(at)}: {exc}", exc, source=source, line=line,
+                                  field=_field_name(at))
+
+    try:
+        reg.profiler(spec.profiler)
+    except UnknownPlugin as exc:
+        raise fail(exc, "profiler") from None
+    if spec.profiler != "file":
+        for k, entry in enumerate(spec.models):
+            try:
+                reg.model_factory(entry.model)
+            except UnknownPlugin as exc:
+                raise fail(exc, "models", k, "model") from None
+    else:
+        for k, entry in enumerate(spec.models):
+            if not Path(suite.model_name(entry)).exists():
+                source, line = suite.line_of("models", k, "model")
+                raise SuiteError(f"{source}:{line}: models[{k}].model: no profile file {suite.model_name(entry)!r}",
+                                 source=source, line=line, field=f"models[{k}].model")
+    for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
+        for k, entry in enumerate(getattr(spec, key)):
+            try:
+                reg.get(kind, entry.name)
+            except UnknownPlugin as exc:
+                if entry.optional:
+                    suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped")
+                    suite.absent.add((key, entry.name))
+                    continue
+                raise fail(exc, key, k, "name") from None
+            if key != "planners" and entry.options:
+                source, line = suite.line_of(key, k)
+                raise SuiteError(f"{source}:{line}: {key}[{k}]: {kind}s take no options, got "
+                                 f"{sorted(entry.options)}", source=source, line=line, field=f"{key}[{k}]")
+
+
+def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
+    """Load, merge (``include:``), validate and expand a suite file; ``SuiteError`` says what is wrong.
+
+    Included suites are merged first, in order, then the including file on top: a key it
+    sets replaces the included one, except ``models`` and ``excludes``, which it extends.
+    """
+    path = Path(path)
+    raw, locations = _load_with_includes(path)
+    try:
+        spec = SuiteSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise _pydantic_errors(exc, str(path), locations) from None
+    suite = Suite(spec=spec, source=str(path), locations=locations, raw=raw)
+    if check_names:
+        _check_names(suite)
+    labels = [p.display for p in suite.present("planners")]
+    duplicate = next((lab for lab in labels if labels.count(lab) > 1), None)
+    if duplicate:
+        source, line = suite.line_of("planners")
+        raise SuiteError(f"{source}:{line}: planners: {duplicate!r} is listed twice (give one a label:)",
+                         source=source, line=line, field="planners")
+    if not suite.cases():
+        if not suite.present("planners"):
+            source, line = suite.line_of("planners")
+            why, fld = "every planner listed is optional and not installed", "planners"
+        elif spec.excludes:
+            source, line = suite.line_of("excludes")
+            why, fld = "the excludes remove every case", "excludes"
+        else:
+            source, line = suite.line_of()
+            why, fld = "nothing to run", ""
+        raise SuiteError(f"{_where(source, line, fld)}the suite expands to no cases: {why}",
+                         source=source, line=line, field=fld)
+    return suite
+
+
+def iter_units(cases: list[Case]) -> Iterator[list[Case]]:
+    """Group cases that share a plan and a run (all allocators of one unit), in order."""
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.unit_id, []).append(case)
+    yield from groups.values()

@@ -1,0 +1,285 @@
+"""The ``membudget`` command line: every command, its --json twin, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.bounds import min_memory, peak_memory
+from harness.cli import main
+from harness.model import save
+from harness.results import STATUSES, read_rows_csv
+from tests import test_suite_support as support
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = ("plan_time_s", "place_time_s", "run_time_s", "finished_at", "run_id")
+
+
+@pytest.fixture(autouse=True)
+def _plugin():
+    support.install()
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    profile = support.chain("synthetic:chain8", 2)
+    path = tmp_path / "p.json"
+    save(profile, path)
+    return profile, path
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _text_pairs(out: str) -> dict[str, str]:
+    pairs = {}
+    for line in out.splitlines():
+        if line.startswith("  "):
+            continue
+        key, _, value = line.partition("  ")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def test_list_shows_everything_with_plugin_and_version(capsys):
+    code, out, _ = _run(capsys, "list", "--json")
+    assert code == 0
+    entries = {(e["kind"], e["name"]): e for e in json.loads(out)}
+    assert entries[("planner", "keep-all")]["plugin"] == "membudget"
+    assert entries[("planner", "greedy")]["plugin"] == "membudget-greedy" and entries[("planner", "greedy")]["version"]
+    assert ("executor", "simulate") in entries
+    code, text, _ = _run(capsys, "list")
+    for (kind, name), entry in entries.items():
+        assert any(line.split()[:3] == [kind, name, entry["plugin"]] for line in text.splitlines()), name
+
+
+def test_plan_prints_the_summary_and_validation_as_text_and_json(capsys, profile_file):
+    profile, path = profile_file
+    code, out, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%", "--json")
+    assert code == 0
+    report = json.loads(out)
+    lo, hi = min_memory(profile), peak_memory(profile)
+    assert report["budget_bytes"] == lo + (hi - lo) // 2
+    assert report["valid"] is True and report["violations"] == []
+    assert report["offloaded_stages"] and report["offloaded_bytes"] == sum(
+        profile.stages[i].saved_bytes for i in report["offloaded_stages"])
+    code, text, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%")
+    assert code == 0
+    pairs = _text_pairs(text)
+    assert set(pairs) == set(report) - {"violations"}
+    assert pairs["budget_bytes"].startswith(str(report["budget_bytes"]))
+    assert pairs["offloaded_stages"] == ", ".join(map(str, report["offloaded_stages"]))
+
+
+def test_plan_writes_the_schedule(capsys, profile_file, tmp_path):
+    from harness.model import Schedule, load
+
+    _, path = profile_file
+    out = tmp_path / "schedule.json"
+    assert _run(capsys, "plan", str(path), "--planner", "keep-all", "--budget", "peak", "-o", str(out))[0] == 0
+    schedule = load(Schedule, out)
+    assert schedule.planner == "keep-all" and not schedule.transfers
+
+
+def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profile_file, tmp_path):
+    profile, path = profile_file
+    trace = tmp_path / "trace.csv"
+    code, out, _ = _run(capsys, "simulate", str(path), "--planner", "prefix", "--budget", "min", "--json",
+                        "--trace", str(trace), "--timeline", str(tmp_path / "t.json"))
+    assert code == 0
+    report = json.loads(out)
+    assert report["status"] == "ok" and report["budget_bytes"] == min_memory(profile)
+    assert report["makespan_s"] >= report["lower_bound_s"] * (1 - 1e-9)
+    assert report["ratio_to_lb"] == pytest.approx(report["makespan_s"] / report["lower_bound_s"])
+    assert report["peak_bytes"] <= report["budget_bytes"] and report["moved_bytes"] > 0
+    assert math.isclose(max(e[3] for e in json.loads((tmp_path / "t.json").read_text())["events"]),
+                        report["makespan_s"])
+    code, out, _ = _run(capsys, "place", str(trace), "--allocator", "first-fit", "--json")
+    placed = json.loads(out)
+    assert code == 0 and placed["valid"] and placed["arena_bytes"] >= placed["max_live_bytes"] > 0
+    assert placed["max_live_bytes"] <= report["peak_bytes"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--planner", "prefix", "--budget", "1KiB"], "needs at least {min} bytes"),
+    (["--planner", "keep-all", "--budget", "50%"], "needs at least {peak} bytes"),
+    (["--planner", "nope", "--budget", "1GiB"], "unknown planner 'nope'; available: "),
+    (["--planner", "prefix", "--budget", "lots"], "budget: not a byte quantity: 'lots'"),
+    (["--planner", "prefix", "--budget", "1GiB", "--option", "slots"], "--option 'slots': write KEY=VALUE"),
+])
+def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv, needle):
+    profile, path = profile_file
+    code, out, err = _run(capsys, "plan", str(path), *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("membudget: error: ")
+    assert needle.format(min=min_memory(profile), peak=peak_memory(profile)) in err
+
+
+def test_unknown_planner_lists_every_choice(capsys, profile_file):
+    from harness.plugins import registry
+
+    _, err = _run(capsys, "plan", str(profile_file[1]), "--planner", "nope", "--budget", "1GiB")[1:]
+    assert all(name in err for name in registry().names("planner"))
+
+
+def test_malformed_profile_names_the_field(capsys, tmp_path, profile_file):
+    data = json.loads(profile_file[1].read_text())
+    data["stages"][3]["fwd_time"] = "fast"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code, _, err = _run(capsys, "simulate", str(bad), "--planner", "prefix", "--budget", "1GiB")
+    assert code == 2 and "stages.3.fwd_time" in err and str(bad) in err
+    code, _, err = _run(capsys, "plan", str(tmp_path / "missing.json"), "--planner", "prefix", "--budget", "1GiB")
+    assert code == 2 and "no such profile file" in err
+
+
+def test_console_script_exits_2_without_a_traceback(tmp_path):
+    bad = tmp_path / "suite.yaml"
+    bad.write_text("name: x\nprofiler: file\ndevice: cpu\nmodels: [{model: p.json, batch_sizes: [one]}]\n")
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(bad)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{bad}:4: models[0].batch_sizes[0]: Input should be a valid integer" in done.stderr
+
+
+def test_run_prints_a_table_and_json(capsys, tmp_path):
+    suite = support.write_suite(tmp_path)
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "one")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:6] == ["model", "batch", "planner", "budget", "status", "makespan"]
+    assert len([line for line in lines if line.lstrip().startswith("synthetic:")]) == 18
+    assert "18 rows (6 infeasible, 12 ok); ran 18 now, 0 already done" in out
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "one", "--resume", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["ran"] == 0 and data["already_done"] == 18
+    assert data["status_counts"] == {"ok": 12, "infeasible": 6}
+    on_disk = {r["case_id"]: r for r in read_rows_csv(tmp_path / "r" / "synth" / "one" / "rows.csv")}
+    for row in data["rows"]:
+        disk = on_disk[row["case_id"]]
+        assert row["status"] == disk["status"]
+        assert (row["makespan_s"] is None) == (disk["makespan_s"] == "")
+
+
+def test_run_reports_a_malformed_suite(capsys, tmp_path):
+    suite = support.write_suite(tmp_path, support.SUITE.format(name="x").replace("prefix]", "prefx]"))
+    code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"))
+    assert code == 2 and out == ""
+    assert f"{suite}:10: planners[1].name: unknown planner 'prefx'; available:" in err
+
+
+def test_publish_and_compare_commands(capsys, tmp_path):
+    suite = support.write_suite(tmp_path)
+    for run_id in ("a", "b"):
+        assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", run_id, "--json")[0] == 0
+    code, out, _ = _run(capsys, "publish", str(tmp_path / "r"), "-o", str(tmp_path / "site"), "--json")
+    files = json.loads(out)["files"]
+    assert code == 0 and str(tmp_path / "site" / "synth" / "index.html") in files
+    assert all(Path(f).stat().st_size > 0 for f in files)
+    code, out, _ = _run(capsys, "compare", str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b"),
+                        "--json")
+    result = json.loads(out)
+    assert code == 0 and result["summary"] == {"common": 18, "same": 18, "changed": 0, "status_changed": 0}
+    code, out, _ = _run(capsys, "compare", str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b"))
+    assert code == 0 and "18 cases in both: 18 same, 0 changed" in out
+    (tmp_path / "empty").mkdir()
+    code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
+    assert code == 2 and "no results here" in err
+
+
+# --------------------------------------------------------------------------- the quick suite
+
+
+def table(run_dir: Path) -> str:
+    """The table ``membudget run`` prints for a run folder, planning times blanked (they vary)."""
+    from rich.console import Console
+
+    from harness.cli import run_table
+    from harness.results import load_rows
+
+    frame = load_rows(run_dir).sort_values("case_id", kind="stable")
+    frame["plan_time_s"] = float("nan")
+    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console.print(run_table(frame))
+    return console.export_text()
+
+
+def _analytic_available() -> bool:
+    from harness.plugins import registry
+
+    return "analytic" in registry().names("profiler")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    if not _analytic_available():
+        pytest.skip("the analytic profiler is not registered (harness/profilers/analytic.py)")
+    out = tmp_path_factory.mktemp("quick")
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["run", str(ROOT / "suites" / "quick.yaml"), "-o", str(out), "--run-id", "local",
+                     "--no-progress"])
+    assert code == 0
+    return out, buffer.getvalue()
+
+
+@pytest.mark.slow
+def test_quick_suite_prints_a_table_and_writes_rows(quick):
+    out, text = quick
+    assert text.splitlines()[0].split()[:11] == ["model", "batch", "planner", "budget", "status", "makespan", "ms",
+                                                 "LB", "ms", "ratio", "peak"]
+    rows = read_rows_csv(out / "quick" / "local" / "rows.csv")
+    assert f"{len(rows)} rows" in text
+    planners = {r["planner"] for r in rows}
+    assert {"keep-all", "greedy"} <= planners
+    for row in rows:  # a plugin's failure is a row with a message, never a lost suite
+        assert row["status"] in STATUSES and (row["status"] == "ok") == (row["message"] == "")
+        assert row["lower_bound_s"] and row["min_memory_bytes"] and row["peak_memory_bytes"]
+        if row["status"] != "ok":
+            continue
+        makespan, lb = float(row["makespan_s"]), float(row["lower_bound_s"])
+        assert makespan >= lb * (1 - 1e-9)  # papers/004 Prop. 3
+        assert float(row["ratio_to_lb"]) == pytest.approx(makespan / lb)
+        assert int(row["peak_bytes"]) <= int(row["budget_bytes"])
+        assert int(row["moved_bytes"]) >= 0 and row["valid"] == "true"
+    core = [r for r in rows if r["planner"] in ("keep-all", "greedy")]
+    assert all(r["status"] in ("ok", "infeasible") for r in core)
+    greedy = [r for r in rows if r["planner"] == "greedy" and r["allocator"] == "caching"]
+    assert len(greedy) == 10 and all(r["status"] == "ok" for r in greedy)  # GREEDY fits every budget >= min
+    keep_all = [r for r in rows if r["planner"] == "keep-all"]
+    assert {r["budget_label"] for r in keep_all if r["status"] == "ok"} == {"f1"}
+
+
+@pytest.mark.slow
+def test_ray_backend_gives_the_same_table_on_the_quick_suite(quick, capsys):
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    out, text = quick
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    try:
+        code, ray_text, _ = _run(capsys, "run", str(ROOT / "suites" / "quick.yaml"), "-o", str(out), "--run-id", "ray",
+                                 "--backend", "ray", "--jobs", "2", "--no-progress")
+    finally:
+        ray.shutdown()
+    assert code == 0
+
+    assert table(out / "quick" / "ray") == table(out / "quick" / "local")
+    assert "torchvision:resnet18" in ray_text
+    local = read_rows_csv(out / "quick" / "local" / "rows.csv")
+    remote = read_rows_csv(out / "quick" / "ray" / "rows.csv")
+
+    def comparable(rows):
+        return sorted(({k: v for k, v in r.items() if k not in TIMING} for r in rows), key=lambda r: r["case_id"])
+
+    assert comparable(local) == comparable(remote)

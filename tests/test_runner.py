@@ -1,0 +1,246 @@
+"""The runner: rows and their metrics, isolation of failures, interruption and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.results import COLUMNS, STABLE_COLUMNS, read_meta, read_rows_csv
+from harness.runner import run_suite
+from harness.suite import load_suite
+from tests import test_suite_support as support
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = ("plan_time_s", "place_time_s", "run_time_s", "finished_at", "run_id")
+
+
+@pytest.fixture(autouse=True)
+def _plugin():
+    support.install()
+    support.PLANS.clear()
+    support.PROFILED.clear()
+
+
+def _suite(tmp_path: Path, text: str | None = None):
+    return load_suite(support.write_suite(tmp_path, textwrap.dedent(text) if text else None))
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    return read_rows_csv(run_dir / "rows.csv")
+
+
+def test_rows_carry_metrics_and_bounds(tmp_path):
+    suite = _suite(tmp_path)
+    outcome = run_suite(suite, tmp_path / "results", progress=False)
+    header = (outcome.run_dir / "rows.csv").read_text().splitlines()[0].split(",")
+    assert tuple(header[: len(STABLE_COLUMNS)]) == STABLE_COLUMNS and tuple(header) == COLUMNS
+    rows = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    for row in rows:
+        profile = support.chain(row["model"], int(row["batch_size"]))
+        budget = int(row["budget_bytes"])
+        lo, hi = min_memory(profile), peak_memory(profile)
+        fraction = float(row["budget_fraction"])
+        assert budget == lo + int(fraction * (hi - lo))
+        assert int(row["min_memory_bytes"]) == lo and int(row["peak_memory_bytes"]) == hi
+        lb = lower_bound(profile, budget, m_peak=hi)
+        assert float(row["lower_bound_s"]) == pytest.approx(lb)
+        if row["planner"] == "keep-all" and budget < hi:
+            assert row["status"] == "infeasible" and f"needs at least {hi} bytes" in row["message"]
+            continue
+        assert row["status"] == "ok", row["message"]
+        makespan = float(row["makespan_s"])
+        assert makespan >= lb * (1 - 1e-9)  # papers/004 Prop. 3
+        assert float(row["ratio_to_lb"]) == pytest.approx(makespan / lb)
+        assert float(row["throughput"]) == pytest.approx(int(row["batch_size"]) / makespan)
+        assert int(row["peak_bytes"]) <= budget
+        assert int(row["max_live_bytes"]) <= budget
+        assert row["valid"] == "true" and float(row["plan_time_s"]) >= 0
+        assert (int(row["moved_bytes"]) > 0) == (budget < hi), row["case_id"]
+    meta = read_meta(outcome.run_dir)
+    assert meta["status"] == "complete" and meta["cases"] == len(rows)
+    env = meta["environment"]
+    assert env["python"] == sys.version.split()[0] and env["packages"]["numba"]
+    assert "commit" in env["git"]
+    assert {"kind": "planner", "name": "prefix", "plugin": "membudget-test-support", "version": "0.0"} in env["plugins"]
+    assert (outcome.run_dir / "rows.parquet").exists() == _has("pyarrow")
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def test_each_profile_is_made_once_and_kept_in_the_run_folder(tmp_path):
+    outcome = run_suite(_suite(tmp_path), tmp_path / "results", progress=False)
+    assert support.PROFILED == {("synthetic:chain4", 2): 1, ("synthetic:chain8", 1): 1, ("synthetic:chain8", 2): 1}
+    assert len(list((outcome.run_dir / "profiles").glob("*.json"))) == 3
+
+
+def test_budget_below_the_minimum_gives_infeasible_rows_with_the_needed_bytes(tmp_path):
+    suite = _suite(tmp_path, """\
+        name: low
+        profiler: synthetic
+        device: synthetic
+        models: [{model: synthetic:chain4, batch_sizes: [2]}]
+        budgets: {bytes: [1KiB, 1GiB]}
+        planners: [keep-all, prefix]
+        """)
+    rows = {r["case_id"]: r for r in _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)}
+    profile = support.chain("synthetic:chain4", 2)
+    low = rows["synthetic:chain4/b2/3x32x32/prefix/1KiB/simulate"]
+    assert low["status"] == "infeasible"
+    assert f"needs at least {min_memory(profile)} bytes" in low["message"]
+    assert low["budget_bytes"] == "1024" and low["makespan_s"] == ""
+    assert rows["synthetic:chain4/b2/3x32x32/keep-all/1KiB/simulate"]["status"] == "infeasible"
+    assert rows["synthetic:chain4/b2/3x32x32/prefix/1GiB/simulate"]["status"] == "ok"
+
+
+def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
+    suite = _suite(tmp_path, support.SUITE.format(name="fail").replace("[keep-all, prefix]", "[prefix, boom, oom]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    by_planner = {}
+    for row in rows:
+        by_planner.setdefault(row["planner"], set()).add((row["status"], row["message"]))
+    assert by_planner["boom"] == {("error", "RuntimeError: boom goes the planner")}
+    assert by_planner["oom"] == {("oom", "MemoryError: cannot allocate the planning table")}
+    assert {s for s, _ in by_planner["prefix"]} == {"ok"}
+    assert len(rows) == len(suite.cases())
+
+
+def test_profiling_failure_fails_only_that_model(tmp_path):
+    text = support.SUITE.format(name="prof").replace("models:\n", "models:\n  - {model: synthetic:broken, batch_sizes: [4]}\n")
+    rows = _rows(run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False).run_dir)
+    broken = [r for r in rows if r["model"] == "synthetic:broken"]
+    assert len(broken) == 6 and len(rows) == 24
+    assert all(r["status"] == "error" and r["message"] == "profiling failed: RuntimeError: profiler crashed"
+               for r in broken)
+    assert {r["status"] for r in rows if r["model"] != "synthetic:broken"} == {"ok", "infeasible"}
+
+
+def test_allocators_give_one_row_each(tmp_path):
+    text = support.SUITE.format(name="alloc") + "allocators: [caching, first-fit]\n"
+    suite = _suite(tmp_path, text)
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    assert len(rows) == 2 * 18
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["allocator"] for r in ok} == {"caching", "first-fit"}
+    for row in ok:
+        assert int(row["arena_bytes"]) >= int(row["max_live_bytes"]) > 0
+        assert float(row["fragmentation"]) == pytest.approx(int(row["arena_bytes"]) / int(row["max_live_bytes"]))
+    # the two allocators of one case share the plan and the run
+    pairs = {}
+    for row in ok:
+        pairs.setdefault(row["case_id"].rsplit("/", 1)[0], set()).add((row["makespan_s"], row["peak_bytes"]))
+    assert all(len(v) == 1 for v in pairs.values())
+    assert sum(support.PLANS.values()) == 9  # one plan per case, not per allocator
+
+
+def test_timelines_are_saved_for_selected_cases(tmp_path):
+    text = support.SUITE.format(name="tl") + "timelines: [{planner: prefix, budget: 0}]\n"
+    outcome = run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False)
+    files = sorted((outcome.run_dir / "timelines").glob("*.json"))
+    assert len(files) == 3  # one per model/batch
+    rows = [r for r in _rows(outcome.run_dir) if r["timeline"]]
+    assert {r["planner"] for r in rows} == {"prefix"} and {r["budget_label"] for r in rows} == {"f0"}
+    data = json.loads((outcome.run_dir / rows[0]["timeline"]).read_text())
+    streams = {e[1] for e in data["events"]}
+    assert streams == {"compute", "copy"}
+    assert max(e[3] for e in data["events"]) == pytest.approx(float(rows[0]["makespan_s"]))
+
+
+def test_planning_time_leaves_out_the_first_call_compile(tmp_path):
+    support.SlowFirst.compiled = False
+    suite = _suite(tmp_path, support.SUITE.format(name="jit").replace("[keep-all, prefix]", "[slow-first]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    assert support.SlowFirst.compiled and all(r["status"] == "ok" for r in rows)
+    assert max(float(r["plan_time_s"]) for r in rows) < 0.5  # the 1 s first call was the warm-up
+
+
+def test_a_named_run_is_never_appended_to_by_accident(tmp_path):
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path)
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    with pytest.raises(MembudgetError, match="exists: resume it"):
+        run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    again = run_suite(suite, tmp_path / "r", run_id="x", overwrite=True, progress=False)
+    assert again.ran == len(suite.cases()) == len(_rows(again.run_dir))
+
+
+def test_interrupted_run_resumes_without_losing_or_repeating_a_case(tmp_path):
+    suite = _suite(tmp_path, support.SUITE.format(name="intr").replace("[keep-all, prefix]", "[interrupter]"))
+    total = len(suite.cases())
+    support.Interrupter.calls, support.Interrupter.interrupt_at = 0, 4
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, tmp_path / "r", progress=False)
+    run_dir = next((tmp_path / "r" / "intr").iterdir())
+    first = _rows(run_dir)
+    assert len(first) == 3 and read_meta(run_dir)["status"] == "interrupted"
+    support.Interrupter.interrupt_at = 0
+    outcome = run_suite(suite, tmp_path / "r", resume=True, progress=False)
+    assert outcome.run_dir == run_dir and outcome.skipped == 3 and outcome.ran == total - 3
+    ids = [r["case_id"] for r in _rows(run_dir)]
+    assert len(ids) == len(set(ids)) == total
+    assert [r["case_id"] for r in _rows(run_dir)[:3]] == [r["case_id"] for r in first]
+    assert all(n == 1 for n in support.PLANS.values()) and len(support.PLANS) == total
+    meta = read_meta(run_dir)
+    assert meta["status"] == "complete" and [s["status"] for s in meta["sessions"]] == ["interrupted", "complete"]
+    again = run_suite(suite, tmp_path / "r", resume=True, progress=False)
+    assert again.ran == 0 and len(_rows(run_dir)) == total
+
+
+@pytest.mark.slow
+def test_killed_process_resumes_from_its_rows(tmp_path):
+    """SIGKILL mid-run (no cleanup at all): every finished row survives, resume runs the rest once."""
+    suite_path = support.write_suite(
+        tmp_path, support.SUITE.format(name="kill").replace("[keep-all, prefix]", "[killer]"))
+    script = textwrap.dedent(f"""
+        import sys
+        from tests import test_suite_support as support
+        support.install()
+        from harness.cli import main
+        sys.exit(main(["run", {str(suite_path)!r}, "-o", {str(tmp_path / 'r')!r}, "--no-progress"]))
+    """)
+    env = {**os.environ, "MEMBUDGET_TEST_KILL_AT": "6", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == -9, done.stderr
+    run_dir = next((tmp_path / "r" / "kill").iterdir())
+    first = [r["case_id"] for r in _rows(run_dir)]
+    assert len(first) == 5
+    with open(run_dir / "rows.csv", "a") as f:  # as if killed in the middle of a write
+        f.write("kill,synthetic:chain8/b2/3x32x32/killer/f1/sim")
+    from harness.cli import main
+
+    assert main(["run", str(suite_path), "-o", str(tmp_path / "r"), "--resume", "--no-progress", "--json"]) == 0
+    rows = _rows(run_dir)
+    ids = [r["case_id"] for r in rows]
+    total = len(load_suite(suite_path).cases())
+    assert len(ids) == len(set(ids)) == total and ids[:5] == first
+    assert sum(support.PLANS.values()) == total - 5  # this process planned only what was missing
+    with open(run_dir / "rows.csv") as f:
+        assert all(len(r) == len(COLUMNS) for r in csv.reader(f))
+
+
+def _comparable(rows):
+    return sorted(({k: v for k, v in r.items() if k not in TIMING} for r in rows), key=lambda r: r["case_id"])
+
+
+@pytest.mark.slow
+def test_process_pool_gives_the_same_rows(tmp_path):
+    text = support.SUITE.format(name="pool").replace("[1, 2]", "[1]")
+    suite = _suite(tmp_path, text)
+    one = _rows(run_suite(suite, tmp_path / "a", progress=False).run_dir)
+    two = _rows(run_suite(suite, tmp_path / "b", jobs=2, progress=False).run_dir)
+    assert _comparable(one) == _comparable(two)
+

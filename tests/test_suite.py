@@ -1,0 +1,219 @@
+"""Suite files: the schema, the grid, and errors that name the file, line, field and choices."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UnknownPlugin
+from harness.suite import Budget, SuiteError, load_suite
+from tests.test_suite_support import SUITE, install, write_suite
+
+
+@pytest.fixture(autouse=True)
+def _plugin():
+    install()
+
+
+def _suite(tmp_path: Path, text: str, filename: str = "s.yaml") -> Path:
+    return write_suite(tmp_path, textwrap.dedent(text), filename=filename)
+
+
+def _error(path: Path) -> SuiteError:
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    return info.value
+
+
+def _line_of(path: Path, needle: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+BASE = """\
+name: t
+profiler: synthetic
+device: synthetic
+models:
+  - model: synthetic:chain4
+    batch_sizes: [1, 2]
+budgets: {fractions: [0, 1]}
+planners: [keep-all, prefix]
+"""
+
+
+def test_grid_expands_to_unique_readable_case_ids(tmp_path):
+    suite = load_suite(_suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                                     "planners: [keep-all, prefix, {name: prefix, depth: 3}]")))
+    cases = suite.cases()
+    assert len(cases) == 2 * 2 * 3  # batches x budgets x planners (one executor by default)
+    ids = [c.case_id for c in cases]
+    assert len(set(ids)) == len(ids)
+    assert "synthetic:chain4/b2/3x32x32/prefix[depth=3]/f0/simulate" in ids
+    with_options = [c for c in cases if c.planner_options]
+    assert {c.planner for c in with_options} == {"prefix"} and with_options[0].planner_options == {"depth": 3}
+    assert all(c.input_size == (3, 32, 32) for c in cases)  # the model factory's default
+
+
+def test_fraction_budgets_span_min_to_peak():
+    assert Budget("fraction", 0.0, "f0").resolve(100, 300) == 100
+    assert Budget("fraction", 0.5, "f0.5").resolve(100, 300) == 200
+    assert Budget("fraction", 1.0, "f1").resolve(100, 300) == 300
+    assert Budget("bytes", 4096.0, "4KiB").resolve(100, 300) == 4096
+
+
+def test_byte_budgets_parse_units(tmp_path):
+    suite = load_suite(_suite(tmp_path, BASE.replace("{fractions: [0, 1]}", "{bytes: [4GiB, 512MiB, 1000]}")))
+    assert [b.label for b in suite.budgets()] == ["4GiB", "512MiB", "1000"]
+    assert [int(b.value) for b in suite.budgets()] == [4 * 2**30, 512 * 2**20, 1000]
+
+
+@pytest.mark.parametrize("old,new,needle,field,words", [
+    ("batch_sizes: [1, 2]", "batch_sizes: [1, two]", "batch_sizes", "models[0].batch_sizes[1]", "integer"),
+    ("batch_sizes: [1, 2]", "batch_sizes: 2", "batch_sizes", "models[0].batch_sizes", "list"),
+    ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "greater than or equal"),
+    ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
+    ("device: synthetic", "device: [a, b]", "device:", "device", "string"),
+    ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),
+])
+def test_wrong_types_name_file_line_and_field(tmp_path, old, new, needle, field, words):
+    path = _suite(tmp_path, BASE.replace(old, new))
+    err = _error(path)
+    line = _line_of(path, needle)
+    assert f"{path}:{line}: {field}: " in str(err), str(err)
+    assert words in str(err)
+    assert (err.source, err.line, err.field) == (str(path), line, field)
+
+
+def test_missing_field_is_named(tmp_path):
+    path = _suite(tmp_path, BASE.replace("device: synthetic\n", ""))
+    assert "device: required field is missing" in str(_error(path))
+
+
+@pytest.mark.parametrize("old,new,kind,bad,field", [
+    ("planners: [keep-all, prefix]", "planners: [keep-all, prefixx]", "planner", "prefixx", "planners[1].name"),
+    ("profiler: synthetic", "profiler: analytik", "profiler", "analytik", "profiler"),
+    ("models:\n", "executors: [simulat]\nmodels:\n", "executor", "simulat", "executors[0].name"),
+    ("models:\n", "allocators: [cachin]\nmodels:\n", "allocator", "cachin", "allocators[0].name"),
+])
+def test_unknown_plugins_name_the_choices(tmp_path, old, new, kind, bad, field):
+    path = _suite(tmp_path, BASE.replace(old, new))
+    err = _error(path)
+    line = _line_of(path, bad)
+    assert f"{path}:{line}: {field}: unknown {kind} {bad!r}; available: " in str(err), str(err)
+    from harness.plugins import registry
+
+    assert err.choices == registry().names(kind) and err.choices
+    assert isinstance(err, UnknownPlugin) and (err.kind, err.name) == (kind, bad)
+    for choice in err.choices:
+        assert choice in str(err)
+
+
+def test_unknown_model_names_the_line_and_some_choices(tmp_path):
+    path = _suite(tmp_path, BASE.replace("synthetic:chain4", "synthetic:chain5"))
+    err = _error(path)
+    assert f"{path}:{_line_of(path, 'chain5')}: models[0].model: unknown model 'synthetic:chain5'" in str(err)
+    assert "synthetic:chain4" in err.choices
+
+
+def test_optional_planner_that_is_not_installed_is_skipped_and_reported(tmp_path):
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                         "planners: [prefix, {name: not-installed, optional: true}]"))
+    suite = load_suite(path)
+    assert {c.planner for c in suite.cases()} == {"prefix"}
+    assert suite.skipped == ["planner 'not-installed' is not installed (optional): skipped"]
+
+
+@pytest.mark.parametrize("old,new,needle,expect", [
+    ("models:\n  - model: synthetic:chain4\n    batch_sizes: [1, 2]\n", "models: []\n", "models:",
+     "models: must not be empty"),
+    ("planners: [keep-all, prefix]", "planners: []", "planners:", "planners: must not be empty"),
+    ("batch_sizes: [1, 2]", "batch_sizes: []", "batch_sizes", "models[0].batch_sizes: must not be empty"),
+    ("{fractions: [0, 1]}", "{fractions: []}", "budgets:", "budgets: no budgets"),
+    ("planners: [keep-all, prefix]", "planners: [{name: nope, optional: true}]", "planners:",
+     "planners: the suite expands to no cases: every planner listed is optional and not installed"),
+    ("planners: [keep-all, prefix]", "planners: [prefix]\nexcludes:\n  - {planner: prefix}", "excludes:",
+     "excludes: the suite expands to no cases: the excludes remove every case"),
+])
+def test_empty_grids_are_refused(tmp_path, old, new, needle, expect):
+    path = _suite(tmp_path, BASE.replace(old, new))
+    assert old in BASE
+    err = _error(path)
+    assert f"{path}:{_line_of(path, needle)}: {expect}" in str(err), str(err)
+
+
+def test_excludes_drop_matching_cases(tmp_path):
+    text = BASE + "excludes:\n  - {planner: keep-all, budget: 0}\n  - {batch_size: 2, budget: f1, planner: [prefix]}\n"
+    suite = load_suite(_suite(tmp_path, text))
+    ids = {c.case_id for c in suite.cases()}
+    assert len(ids) == 8 - 3
+    assert not any("keep-all/f0/" in i for i in ids)
+    assert "synthetic:chain4/b2/3x32x32/prefix/f1/simulate" not in ids
+    assert "synthetic:chain4/b1/3x32x32/prefix/f1/simulate" in ids
+
+
+def test_unknown_exclude_key_is_named(tmp_path):
+    path = _suite(tmp_path, BASE + "excludes:\n  - {planer: keep-all}\n")
+    err = str(_error(path))
+    assert f"{path}:{_line_of(path, 'planer')}: excludes[0]: unknown key 'planer'; match on model" in err
+
+
+def test_duplicate_planner_is_refused(tmp_path):
+    path = _suite(tmp_path, BASE.replace("[keep-all, prefix]", "[prefix, prefix]"))
+    assert "'prefix' is listed twice" in str(_error(path))
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]", "planners: [keep-all, prefix"))
+    err = str(_error(path))
+    assert err.startswith(f"{path}:") and "not valid YAML" in err
+
+
+def test_include_merges_and_errors_point_into_the_included_file(tmp_path):
+    _suite(tmp_path, BASE, filename="base.yaml")
+    top = _suite(tmp_path, """\
+        include: [base.yaml]
+        name: top
+        models:
+          - model: synthetic:chain8
+            batch_sizes: [1]
+        planners: [prefix]
+        """, filename="top.yaml")
+    suite = load_suite(top)
+    assert suite.name == "top"
+    assert {(c.model, c.batch_size) for c in suite.cases()} == {
+        ("synthetic:chain4", 1), ("synthetic:chain4", 2), ("synthetic:chain8", 1)}  # models extend
+    assert {c.planner for c in suite.cases()} == {"prefix"}  # planners replace
+    bad = _suite(tmp_path, BASE.replace("batch_sizes: [1, 2]", "batch_sizes: [one]"), filename="bad-base.yaml")
+    top = _suite(tmp_path, "include: [bad-base.yaml]\nname: top\n", filename="top2.yaml")
+    err = _error(top)
+    assert f"{bad}:{_line_of(bad, 'one')}: models[0].batch_sizes[0]" in str(err)
+
+
+def test_include_cycle_and_missing_include(tmp_path):
+    _suite(tmp_path, "include: [b.yaml]\n" + BASE, filename="a.yaml")
+    _suite(tmp_path, "include: [a.yaml]\n", filename="b.yaml")
+    assert "include cycle" in str(_error(tmp_path / "a.yaml"))
+    path = _suite(tmp_path, "include: [nope.yaml]\n" + BASE, filename="c.yaml")
+    assert f"{path}:1: include[0]: no such suite file" in str(_error(path))
+
+
+def test_the_shared_synthetic_suite_loads(tmp_path):
+    suite = load_suite(write_suite(tmp_path))
+    assert len(suite.cases()) == 3 * 3 * 2
+    assert SUITE.startswith("name:")
+
+
+def test_quick_suite_is_valid_when_its_plugins_are_installed():
+    path = Path(__file__).resolve().parents[1] / "suites" / "quick.yaml"
+    from harness.plugins import registry
+
+    if "analytic" not in registry().names("profiler"):
+        pytest.skip("the analytic profiler (harness/profilers/analytic.py) is not registered yet")
+    suite = load_suite(path)
+    assert {"keep-all", "greedy"} <= {c.planner for c in suite.cases()}
+    assert {c.budget.label for c in suite.cases()} == {"f0", "f0.25", "f0.5", "f0.75", "f1"}

@@ -1,0 +1,224 @@
+"""Shared by the suite, runner, publish and CLI tests: a synthetic test plugin and helpers.
+
+The plugin brings a ``synthetic`` profiler with ``synthetic:chainN`` models (N stages,
+sizes and times that grow with the batch), a simple offloading planner ``prefix``
+(papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
+and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
+(its first call is slow, like a Numba compile),
+``interrupter`` (Ctrl-C on its Nth plan) and ``killer`` (SIGKILLs its own process on its
+Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
+process-wide registry. This file has no tests of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+from harness import hookimpl
+from harness.model import Profile, Stage
+from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule
+
+MODELS = {"synthetic:chain4": 4, "synthetic:chain8": 8, "synthetic:chain12": 12}
+PLANS: Counter = Counter()  # (planner, model, batch, budget) -> how many times it was planned
+PROFILED: Counter = Counter()  # (model, batch) -> how many times it was profiled
+
+
+def chain(model: str, batch: int) -> Profile:
+    """A deterministic chain whose early activations are the big ones, as in CNNs."""
+    n = MODELS[model]
+    stages = tuple(
+        Stage(f"s{i}", "conv" if i % 2 == 0 else "act", 1e-3 * batch * (1 + i % 3), 2e-3 * batch * (1 + i % 2),
+              input_bytes=batch * 4096 * (n - i), saved_bytes=batch * 4096 * (n - i), grad_bytes=batch * 1024 * (n - i),
+              fwd_workspace=512 * (i % 3), bwd_workspace=512 * (i % 2))
+        for i in range(n)
+    )
+    return Profile(model, batch, (3, 32, 32), "synthetic", 16 * 2**30, 2e7, 2e7, 10_000, batch * 100, stages,
+                   profiler="synthetic")
+
+
+class SyntheticProfiler:
+    """Profiles ``synthetic:chainN`` without running anything."""
+
+    name = "synthetic"
+    description = "deterministic synthetic chains for tests"
+
+    def profile(self, workload):
+        """The chain of ``workload.model`` at ``workload.batch_size``."""
+        if workload.model == "synthetic:broken":
+            raise RuntimeError("profiler crashed")
+        if workload.model not in MODELS:
+            raise ValueError(f"no synthetic model {workload.model!r}")
+        PROFILED[(workload.model, workload.batch_size)] += 1
+        return chain(workload.model, workload.batch_size)
+
+
+class SyntheticModels:
+    """Model factory that names the synthetic chains (it builds nothing)."""
+
+    name = "synthetic"
+    description = "synthetic:chainN for tests"
+
+    def names(self):
+        """The synthetic model names (``synthetic:broken`` crashes the profiler)."""
+        return [*MODELS, "synthetic:broken"]
+
+    def default_input_size(self, model):
+        """3x32x32."""
+        return (3, 32, 32)
+
+    def build(self, workload, device="cpu"):
+        """Nothing to build."""
+        raise NotImplementedError("synthetic chains have no module")
+
+
+class Prefix:
+    """Offload the first activations until M_peak - M is out (papers/004 section 4.2)."""
+
+    name = "prefix"
+    description = "GREEDY-like prefix offloading (test plugin)"
+
+    def plan(self, profile, budget_bytes, **options):
+        """The fastest ordered no-wait schedule offloading the shortest sufficient prefix."""
+        from harness.bounds import peak_memory
+
+        if profile.model in MODELS:  # not the runner's warm-up chain
+            PLANS[(self.name, profile.model, profile.batch_size, budget_bytes)] += 1
+        check_budget(profile, budget_bytes, self.name)
+        need = peak_memory(profile) - budget_bytes
+        offload = []
+        for i, stage in enumerate(profile.stages):
+            if need <= 0:
+                break
+            offload.append(i)
+            need -= stage.saved_bytes
+        if not offload:
+            return keep_all_schedule(profile, budget_bytes, self.name)
+        for k in range(len(offload), profile.n_stages + 1):
+            schedule = best_ordered_schedule(profile, budget_bytes, list(range(k)), planner=self.name)
+            if schedule is not None:
+                return schedule
+        raise RuntimeError("no feasible prefix")
+
+
+class Boom(Prefix):
+    """Raises on every plan."""
+
+    name = "boom"
+    description = "always raises (test plugin)"
+
+    def plan(self, profile, budget_bytes, **options):
+        """Raise."""
+        raise RuntimeError("boom goes the planner")
+
+
+class Oom(Prefix):
+    """Runs out of memory on every plan."""
+
+    name = "oom"
+    description = "always out of memory (test plugin)"
+
+    def plan(self, profile, budget_bytes, **options):
+        """Raise MemoryError."""
+        raise MemoryError("cannot allocate the planning table")
+
+
+class Interrupter(Prefix):
+    """Like ``prefix``, but the ``interrupt_at``-th plan raises KeyboardInterrupt (0: never)."""
+
+    name = "interrupter"
+    description = "Ctrl-C on the Nth plan (test plugin)"
+    interrupt_at = 0
+    calls = 0
+
+    def plan(self, profile, budget_bytes, **options):
+        """Plan like ``prefix`` or press Ctrl-C."""
+        type(self).calls += profile.model in MODELS
+        if type(self).calls == self.interrupt_at:
+            raise KeyboardInterrupt
+        return super().plan(profile, budget_bytes, **options)
+
+
+class Killer(Prefix):
+    """Like ``prefix``, but the Nth plan SIGKILLs the process (N from ``MEMBUDGET_TEST_KILL_AT``)."""
+
+    name = "killer"
+    description = "kills its process on the Nth plan (test plugin)"
+    calls = 0
+
+    def plan(self, profile, budget_bytes, **options):
+        """Plan like ``prefix`` or die."""
+        type(self).calls += profile.model in MODELS
+        if str(type(self).calls) == os.environ.get("MEMBUDGET_TEST_KILL_AT"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().plan(profile, budget_bytes, **options)
+
+
+class SlowFirst(Prefix):
+    """Like ``prefix``, but its first plan in a process takes a second (as a Numba compile would)."""
+
+    name = "slow-first"
+    description = "slow first call, like a JIT compile (test plugin)"
+    compiled = False
+
+    def plan(self, profile, budget_bytes, **options):
+        """Sleep on the first call, then plan like ``prefix``."""
+        if not type(self).compiled:
+            import time
+
+            time.sleep(1.0)
+            type(self).compiled = True
+        return super().plan(profile, budget_bytes, **options)
+
+
+class Plugin:
+    """The hook implementations of the test plugin."""
+
+    @hookimpl
+    def membudget_register_profilers(self, register):
+        register(SyntheticProfiler())
+
+    @hookimpl
+    def membudget_register_models(self, register):
+        register(SyntheticModels())
+
+    @hookimpl
+    def membudget_register_planners(self, register):
+        for planner in (Prefix(), Boom(), Oom(), Interrupter(), Killer(), SlowFirst()):
+            register(planner)
+
+
+PLUGIN = Plugin()
+PLUGIN.__name__ = "membudget_test_support"
+
+
+def install():
+    """Register the test plugin in the process-wide registry (once) and return it."""
+    from harness.plugins import registry
+
+    registry().add_plugin(PLUGIN, "membudget-test-support", "0.0")
+    return registry()
+
+
+SUITE = """\
+name: {name}
+profiler: synthetic
+device: synthetic
+models:
+  - model: synthetic:chain4
+    batch_sizes: [2]
+  - model: synthetic:chain8
+    batch_sizes: [1, 2]
+budgets: {{fractions: [0, 0.5, 1.0]}}
+planners: [keep-all, prefix]
+executors: [simulate]
+"""
+
+
+def write_suite(folder: Path, text: str | None = None, name: str = "synth", filename: str = "synth.yaml") -> Path:
+    """Write a suite file (the small synthetic suite by default) and return its path."""
+    path = Path(folder) / filename
+    path.write_text(text if text is not None else SUITE.format(name=name))
+    return path

@@ -86,10 +86,12 @@ class _State:
     blocks: dict[int, _Block] = field(default_factory=dict)  # pool key id -> block
 
     def pool_insert(self, b: _Block) -> None:
+        """Put a free block into its pool (ordered by size, then address)."""
         bisect.insort(self.pools[b.small], (b.size, b.addr, id(b)))
         self.blocks[id(b)] = b
 
     def pool_remove(self, b: _Block) -> None:
+        """Take a free block out of its pool."""
         pool = self.pools[b.small]
         key = (b.size, b.addr, id(b))
         pos = bisect.bisect_left(pool, key)

@@ -122,7 +122,7 @@ class PoolAllocator:
                 if nk < len(f_addr) and f_addr[k] + f_size[k] == f_addr[nk] and not f_head[nk]:
                     f_size[k] = _INFINITE if f_size[nk] == _INFINITE else f_size[k] + f_size[nk]
                     del f_addr[nk], f_size[nk], f_head[nk]
-        arena = top if self.pool_bytes is None else top
+        arena = top  # unbounded: the highest address used; bounded: the pool plus its growths
         notes = f"policy={self.policy}, granularity={g}"
         if self.pool_bytes is not None:
             notes += f", pool={self.pool_bytes}, grew {grown} time(s)"

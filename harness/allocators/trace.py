@@ -21,9 +21,12 @@ Hence a placement valid for the integer trace is valid for the float one.
 Trace files use the CSV format of the public allocation benchmarks (MiniMalloc's and
 idealloc's suites): a header ``id,lower,upper,size`` and one row per block with a
 half-open lifetime; an ``offset`` column, when present, carries a solution. MiniMalloc's
-older column names are accepted as it accepts them (``buffer``/``buffer_id`` for ``id``,
-``start``/``begin`` for ``lower``, ``end`` for an *inclusive* upper bound, read as
-``end + 1``).
+older column names are accepted as its converter (``src/converter.cc``) accepts them
+(``buffer``/``buffer_id`` for ``id``, ``start``/``begin`` for ``lower``, ``end`` for an
+*inclusive* upper bound, read as ``end + 1``). Beware: the asplos2024 benchmark files
+once shipped with a ``buffer,start,end,size`` header whose ``end`` was exclusive (the
+same numbers now appear under ``id,lower,upper,size``, and only the half-open reading
+fits their capacity); read such a file with ``end_inclusive=False``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "to_memory_blocks",
     "blocks_from_events",
     "blocks_from_torch_snapshot",
+    "inference_trace",
     "max_live_bytes",
     "live_bytes_profile",
     "read_csv",
@@ -247,15 +251,50 @@ def blocks_from_torch_snapshot(snapshot: Mapping[str, Any], device: int = 0) -> 
     return blocks_from_events(events)
 
 
+def inference_trace(profile: Any) -> tuple[MemoryBlock, ...]:
+    """The memory trace of one forward-only pass (inference) of a chain ``Profile``.
+
+    The weights live for the whole pass; stage i's input (``input_bytes``) is allocated
+    when the operation producing it starts (the pass's start for stage 0) and freed when
+    F_i ends; F_i's workspace lives while F_i runs; the last output (``output_bytes``) is
+    allocated when the last stage starts and freed at the end. Times are the cumulative
+    forward times (papers/003's "inference" traces; training traces come from the
+    simulator's runs).
+    """
+    stages = profile.stages
+    starts = [0.0]
+    for st in stages:
+        starts.append(starts[-1] + st.fwd_time)
+    end = starts[-1]
+    blocks: list[tuple[str, int, float, float]] = [("weights", profile.weight_bytes, 0.0, end)]
+    for i, st in enumerate(stages):
+        born = starts[i - 1] if i else 0.0
+        blocks.append((f"x{i}", st.input_bytes, born, starts[i + 1]))
+        blocks.append((f"wF{i}", st.fwd_workspace, starts[i], starts[i + 1]))
+    blocks.append(("output", profile.output_bytes, starts[len(stages) - 1], end))
+    return tuple(
+        MemoryBlock(id=k, name=name, size=int(size), alloc=float(a), free=float(f))
+        for k, (name, size, a, f) in enumerate(blocks)
+        if size > 0
+    )
+
+
 # --------------------------------------------------------------------------- live bytes
+
+
+def _alive(t: IntTrace) -> IntTrace:
+    """``t`` without the blocks whose lifetime is empty (``lower == upper``): they hold nothing."""
+    keep = t.upper > t.lower
+    return t if keep.all() else t.subset(np.flatnonzero(keep))
 
 
 def live_bytes_profile(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> tuple[np.ndarray, np.ndarray]:
     """``(times, live)``: the bytes alive just after the events at each distinct time.
 
-    Frees at a time are applied before allocations at that time (half-open lifetimes).
+    Frees at a time are applied before allocations at that time (half-open lifetimes);
+    blocks with an empty lifetime hold nothing.
     """
-    t = as_int_trace(trace)
+    t = _alive(as_int_trace(trace))
     if not len(t):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     times = np.concatenate([t.upper, t.lower])
@@ -268,8 +307,8 @@ def live_bytes_profile(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> tuple[n
 
 
 def max_live_bytes(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> int:
-    """The most bytes alive at once (half-open lifetimes); 0 for an empty trace."""
-    t = as_int_trace(trace)
+    """The most bytes alive at once (half-open lifetimes; empty lifetimes hold nothing); 0 for no blocks."""
+    t = _alive(as_int_trace(trace))
     if not len(t):
         return 0
     times = np.concatenate([t.upper, t.lower])
@@ -296,9 +335,11 @@ def _read_rows(source: Union[str, Path, io.TextIOBase]) -> tuple[list[str], list
     return header, rows[1:], where
 
 
-def _parse(source: Union[str, Path, io.TextIOBase]) -> tuple[IntTrace, list[int] | None]:
+def _parse(
+    source: Union[str, Path, io.TextIOBase], end_inclusive: bool = True
+) -> tuple[IntTrace, list[int] | None]:
     header, rows, where = _read_rows(source)
-    inclusive_end = "end" in header
+    inclusive_end = "end" in header and end_inclusive
     names = [("upper" if h == "end" else _ALIASES.get(h, h)) for h in header]
     if len(set(names)) != len(names):
         raise TraceError(f"{where}: duplicate column names in header {header}")
@@ -335,14 +376,19 @@ def _parse(source: Union[str, Path, io.TextIOBase]) -> tuple[IntTrace, list[int]
     return trace, offsets
 
 
-def read_csv(source: Union[str, Path, io.TextIOBase]) -> IntTrace:
-    """Read a trace file (``id,lower,upper,size``, half-open lifetimes) into an :class:`IntTrace`."""
-    return _parse(source)[0]
+def read_csv(source: Union[str, Path, io.TextIOBase], *, end_inclusive: bool = True) -> IntTrace:
+    """Read a trace file (``id,lower,upper,size``, half-open lifetimes) into an :class:`IntTrace`.
+
+    ``end_inclusive`` only matters for a legacy ``end`` column (module docstring).
+    """
+    return _parse(source, end_inclusive)[0]
 
 
-def read_csv_offsets(source: Union[str, Path, io.TextIOBase]) -> tuple[IntTrace, list[int] | None]:
+def read_csv_offsets(
+    source: Union[str, Path, io.TextIOBase], *, end_inclusive: bool = True
+) -> tuple[IntTrace, list[int] | None]:
     """Read a trace file and its ``offset`` column (None when the file has none)."""
-    return _parse(source)
+    return _parse(source, end_inclusive)
 
 
 def write_csv(

@@ -27,10 +27,12 @@ Cost
 ----
 The reference scans every offset line and every unplaced block at each step (quadratic
 and then some). The kernel keeps the lines in a linked list with a binary heap on
-``(height, start)``, and the unplaced blocks sorted by ``lower`` with a skip list
-(union-find ``next unplaced``) so that a search visits only the unplaced blocks that start
-inside the line, and stops as soon as no later-starting block can be longer than the best
-found so far.
+``(height, start)``. The unplaced blocks are indexed twice: by start (``lower``), under a
+min segment tree of their ends, so that a line no block fits is recognised in O(log n)
+and lifted; and by preference (longest, largest, first), under a segment tree of their
+largest start and smallest end. The best block for a line is then found by two searches
+in lock step (see ``_best_block``), which keeps the work near the cheaper of the two on
+every kind of trace.
 """
 
 from __future__ import annotations
@@ -99,6 +101,69 @@ def bestfit_reference(lower, upper, size) -> np.ndarray:
 # --------------------------------------------------------------------------- kernel
 
 
+_INF = np.int64(2**62)
+
+
+@njit(cache=True)
+def _build_min(tree, tsize):
+    for node in range(tsize - 1, 0, -1):
+        a = tree[2 * node]
+        b = tree[2 * node + 1]
+        tree[node] = a if a < b else b
+
+
+@njit(cache=True)
+def _build_max(tree, tsize):
+    for node in range(tsize - 1, 0, -1):
+        a = tree[2 * node]
+        b = tree[2 * node + 1]
+        tree[node] = a if a > b else b
+
+
+@njit(cache=True)
+def _set_min(tree, tsize, leaf, value):
+    node = leaf + tsize
+    tree[node] = value
+    node >>= 1
+    while node >= 1:
+        a = tree[2 * node]
+        b = tree[2 * node + 1]
+        tree[node] = a if a < b else b
+        node >>= 1
+
+
+@njit(cache=True)
+def _set_max(tree, tsize, leaf, value):
+    node = leaf + tsize
+    tree[node] = value
+    node >>= 1
+    while node >= 1:
+        a = tree[2 * node]
+        b = tree[2 * node + 1]
+        tree[node] = a if a > b else b
+        node >>= 1
+
+
+@njit(cache=True)
+def _range_min(tree, tsize, lo, hi):
+    """The smallest leaf value in ``[lo, hi)``."""
+    out = _INF
+    l = lo + tsize
+    r = hi + tsize
+    while l < r:
+        if l & 1:
+            if tree[l] < out:
+                out = tree[l]
+            l += 1
+        if r & 1:
+            r -= 1
+            if tree[r] < out:
+                out = tree[r]
+        l >>= 1
+        r >>= 1
+    return out
+
+
 @njit(cache=True)
 def _find(nxt, p):
     """The first unplaced position >= p (union-find with path compression)."""
@@ -110,6 +175,80 @@ def _find(nxt, p):
         nxt[p] = root
         p = q
     return root
+
+
+@njit(cache=True)
+def _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper, size,
+                maxlow, minup_r, tsize, rank_block, roots, stack):
+    """The best block for the line ``[xs, xe)``: longest, then largest, then first in the trace.
+
+    The caller has checked that some block fits. Two searches run in lock step, one unit
+    of work each in turn, and the first to finish answers (both give the same block):
+
+    - a scan of the unplaced blocks that start inside the line, in order of start,
+      stopping once no later-starting block can live longer than the best found;
+    - a walk of the rank tree (blocks in order of preference, from the first one not
+      longer than the line) that skips every subtree whose blocks all start before
+      ``xs`` or all end after ``xe``; the first block it reaches that fits is the best.
+
+    The scan wins when lines are narrow and blocks short, the walk when many short blocks
+    fit a wide line but the best one starts late in it.
+    """
+    # canonical nodes of the rank range [first, m), left to right
+    half = roots.shape[0] // 2
+    nl = 0
+    nr = 0
+    l = first + tsize
+    r = m + tsize
+    while l < r:
+        if l & 1:
+            roots[nl] = l
+            nl += 1
+            l += 1
+        if r & 1:
+            r -= 1
+            roots[half + nr] = r
+            nr += 1
+        l >>= 1
+        r >>= 1
+    for k in range(nr):
+        roots[nl + k] = roots[half + nr - 1 - k]
+    nroots = nl + nr
+    k = 0
+    sp = 0
+    walking = True
+    # the scan
+    p = _find(nxt, lo)
+    best_b = -1
+    best_len = -1
+    best_size = -1
+    while True:
+        if p >= hi or xe - pos_lower[p] < best_len:
+            return best_b
+        b = pos_block[p]
+        if upper[b] <= xe:
+            ln = upper[b] - lower[b]
+            if ln > best_len or (ln == best_len and (size[b] > best_size or (size[b] == best_size and b < best_b))):
+                best_b = b
+                best_len = ln
+                best_size = size[b]
+        p = _find(nxt, p + 1)
+        if walking:
+            if sp == 0:
+                if k == nroots:
+                    walking = False
+                    continue
+                stack[0] = roots[k]
+                k += 1
+                sp = 1
+            sp -= 1
+            node = stack[sp]
+            if maxlow[node] >= xs and minup_r[node] <= xe:
+                if node >= tsize:
+                    return rank_block[node - tsize]
+                stack[sp] = 2 * node + 1
+                stack[sp + 1] = 2 * node
+                sp += 2
 
 
 @njit(cache=True)
@@ -186,7 +325,39 @@ def bestfit_kernel(lower, upper, size):
     order = np.argsort(lower[act], kind="mergesort")  # stable: index order among equal lowers
     pos_block = act[order]
     pos_lower = lower[pos_block]
+    # ranks: the order of preference (longest lifetime, then largest size, then first in
+    # the trace), under a segment tree of the largest lower and the smallest upper of the
+    # unplaced blocks: the best block for a line is the first rank whose block starts at
+    # or after the line's start and ends by its end (see _best_block)
+    lens = upper[act] - lower[act]
+    by_size = np.argsort(-size[act], kind="mergesort")  # stable: trace order among equal sizes
+    rank_block = act[by_size[np.argsort(-lens[by_size], kind="mergesort")]]
+    neg_len = lower[rank_block] - upper[rank_block]  # -lifetime, ascending along the ranks
+    rank_of = np.empty(n, dtype=np.int64)
+    for r in range(m):
+        rank_of[rank_block[r]] = r
+    tsize = 1
+    while tsize < m:
+        tsize *= 2
+    maxlow = np.full(2 * tsize, -_INF, dtype=np.int64)
+    minup_r = np.full(2 * tsize, _INF, dtype=np.int64)
+    for r in range(m):
+        maxlow[tsize + r] = lower[rank_block[r]]
+        minup_r[tsize + r] = upper[rank_block[r]]
+    _build_max(maxlow, tsize)
+    _build_min(minup_r, tsize)
+    # a segment tree over positions (blocks sorted by lower) keeps the smallest upper, so
+    # that a line no block fits is recognised without a search
+    minup_p = np.full(2 * tsize, _INF, dtype=np.int64)
+    for p in range(m):
+        minup_p[tsize + p] = upper[pos_block[p]]
+    _build_min(minup_p, tsize)
+    pos_of = np.empty(n, dtype=np.int64)
+    for p in range(m):
+        pos_of[pos_block[p]] = p
     nxt = np.arange(m + 1).astype(np.int64)  # skip list over placed positions; m is the sentinel
+    stack = np.empty(256, dtype=np.int64)
+    roots = np.empty(256, dtype=np.int64)
 
     t0 = pos_lower[0]
     t1 = upper[pos_block[0]]
@@ -230,42 +401,24 @@ def bestfit_kernel(lower, upper, size):
         xs = sxs[s]
         xe = sxe[s]
         h = sh[s]
-        # search: the longest unplaced block with xs <= lower and upper <= xe
-        lo = 0
-        hi = m
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pos_lower[mid] < xs:
-                lo = mid + 1
-            else:
-                hi = mid
-        p = _find(nxt, lo)
-        best_p = -1
-        best_len = -1
-        best_size = -1
-        best_idx = -1
-        while p < m and pos_lower[p] < xe:
-            if xe - pos_lower[p] < best_len:
-                break
-            b = pos_block[p]
-            if upper[b] <= xe:
-                ln = upper[b] - lower[b]
-                if (
-                    ln > best_len
-                    or (ln == best_len and size[b] > best_size)
-                    or (ln == best_len and size[b] == best_size and b < best_idx)
-                ):
-                    best_p = p
-                    best_len = ln
-                    best_size = size[b]
-                    best_idx = b
-            p = _find(nxt, p + 1)
+        # the best unplaced block with xs <= lower and upper <= xe, if any
+        lo = np.searchsorted(pos_lower, xs)  # first block starting at or after xs
+        hi = np.searchsorted(pos_lower, xe)  # first block starting at or after xe
+        b = -1
+        if lo < hi and _range_min(minup_p, tsize, lo, hi) <= xe:
+            # blocks longer than the line cannot fit: start at the first rank that is not
+            first = np.searchsorted(neg_len, -(xe - xs))
+            b = _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper, size,
+                            maxlow, minup_r, tsize, rank_block, roots, stack)
         pv = sprev[s]
         nx = snext[s]
-        if best_p >= 0:
-            b = best_idx
+        if b >= 0:
             offsets[b] = h
-            nxt[best_p] = best_p + 1
+            r = rank_of[b]
+            _set_max(maxlow, tsize, r, -_INF)
+            _set_min(minup_r, tsize, r, _INF)
+            _set_min(minup_p, tsize, pos_of[b], _INF)
+            nxt[pos_of[b]] = pos_of[b] + 1
             placed += 1
             lb = lower[b]
             ub = upper[b]

@@ -80,6 +80,7 @@ class _FirstFitPool:
         self.top = 0
 
     def malloc(self, size: int) -> tuple[int, int]:
+        """``(address, rounded size)`` of the lowest free block that fits, else at the top."""
         size = max(self.g, -(-size // self.g) * self.g)
         for k, s in enumerate(self.size):
             if s >= size:
@@ -95,6 +96,7 @@ class _FirstFitPool:
         return a, size
 
     def free(self, addr: int, size: int) -> None:
+        """Return a block, merging with free neighbours; a free block at the top shrinks the pool."""
         k = bisect.bisect_left(self.addr, addr)
         if k > 0 and self.addr[k - 1] + self.size[k - 1] == addr:
             k -= 1

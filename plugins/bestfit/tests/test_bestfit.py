@@ -1,0 +1,149 @@
+"""bestfit: conformance, against the CP-SAT optimum, against the caching model and max-live."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import numpy as np
+import pytest
+
+from harness.allocators.caching import CachingAllocator
+from harness.allocators.trace import IntTrace, to_int_trace
+from harness.plugins import Registry
+from harness.testing_allocators import AllocatorConformance, dnn_inference_trace, dnn_training_trace
+from membudget_bestfit import BestFit
+
+
+class TestBestFitConformance(AllocatorConformance):
+    allocator = BestFit()
+    max_examples = 100
+
+
+class TestBestFitReferenceConformance(AllocatorConformance):
+    allocator = BestFit(kernel="python")
+    max_examples = 40
+
+
+def test_registered_by_its_entry_point():
+    """The distribution names its module in the ``membudget`` group; the hook registers ``bestfit``."""
+    eps = [ep for ep in entry_points(group="membudget") if ep.name == "bestfit"]
+    assert len(eps) == 1 and eps[0].value == "membudget_bestfit"
+    assert eps[0].dist is not None and eps[0].dist.name == "membudget-bestfit"
+    reg = Registry()
+    reg.add_plugin(eps[0].load(), "membudget-bestfit", eps[0].dist.version)
+    entry = {e.name: e for e in reg.entries("allocator")}["bestfit"]
+    assert entry.plugin == "membudget-bestfit" and isinstance(entry.obj, BestFit)
+
+
+def test_rejects_unknown_kernel():
+    with pytest.raises(ValueError):
+        BestFit(kernel="cuda")
+
+
+# --------------------------------------------------------------------------- vs the optimum
+
+
+def small_random_instances(count=200, seed=2024):
+    """``count`` random traces of 3-12 blocks, sizes 1-16, lifetimes 1-n long in a 2n horizon."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        n = int(rng.integers(3, 13))
+        lo = rng.integers(0, 2 * n, n)
+        yield IntTrace(lo, lo + rng.integers(1, n + 1, n), rng.integers(1, 17, n))
+
+
+def small_dnn_instances():
+    """30 DNN-like traces: training and inference, 2-4 layers, seeds 0-4 (7-27 blocks)."""
+    for layers in (2, 3, 4):
+        for seed in range(5):
+            yield to_int_trace(dnn_training_trace(seed, layers=layers))
+            yield to_int_trace(dnn_inference_trace(seed, layers=layers))
+
+
+def compare_with_optimum(instances):
+    """(instances, equal, worst ratio, mean ratio) of best-fit's arena over the proved optimum."""
+    pytest.importorskip("ortools")
+    from harness.allocators.exact import solve_exact
+
+    ratios = []
+    for t in instances:
+        opt = solve_exact(t, time_limit_s=60)
+        assert opt.optimal, "CP-SAT should settle these small instances"
+        arena = BestFit().place(t).arena_bytes
+        assert arena >= opt.arena_bytes  # nothing beats the optimum
+        ratios.append(arena / opt.arena_bytes)
+    ratios = np.array(ratios)
+    return len(ratios), int((ratios == 1.0).sum()), float(ratios.max()), float(ratios.mean())
+
+
+def test_bestfit_vs_optimum_on_200_small_random_instances():
+    """Measured: best-fit equals the optimum on 188 of 200 (94%); worst 4/3, mean 1.007.
+
+    Best-fit is a heuristic: it is not always optimal. The test holds it to what was
+    measured, with a little room for the rate (>= 90%) and none for the worst case.
+    """
+    n, equal, worst, mean = compare_with_optimum(small_random_instances())
+    assert n == 200
+    assert equal >= 180, f"best-fit optimal on only {equal}/200"
+    assert worst <= 4 / 3 + 1e-12 and mean <= 1.01
+
+
+def test_bestfit_vs_optimum_on_30_small_dnn_like_traces():
+    """Measured: optimal on 28 of 30; the other two are 2.3% and 2.8% above (the optimum is max-live there)."""
+    n, equal, worst, mean = compare_with_optimum(small_dnn_instances())
+    assert n == 30
+    assert equal >= 27 and worst <= 1.03
+
+
+# --------------------------------------------------------------------------- DNN-like traces
+
+
+SEEDS = range(30)
+
+
+def dnn_cases():
+    """180 traces: training and inference, 20/40/80 layers, seeds 0-29."""
+    for make in (dnn_training_trace, dnn_inference_trace):
+        for layers in (20, 40, 80):
+            for seed in SEEDS:
+                yield make.__name__, layers, seed, make(seed, layers=layers)
+
+
+@pytest.fixture(scope="module")
+def dnn_results():
+    """(kind, layers, seed) -> (best-fit fragmentation, best-fit arena, caching arena)."""
+    best, caching = BestFit(), CachingAllocator()
+    out = {}
+    for kind, layers, seed, trace in dnn_cases():
+        b = best.place(trace)
+        out[kind, layers, seed] = (b.fragmentation, b.arena_bytes, caching.place(trace).arena_bytes)
+    return out
+
+
+def test_bestfit_never_needs_more_than_the_caching_model(dnn_results):
+    """On all 180 DNN-like traces (measured: the caching model needs 1.5%-52% more than max-live)."""
+    worse = [key for key, (_, best, caching) in dnn_results.items() if best > caching]
+    assert not worse
+
+
+def test_bestfit_within_2pct_of_max_live(dnn_results):
+    """Inference traces and training traces of 40 and 80 layers: all within 2% of max-live.
+
+    Measured: inference always exactly at max-live; training at most 0.78% (40 layers)
+    and 0.30% (80 layers) above it.
+    """
+    over = {key: frag for key, (frag, _, _) in dnn_results.items()
+            if (key[0] == "dnn_inference_trace" or key[1] >= 40) and frag > 1.02}
+    assert not over
+
+
+def test_bestfit_on_short_training_traces_measured(dnn_results):
+    """20-layer training traces: measured 28 of 30 within 2%; seeds 2 and 28 are 3.8% and 3.5% above.
+
+    Best-fit's skyline leaves a hole when a forward-pass block lifts an offset line that
+    the backward pass's blocks then sit on; in a short network that hole is a larger share
+    of the total. The test records the measured rate instead of claiming 2% everywhere.
+    """
+    frags = np.array([dnn_results["dnn_training_trace", 20, s][0] for s in SEEDS])
+    assert (frags <= 1.02).sum() >= 28
+    assert frags.max() <= 1.04

@@ -1,0 +1,114 @@
+"""The Numba kernel and the plain-Python reference of best-fit make the same choices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from harness.allocators.trace import IntTrace, to_int_trace
+from harness.allocators.validate import violations
+from harness.testing_allocators import dnn_inference_trace, dnn_training_trace, memory_traces
+from membudget_bestfit import bestfit_kernel, bestfit_offsets, bestfit_reference
+
+
+def both(lower, upper, size):
+    lo, up, sz = (np.asarray(a, dtype=np.int64) for a in (lower, upper, size))
+    return bestfit_kernel(lo, up, sz), bestfit_reference(lo, up, sz)
+
+
+def test_walkthrough_like_figure_1():
+    """Longest lifetime first; ties by size; the lowest, then leftmost, offset line.
+
+    A [0,10) 2 goes first at 0; B and C both live 3, B is larger: B on the line at 2;
+    the lines are now [0,2)@2, [2,5)@5, [5,10)@2: the leftmost lowest takes D, then
+    [5,10)@2 takes C.
+    """
+    k, r = both([0, 2, 6, 0], [10, 5, 9, 2], [2, 3, 1, 1])
+    assert k.tolist() == r.tolist() == [0, 2, 2, 2]
+
+
+def test_lift_up_merges_with_both_equal_neighbours():
+    """The line [4,6)@1 holds no block: it is lifted to 3 and merged with both neighbours."""
+    k, r = both([0, 0, 6, 3], [10, 4, 10, 7], [1, 2, 2, 1])
+    assert k.tolist() == r.tolist() == [0, 1, 1, 3]
+
+
+def test_lift_up_to_the_lower_neighbour_only():
+    """A [0,10) goes first; C [5,10) and E [2,7) both live 5, C is larger: C @1.
+
+    [0,5)@1 takes B [0,3); the lines are [0,3)@3, [3,5)@1, [5,10)@5. [3,5)@1 holds no
+    block: lifted to the lower neighbour (3, the left one) and merged with it only;
+    [0,5)@3 holds none either: lifted to 5 and merged with [5,10)@5, where E goes.
+    """
+    k, r = both([0, 0, 5, 2], [10, 3, 10, 7], [1, 2, 4, 1])
+    assert k.tolist() == r.tolist() == [0, 1, 1, 5]
+
+
+def test_longest_lifetime_wins_over_size():
+    """[0,4)@1 can take B [0,2) or D [1,4): D lives longer and goes first."""
+    k, r = both([0, 0, 4, 1], [8, 2, 8, 4], [1, 2, 4, 1])
+    assert k.tolist() == r.tolist() == [0, 2, 1, 1]
+
+
+def test_blocks_that_occupy_nothing_get_offset_zero():
+    k, r = both([0, 1, 2], [4, 1, 3], [5, 7, 0])
+    assert k.tolist() == r.tolist() == [0, 0, 0]
+    assert bestfit_kernel(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
+
+
+def random_traces(count, seed):
+    """Seeded random traces of several shapes: short and long lifetimes, equal lowers, big sizes."""
+    rng = np.random.default_rng(seed)
+    for k in range(count):
+        n = int(rng.integers(0, 120))
+        shape = k % 4
+        if shape == 0:  # many equal times
+            lo = rng.integers(0, 10, n)
+            up = lo + rng.integers(0, 6, n)
+        elif shape == 1:  # long and short lifetimes mixed
+            lo = rng.integers(0, 4 * n + 1, n)
+            up = lo + rng.geometric(0.05, n)
+        elif shape == 2:  # nested, stack-like
+            lo = np.sort(rng.integers(0, 2 * n + 1, n))
+            up = 4 * n + 2 - lo + rng.integers(0, 3, n)
+        else:  # byte sizes of tensors
+            lo = rng.integers(0, 50, n)
+            up = lo + rng.integers(1, 50, n)
+        size = rng.integers(0, 1 << rng.integers(1, 30), n)
+        yield IntTrace(lo, up, size)
+
+
+def test_kernel_equals_reference_on_300_seeded_random_traces():
+    count = 0
+    for t in random_traces(300, seed=11):
+        k, r = both(t.lower, t.upper, t.size)
+        assert k.tolist() == r.tolist(), t.rows()
+        assert not violations(t, k.tolist())
+        count += 1
+    assert count == 300
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(memory_traces(max_blocks=60))
+def test_kernel_equals_reference_on_hypothesis_traces(blocks):
+    t = to_int_trace(blocks)
+    k, r = both(t.lower, t.upper, t.size)
+    assert k.tolist() == r.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kernel_equals_reference_on_dnn_like_traces(seed):
+    for blocks in (dnn_training_trace(seed, layers=40), dnn_inference_trace(seed, layers=40)):
+        t = to_int_trace(blocks)
+        k, r = both(t.lower, t.upper, t.size)
+        assert k.tolist() == r.tolist()
+
+
+def test_bestfit_offsets_picks_the_implementation():
+    t = next(random_traces(1, seed=5))
+    assert bestfit_offsets(t.lower, t.upper, t.size, kernel="python").tolist() == bestfit_offsets(
+        t.lower, t.upper, t.size
+    ).tolist()
+    with pytest.raises(ValueError):
+        bestfit_offsets(t.lower, t.upper, t.size, kernel="fortran")

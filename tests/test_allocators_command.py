@@ -1,0 +1,97 @@
+"""``membudget place`` (place_command) and the allocators' registration."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from harness import hookimpl
+from harness.allocators import place_command, register_builtin
+from harness.allocators.trace import read_csv_offsets
+from harness.allocators.validate import violations
+from harness.errors import UnknownPlugin
+from harness.plugins import Registry
+
+CSV = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n"
+BUILTINS = {"caching", "first-fit", "cnmem", "greedy-by-size", "exact"}
+
+
+class _BuiltinAllocators:
+    """The core's allocator hook alone (the other built-ins import torch: slow, not needed here)."""
+
+    @hookimpl
+    def membudget_register_allocators(self, register):
+        register_builtin(register)
+
+
+@pytest.fixture(scope="module")
+def builtins_registry():
+    reg = Registry()
+    reg.add_plugin(_BuiltinAllocators(), "membudget", "dev")
+    return reg
+
+
+@pytest.fixture()
+def trace_csv(tmp_path):
+    path = tmp_path / "input.12.csv"
+    path.write_text(CSV)
+    return path
+
+
+def test_builtin_allocators_are_registered(builtins_registry):
+    reg = builtins_registry
+    entries = {e.name: e for e in reg.entries("allocator")}
+    assert BUILTINS <= set(entries)
+    assert all(entries[name].plugin == "membudget" for name in BUILTINS)
+    assert all(e.description and "\n" not in e.description for e in entries.values())
+
+
+@pytest.mark.parametrize("name", sorted(BUILTINS - {"exact"}))
+def test_place_command_text(trace_csv, name, builtins_registry):
+    out = io.StringIO()
+    assert place_command(trace_csv, name, False, registry=builtins_registry, stream=out) == 0
+    text = out.getvalue()
+    assert "max-live bytes 12" in text and "valid          yes" in text
+
+
+def test_place_command_json_and_solution_file(trace_csv, tmp_path, builtins_registry):
+    pytest.importorskip("ortools")
+    out = io.StringIO()
+    solution = tmp_path / "output.csv"
+    code = place_command(trace_csv, "exact", True, output=solution, registry=builtins_registry, stream=out)
+    report = json.loads(out.getvalue())
+    assert code == 0
+    assert report["arena_bytes"] == 12 and report["max_live_bytes"] == 12 and report["optimal"] is True
+    assert report["fragmentation"] == 1.0 and report["valid"] and report["blocks"] == 5
+    assert set(report) >= {"trace", "allocator", "place_time_s", "offsets", "violations", "notes"}
+    trace, offsets = read_csv_offsets(solution)
+    assert offsets == report["offsets"] and not violations(trace, offsets)
+
+
+def test_place_command_unknown_allocator(trace_csv, builtins_registry):
+    with pytest.raises(UnknownPlugin, match="caching"):
+        place_command(trace_csv, "nope", registry=builtins_registry, stream=io.StringIO())
+
+
+class _Broken:
+    name = "broken"
+    description = "puts everything at 0"
+
+    def place(self, trace):
+        from harness.allocators._common import make_placement
+        from harness.allocators.trace import as_int_trace
+
+        t = as_int_trace(trace)
+        return make_placement(self.name, t, [0] * len(t))
+
+
+def test_place_command_reports_an_invalid_placement(trace_csv):
+    class Reg:
+        def allocator(self, name):
+            return _Broken()
+
+    out = io.StringIO()
+    assert place_command(trace_csv, "broken", False, registry=Reg(), stream=out) == 1
+    assert "valid          NO" in out.getvalue() and "violation" in out.getvalue()

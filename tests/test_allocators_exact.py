@@ -1,0 +1,108 @@
+"""The exact solver (papers/003 eq. 1-6 by CP-SAT), and papers/001 section 6.1's sequence."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from harness.allocators.first_fit import Cnmem, FirstFit
+from harness.allocators.trace import IntTrace, max_live_bytes
+from harness.allocators.validate import violations
+from harness.testing_allocators import paper001_sequence
+
+pytest.importorskip("ortools")
+
+from harness.allocators.exact import ExactAllocator, solve_exact  # noqa: E402
+
+MiB = 1 << 20
+
+
+def brute_force_optimum(t: IntTrace) -> int:
+    """The smallest arena over every order of stacking blocks greedily (exact for tiny traces).
+
+    Any optimal placement can be compacted so that each block rests on 0 or on a block
+    below it; placing blocks in increasing order of offset, each at the lowest address
+    free over its lifetime, reproduces it. So the minimum over all orders is the optimum.
+    """
+    n = len(t)
+    best = None
+    for order in itertools.permutations(range(n)):
+        off = [0] * n
+        for k, i in enumerate(order):
+            x = 0
+            placed = [j for j in order[:k] if t.lower[j] < t.upper[i] and t.lower[i] < t.upper[j]]
+            moved = True
+            while moved:
+                moved = False
+                for j in placed:
+                    if x < off[j] + t.size[j] and off[j] < x + t.size[i]:
+                        x = off[j] + int(t.size[j])
+                        moved = True
+            off[i] = x
+        arena = max(off[i] + int(t.size[i]) for i in range(n))
+        best = arena if best is None else min(best, arena)
+    return best
+
+
+def test_optimum_on_minimalloc_example():
+    t = IntTrace(np.array([0, 3, 0, 9, 0]), np.array([3, 9, 9, 21, 21]), np.array([4, 4, 4, 4, 4]))
+    res = solve_exact(t)
+    assert res.optimal and res.arena_bytes == 12 and res.lower_bound_bytes == 12 and res.gap == 0
+    assert not violations(t, list(res.offsets))
+
+
+def test_optimum_matches_brute_force_on_tiny_traces():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(1, 6))
+        lo = rng.integers(0, 6, n)
+        t = IntTrace(lo, lo + rng.integers(1, 5, n), rng.integers(1, 7, n))
+        res = solve_exact(t)
+        assert res.optimal
+        assert res.arena_bytes == brute_force_optimum(t)
+
+
+def test_pool_feasibility_and_gcd_scaling():
+    t = IntTrace(np.array([0, 0, 1]), np.array([2, 1, 2]), np.array([3 * MiB, 2 * MiB, 2 * MiB]))
+    assert solve_exact(t).arena_bytes == 5 * MiB
+    assert solve_exact(t, pool_bytes=5 * MiB).status == "optimal"
+    res = solve_exact(t, pool_bytes=5 * MiB - 1)
+    assert res.status == "infeasible" and res.offsets is None and res.scale == MiB
+
+
+def test_exact_allocator_placement_and_notes():
+    t = IntTrace(np.array([0, 3, 0, 9, 0]), np.array([3, 9, 9, 21, 21]), np.array([4, 4, 4, 4, 4]))
+    p = ExactAllocator().place(t)
+    assert p.optimal is True and p.arena_bytes == 12 and p.notes.startswith("optimal")
+
+
+# --------------------------------------------------------------------------- papers/001 section 6.1
+
+
+POOL = 12 * MiB
+
+
+def test_paper001_sequence_fills_the_pool_before_every_free():
+    blocks = paper001_sequence(POOL)
+    assert len(blocks) == 10 and max_live_bytes(blocks) == POOL
+    for j in range(1, 5):  # just before d_j, the live blocks are a_ik with i <= j <= k
+        live = sum(b.size for b in blocks if int(b.name[1]) <= j <= int(b.name[2]))
+        assert live == POOL
+
+
+def test_paper001_no_placement_fits_the_pool():
+    """The exact solver settles the paper's claim: no placement fits in P; the optimum is 13/12 P."""
+    blocks = paper001_sequence(POOL)
+    assert solve_exact(blocks, pool_bytes=POOL).status == "infeasible"
+    best = solve_exact(blocks)
+    assert best.optimal and best.arena_bytes == 13 * MiB
+
+
+def test_paper001_first_fit_pool_needs_more_than_the_optimum():
+    blocks = paper001_sequence(POOL)
+    for alloc in (FirstFit(pool_bytes=POOL), Cnmem(pool_bytes=POOL)):
+        p = alloc.place(blocks)
+        assert p.arena_bytes == 14 * MiB and "grew 1" in p.notes  # does not fit; 7/6 P with growth
+    assert FirstFit().place(blocks).arena_bytes == 14 * MiB

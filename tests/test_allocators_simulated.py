@@ -1,0 +1,132 @@
+"""Allocators on the memory traces of simulated runs: every registered planner's schedules.
+
+Random chains (``harness.testing.chains``) are planned by every registered planner
+(keep-all among them) at budgets from the minimum to the peak, simulated, and the trace
+of every feasible run is placed by every registered allocator: each placement must pass
+the conformance checks, and best-fit (when its plugin is installed) never needs more
+than the caching-allocator model.
+
+The quick suite's models (ResNet-50, VGG-16 through the analytic profiler) are placed
+too when that profiler is registered: best-fit never above the caching model, and within
+2% of the max-live bytes on the traces without offloading (keep-all, inference).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from harness.allocators.caching import CachingAllocator
+from harness.errors import InfeasibleBudget, UnknownPlugin
+from harness.plugins import registry
+from harness.simulate.executor import simulate
+from harness.testing import budgets, chains
+from harness.testing_allocators import check_placement_conforms
+
+EXACT_MAX_BLOCKS = 14
+
+
+def feasible_runs(profile, points=4):
+    """(planner, budget, run) for every registered planner and budget that plans and simulates."""
+    reg = registry()
+    for name in reg.names("planner"):
+        planner = reg.planner(name)
+        for budget in budgets(profile, points):
+            try:
+                schedule = planner.plan(profile, budget)
+            except InfeasibleBudget:
+                continue
+            run = simulate(schedule, profile)
+            if run.feasible:
+                yield name, budget, run
+
+
+def allocators():
+    reg = registry()
+    return [reg.allocator(name) for name in reg.names("allocator")]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=chains(max_stages=8))
+def test_every_allocator_places_every_planners_trace(profile):
+    caching = CachingAllocator()
+    seen_keep_all = False
+    for planner, budget, run in feasible_runs(profile):
+        seen_keep_all |= planner == "keep-all"
+        trace = run.trace
+        arenas = {}
+        for alloc in allocators():
+            if alloc.name == "exact" and len(trace) > EXACT_MAX_BLOCKS:
+                continue
+            arenas[alloc.name] = check_placement_conforms(alloc, trace).arena_bytes
+        if "bestfit" in arenas:
+            assert arenas["bestfit"] <= caching.place(trace).arena_bytes
+    assert seen_keep_all  # the peak budget always admits keep-all
+
+
+QUICK_MODELS = ["torchvision:resnet50", "torchvision:vgg16"]
+
+
+@pytest.fixture(scope="module", params=QUICK_MODELS)
+def quick_model_runs(request):
+    """(model, profile, [(planner, budget, run)]) at batch 32 on the V100 spec, 5 budgets."""
+    from harness.protocols import Workload
+
+    reg = registry()
+    try:
+        profiler = reg.profiler("analytic")
+    except UnknownPlugin:
+        pytest.skip("the analytic profiler is not registered")
+    try:
+        profile = profiler.profile(Workload(request.param, 32, (3, 224, 224), "V100-PCIe"))
+    except UnknownPlugin as exc:
+        pytest.skip(f"{request.param} is not available: {exc}")
+    return request.param, profile, list(feasible_runs(profile, points=5))
+
+
+def _bestfit():
+    reg = registry()
+    if "bestfit" not in reg.names("allocator"):
+        pytest.skip("membudget-bestfit is not installed")
+    return reg.allocator("bestfit")
+
+
+@pytest.mark.slow
+def test_quick_models_every_allocator_and_bestfit_vs_caching(quick_model_runs):
+    """ResNet-50 and VGG-16 training traces of every planner at 5 budgets: every allocator is
+    valid on each, and best-fit never needs more than the caching model.
+
+    Measured (analytic V100 profiles, batch 32): best-fit <= caching on all 121 runs; the
+    caching model needs 2-80% more than max-live (median 41% ResNet-50, 26% VGG-16).
+    """
+    model, _, runs = quick_model_runs
+    bestfit, caching = _bestfit(), CachingAllocator()
+    assert runs
+    for planner, budget, run in runs:
+        for alloc in allocators():
+            if alloc.name == "exact":
+                continue  # ~100 blocks: CP-SAT would only time out here
+            check_placement_conforms(alloc, run.trace)
+        b, c = bestfit.place(run.trace), caching.place(run.trace)
+        assert b.arena_bytes <= c.arena_bytes, (model, planner, budget)
+
+
+@pytest.mark.slow
+def test_quick_models_bestfit_at_max_live_without_offloading(quick_model_runs):
+    """keep-all training and the inference pass: best-fit within 2% of max-live (measured: exactly at it).
+
+    Not asserted for the offloading planners' traces: there the paper's best-fit leaves
+    holes (a lifted offset line wastes the space below it for its whole time range) and
+    measured up to 11.9% (ResNet-50) and 11.6% (VGG-16) above max-live, within 2% on 69
+    of 121 runs (median 0.6% / 1.0%), still below the caching model on every one.
+    """
+    from harness.allocators.trace import inference_trace
+
+    model, profile, runs = quick_model_runs
+    bestfit = _bestfit()
+    traces = [run.trace for planner, _, run in runs if planner == "keep-all"]
+    assert traces, "keep-all should be feasible at the peak budget"
+    traces.append(inference_trace(profile))
+    for trace in traces:
+        p = bestfit.place(trace)
+        assert p.arena_bytes <= 1.02 * p.max_live_bytes, (model, p.fragmentation)

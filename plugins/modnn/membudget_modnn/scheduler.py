@@ -1,0 +1,449 @@
+"""papers/000 Algorithm 1: data transfer scheduling and convolution algorithm selection.
+
+The tasks of one sub-batch (F_0..F_{L-1}, B_{L-1}..B_0) are simulated in order. For each
+task t the scheduler
+
+1. allocates t's inputs that are not on the device and its outputs in the linked-list
+   memory (lines 3-8); when an allocation fails it offloads the contiguous run of
+   blocks chosen by Figure 4's search (``_kernels.find_scheme``), or, when no run
+   exists, defragments (every offloadable block goes to the host, the rest is
+   compacted);
+2. picks the stage's algorithm with the largest gain of eq. (5) (lines 9-14);
+3. prefetches for the next tasks while the usefulness prediction (line 16) and the
+   start-time criterion of eq. (4) (line 19) say so (lines 15-27);
+4. advances the clock and frees dead data (lines 28-31).
+
+How the chain model maps onto moDNN's task graph:
+
+- the data blocks are the stage inputs x_i (which become the saved data of stage i
+  after F_i, the unit ``harness`` offloads), the last output, the gradients y_i and the
+  workspaces; only saved data can be offloaded (a stage's saved data once, then
+  prefetched once: ``Transfer`` has one offload and one prefetch per tensor);
+- the two "must not offload" criteria (papers/000 IV.B.1): a block is not offloaded
+  when the next task uses it, or when it has not been used since it was produced
+  (x_i before F_i) or prefetched (a prefetched block stays until its B_i);
+- an offload is issued at the start of F_j (the earliest moment the simulator allows,
+  so the copy overlaps every task since then when the copy engine is idle, Figure 3b)
+  and queued behind the transfers already decided; the memory it frees is released
+  when the copy ends (the simulator's rule);
+- a prefetch decided before task t is issued at the start of t; the load of t's own
+  input (line 6) at the end of the task before it;
+- ``Schedule.algorithms`` keeps one algorithm per stage, so the choice is made at F_i
+  for both F_i and B_i, and its gain counts both times.
+
+Defragmentation has no transfer of its own in the schedule: the simulator counts bytes
+and has no addresses, so compaction costs nothing there; the blocks defragmentation
+offloads are real offloads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.model import Profile, Transfer
+from membudget_modnn import _kernels
+from membudget_modnn.memory import LinkedListMemory
+from membudget_modnn.subbatch import baseline_algorithm, candidates
+
+ABSENT, RESIDENT, HOST, BACK, DEAD = range(5)
+
+
+class PlanningError(RuntimeError):
+    """Algorithm 1 reached a state its byte accounting says cannot happen."""
+
+
+@dataclass
+class Copy:
+    """A transfer as the scheduler decided it, with its estimated times."""
+
+    stage: int
+    prefetch: bool
+    issue_op: int
+    issue_at: str
+    start: float
+    end: float
+
+
+@dataclass
+class SubBatchPlan:
+    """Algorithm 1's result for one sub-batch (operation indices within the sub-batch)."""
+
+    copies: list[Copy]
+    algorithms: tuple[int, ...]
+    makespan: float  # the scheduler's own estimate
+    defragmentations: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def transfers(self, sub_batch: int = 0, op_offset: int = 0) -> list[Transfer]:
+        """The copies as ``harness`` transfers of sub-batch ``sub_batch``."""
+        return [
+            Transfer(c.stage, "prefetch" if c.prefetch else "offload", c.issue_op + op_offset, c.issue_at,
+                     None, sub_batch)
+            for c in self.copies
+        ]
+
+
+class Algorithm1:
+    """One run of Algorithm 1 on a sub-batch profile and a budget (bytes, weights included)."""
+
+    def __init__(self, profile: Profile, budget: int, duplex: bool = False, select_algorithms: bool = True):
+        self.p = profile
+        self.n = n = profile.n_stages
+        self.arena = int(budget) - profile.weight_bytes
+        if self.arena < 0:
+            raise PlanningError("the weights alone exceed the budget")
+        self.duplex = duplex
+        self.select = select_algorithms
+        st = profile.stages
+        self.inp = [s.input_bytes for s in st]
+        self.saved = [s.saved_bytes for s in st]
+        self.grad = [s.grad_bytes for s in st]
+        self.out = self.inp[1:] + [profile.output_bytes]
+        # owners in the linked list: stage blocks 0..n-1, then these
+        self.OUT, self.GOUT, self.WS = n, 2 * n + 1, 2 * n + 2
+        self.mem = LinkedListMemory(self.arena, capacity=8 * n + 64)
+        self.state = [ABSENT] * n
+        self.f_start = [math.nan] * n
+        self.f_end = [math.nan] * n
+        self.off_end = [math.nan] * n
+        self.pref_end = [math.nan] * n
+        self.prefetched = [False] * n
+        self.alg: list[int | None] = [None] * n
+        self.base = [baseline_algorithm(profile, i) for i in range(n)]
+        self.engine = [0.0, 0.0]
+        self.copies: list[Copy] = []
+        self.T = 0.0
+        self.defrags = 0
+
+    # ------------------------------------------------------------------ the task graph
+    def y(self, i: int) -> int:
+        """Owner id of the gradient y_i."""
+        return self.n + 1 + i
+
+    def op(self, k: int) -> tuple[str, int]:
+        """Operation k of the sub-batch: ('F', i) for k < L, else ('B', 2L-1-k)."""
+        return ("F", k) if k < self.n else ("B", 2 * self.n - 1 - k)
+
+    def b_index(self, i: int) -> int:
+        """Operation index of B_i."""
+        return 2 * self.n - 1 - i
+
+    def algorithm(self, i: int):
+        """The stage's chosen algorithm; before F_i the default (for time estimates)."""
+        a = self.alg[i]
+        return self.p.stages[i].algorithm(-1 if a is None else a)
+
+    def duration(self, k: int) -> float:
+        """Time of operation k with the stage's (chosen or default) algorithm."""
+        kind, i = self.op(k)
+        a = self.algorithm(i)
+        return a.fwd_time if kind == "F" else a.bwd_time
+
+    def workspace(self, k: int) -> int:
+        """Workspace of operation k: the chosen algorithm's, or the baseline's before F_i."""
+        kind, i = self.op(k)
+        a = self.p.stages[i].algorithm(self.alg[i] if self.alg[i] is not None else self.base[i])
+        return a.fwd_workspace if kind == "F" else a.bwd_workspace
+
+    def fixed_live(self, k: int) -> int:
+        """Bytes task k needs resident before it allocates (inputs that cannot leave)."""
+        kind, i = self.op(k)
+        if kind == "F":
+            return self.inp[i] if i else 0
+        return self.saved[i] + (self.p.output_bytes if i == self.n - 1 else self.grad[i + 1])
+
+    def op_alloc(self, k: int, ws: int) -> int:
+        """Bytes task k allocates at its start (harness.simulate.lowering's model)."""
+        kind, i = self.op(k)
+        if kind == "F":
+            return (self.inp[0] if i == 0 else 0) + self.out[i] + ws + max(0, self.saved[i] - self.inp[i])
+        return self.grad[i] + ws + (self.p.output_bytes if i == self.n - 1 else 0)
+
+    def pinned_prefetched(self, k: int, extra: int | None = None) -> int:
+        """Bytes of prefetched blocks that must stay resident during task k (criterion b)."""
+        total = sum(self.saved[j] for j in range(self.n) if self.prefetched[j] and self.b_index(j) > k)
+        if extra is not None and self.b_index(extra) > k:
+            total += self.saved[extra]
+        return total
+
+    def fits(self, first: int, last: int, extra: int | None = None) -> bool:
+        """Line 16's prediction: can every task first..last allocate (with ``extra`` prefetched)?
+
+        Byte accounting: a task needs its fixed inputs, its allocation and the prefetched
+        blocks that wait for later tasks; everything else resident can be offloaded, and
+        when fragmentation forbids a contiguous scheme, defragmentation makes room.
+        """
+        for k in range(first, last + 1):
+            if self.fixed_live(k) + self.op_alloc(k, self.workspace(k)) + self.pinned_prefetched(k, extra) > self.arena:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ offloading
+    def offloadable(self, k: int, protect: tuple[int, ...]) -> np.ndarray:
+        """Blocks that may be offloaded before task k: produced, used, never offloaded, not needed now."""
+        can = np.zeros(2 * self.n + 3, dtype=np.bool_)
+        for j in range(self.n):
+            can[j] = (self.state[j] == RESIDENT and j < k and j not in protect and self.saved[j] > 0
+                      and not math.isnan(self.f_end[j]))
+        return can
+
+    def offload(self, j: int) -> float:
+        """Offload block j (issued at the start of F_j, queued on the copy engine); its release time."""
+        start = max(self.engine[0], self.f_start[j])
+        end = start + self.saved[j] / self.p.d2h_bandwidth
+        self.engine[0] = end
+        if not self.duplex:
+            self.engine[1] = end
+        self.copies.append(Copy(j, False, j, "start", start, end))
+        self.mem.free(j)
+        self.state[j] = HOST
+        self.off_end[j] = end
+        return max(end, self.f_end[j])
+
+    def scheme(self, nbytes: int, k: int, protect: tuple[int, ...], now: float):
+        """Figure 4: (blocks, delay) of the lowest-delay contiguous scheme for ``nbytes``, or None."""
+        _, size, owner = self.mem.segments()
+        can = self.offloadable(k, protect)
+        ready = np.array([self.f_start[j] if j < self.n and can[j] else 0.0 for j in range(len(can))])
+        dur = np.array([self.saved[j] / self.p.d2h_bandwidth if j < self.n else 0.0 for j in range(len(can))])
+        moved = np.array([self.saved[j] if j < self.n else 0 for j in range(len(can))], dtype=np.int64)
+        next_use = np.array([self.b_index(j) if j < self.n else 0 for j in range(len(can))], dtype=np.int64)
+        first, last, delay, _ = _kernels.find_scheme(size, owner, can, ready, dur, moved, next_use,
+                                                     self.engine[0], now, nbytes)
+        if first < 0:
+            return None
+        blocks = sorted({int(o) for o in owner[first:last + 1] if o >= 0}, key=lambda j: (self.f_start[j], j))
+        return blocks, float(delay)
+
+    def defragment_delay(self, k: int, protect: tuple[int, ...], now: float) -> float:
+        """The delay defragmentation would cause: every offloadable block queued on the copy engine."""
+        can = self.offloadable(k, protect)
+        t = self.engine[0]
+        for j in sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j)):
+            t = max(t, self.f_start[j]) + self.saved[j] / self.p.d2h_bandwidth
+        return max(0.0, t - now)
+
+    def place(self, nbytes: int, owner: int, k: int, protect: tuple[int, ...], now: float,
+              defragment: bool = True, deadline: float | None = None) -> float | None:
+        """Allocate ``nbytes`` for ``owner`` before task k; the time its memory is free (None: failed).
+
+        A scheme's delay is measured against ``deadline`` (default ``now``): for a prefetch,
+        the latest moment its memory may come free without delaying the task it is for.
+        """
+        short = owner >= self.n  # gradients, the output, workspaces: freed within a task or two
+        if nbytes <= 0 or self.mem.alloc(nbytes, owner, short):
+            return now
+        found = self.scheme(nbytes, k, protect, now if deadline is None else deadline)
+        release = now
+        if found is not None:
+            for j in found[0]:
+                release = max(release, self.offload(j))
+        elif defragment:
+            self.defrags += 1
+            can = self.offloadable(k, protect)
+            for j in sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j)):
+                release = max(release, self.offload(j))
+            self.mem.compact()
+        else:
+            return None
+        if not self.mem.alloc(nbytes, owner, short):
+            raise PlanningError(f"no room for {nbytes} bytes before task {k} after offloading")
+        return release
+
+    # ------------------------------------------------------------------ prefetching
+    def prefetch(self, j: int, issue_op: int, issue_at: str, issued: float, ready: float) -> float:
+        """Queue the prefetch of block j (memory already placed); its end time."""
+        e = 1 if self.duplex else 0
+        start = max(issued, self.engine[e], self.off_end[j], ready)
+        end = start + self.saved[j] / self.p.h2d_bandwidth
+        self.engine[e] = end
+        if not self.duplex:
+            self.engine[0] = end
+        self.copies.append(Copy(j, True, issue_op, issue_at, start, end))
+        self.prefetched[j] = True
+        self.state[j] = BACK
+        self.pref_end[j] = end
+        return end
+
+    def next_prefetch_task(self, k: int) -> int | None:
+        """The nearest task after k whose input is on the host and not yet being prefetched."""
+        for s in range(k + 1, 2 * self.n):
+            kind, i = self.op(s)
+            if kind == "B" and self.state[i] == HOST:
+                return s
+        return None
+
+    def latest_starts(self, k: int, finish: float) -> dict[int, tuple[float, float]]:
+        """EST and latest prefetch start of every later task whose input is on the host.
+
+        EST(s) is the start of s if nothing is delayed from the end of task k on. The
+        copy engine runs prefetches in task order, so a prefetch must also end before the
+        next one has to start: LST(s) = min(EST(s), LST(next)) - T_trans(s).
+        """
+        est, times = finish, {}
+        for s in range(k + 1, 2 * self.n):
+            kind, j = self.op(s)
+            if kind == "B" and self.state[j] == HOST:
+                times[s] = est
+            est += self.duration(s)
+        out, bound = {}, math.inf
+        for s in sorted(times, reverse=True):
+            _, j = self.op(s)
+            bound = min(times[s], bound) - self.saved[j] / self.p.h2d_bandwidth
+            out[s] = (times[s], bound)
+        return out
+
+    def should_start_now(self, s: int, finish_t: float, latest: float) -> bool:
+        """eq. (4): would a prefetch for s that starts after task t ends delay s?
+
+        "After task t" is also after the copies already queued on the prefetch engine, and
+        "delay s" includes making a later prefetch late (``latest`` is LST(s), see
+        ``latest_starts``); for the last pending prefetch this is eq. (4) as printed.
+        """
+        _, j = self.op(s)
+        e = 1 if self.duplex else 0
+        return max(finish_t, self.engine[e], self.off_end[j]) > latest
+
+    def prefetch_ahead(self, k: int, start: float, finish: float) -> None:
+        """Lines 15-27: prefetch for the next tasks while it is useful and due now."""
+        protect_t = self.needs(k)
+        times = self.latest_starts(k, finish)
+        for s in range(k + 1, 2 * self.n):
+            kind, j = self.op(s)
+            if kind == "B" and self.state[j] == HOST:
+                if s not in times:  # a scheme for an earlier prefetch sent this block to the host
+                    times = self.latest_starts(k, finish)
+                _, latest = times[s]
+                if not self.fits(k, s, extra=j):  # line 16
+                    break
+                if not self.should_start_now(s, finish, latest):  # line 19 / 27
+                    break
+                # blocks needed before s would have to come back before the prefetched one is used
+                released = self.place(self.saved[j], j, k, protect_t + tuple(range(j, self.n)), start,
+                                      defragment=False, deadline=latest)
+                if released is None:  # line 25
+                    break
+                self.prefetch(j, k, "start", start, released)
+
+    def needs(self, k: int) -> tuple[int, ...]:
+        """Blocks task k reads (criterion a protects them)."""
+        kind, i = self.op(k)
+        return (i,)
+
+    # ------------------------------------------------------------------ algorithm selection
+    def gain(self, k: int, index: int, base_time: float, start: float) -> float | None:
+        """eq. (5) for stage i's algorithm ``index`` at F_i (None: it cannot fit)."""
+        _, i = self.op(k)
+        a = self.p.stages[i].algorithm(index)
+        if self.fixed_live(k) + self.op_alloc(k, a.fwd_workspace) + self.pinned_prefetched(k) > self.arena:
+            return None
+        b = self.b_index(i)
+        if self.fixed_live(b) + self.op_alloc(b, a.bwd_workspace) + self.pinned_prefetched(b) > self.arena:
+            return None
+        t_off = 0.0
+        if a.fwd_workspace > self.mem.largest_free():
+            found = self.scheme(a.fwd_workspace, k, self.needs(k), self.T)
+            t_off = found[1] if found is not None else self.defragment_delay(k, self.needs(k), self.T)
+            t_off = max(0.0, t_off - (start - self.T))  # delays already paid by this task are not new
+        finish = start + t_off + a.fwd_time
+        return base_time - (a.fwd_time + a.bwd_time) - t_off - self.prefetch_penalty(k, a, start, finish)
+
+    def prefetch_penalty(self, k: int, a, start: float, finish: float) -> float:
+        """T_pre,alg(s): how much the workspace delays the prefetch for the nearest task s."""
+        s = self.next_prefetch_task(k)
+        if s is None:
+            return 0.0
+        _, j = self.op(s)
+        _, latest = self.latest_starts(k, finish)[s]
+        if not self.should_start_now(s, finish, latest):
+            return 0.0
+        room = (self.arena - self.fixed_live(k) - self.op_alloc(k, a.fwd_workspace) - self.pinned_prefetched(k))
+        if room >= self.saved[j]:
+            return 0.0
+        e = 1 if self.duplex else 0
+        now_start = max(start, self.engine[e], self.off_end[j])
+        late_start = max(finish, self.engine[e], self.off_end[j])
+        return max(0.0, late_start - latest) - max(0.0, now_start - latest)
+
+    def choose_algorithm(self, k: int, start: float) -> int:
+        """Lines 9-11: the algorithm with the largest gain (ties: the earlier candidate, default first)."""
+        _, i = self.op(k)
+        if not self.select or not self.p.stages[i].algorithms:
+            return self.base[i] if self.p.stages[i].algorithms else -1
+        base = self.p.stages[i].algorithm(self.base[i])
+        base_time = base.fwd_time + base.bwd_time
+        best, best_gain = self.base[i], -math.inf
+        for index, _ in candidates(self.p, i):
+            g = self.gain(k, index, base_time, start)
+            if g is not None and g > best_gain:
+                best, best_gain = index, g
+        return best
+
+    # ------------------------------------------------------------------ the main loop
+    def run(self) -> SubBatchPlan:
+        """Schedule every task of the sub-batch (Algorithm 1, lines 1-31)."""
+        n = self.n
+        for k in range(2 * n):
+            kind, i = self.op(k)
+            protect = self.needs(k)
+            ready = self.T
+            # lines 3-8: outputs (and the input that is on the host), offloading when needed
+            if kind == "F":
+                if i == 0:
+                    ready = max(ready, self.place(self.inp[0], 0, k, protect, self.T))
+                    self.state[0] = RESIDENT
+                owner = i + 1 if i + 1 < n else self.OUT
+                ready = max(ready, self.place(self.out[i], owner, k, protect, self.T))
+                if i + 1 < n:
+                    self.state[i + 1] = RESIDENT
+                ready = max(ready, self.place(max(0, self.saved[i] - self.inp[i]), i, k, protect, self.T))
+            else:
+                ready = max(ready, self.place(self.grad[i], self.y(i), k, protect, self.T))
+                if i == n - 1:
+                    ready = max(ready, self.place(self.p.output_bytes, self.GOUT, k, protect, self.T))
+                if self.state[i] == HOST:  # line 6: load the input now
+                    released = self.place(self.saved[i], i, k, protect, self.T)
+                    issue = (k - 1, "end")
+                    ready = max(ready, self.prefetch(i, *issue, self.T, released))
+                elif self.state[i] == BACK:
+                    ready = max(ready, self.pref_end[i])
+            # lines 9-14: algorithm and workspace
+            if kind == "F":
+                self.f_start[i] = ready  # provisional, for the gain's estimates
+                self.alg[i] = self.choose_algorithm(k, ready)
+            ready = max(ready, self.place(self.workspace(k), self.WS, k, protect, self.T))
+            start = ready
+            if kind == "F":
+                self.f_start[i] = start
+            finish = start + self.duration(k)
+            # lines 15-27
+            self.prefetch_ahead(k, start, finish)
+            # lines 28-31
+            self.T = finish
+            self.mem.free(self.WS)
+            if kind == "F":
+                self.f_end[i] = finish
+                drop = self.inp[i] - self.saved[i]
+                if drop > 0:
+                    self.mem.shrink(i, self.inp[i] - drop)
+            else:
+                self.mem.free(i)
+                self.state[i] = DEAD
+                if i == n - 1:
+                    self.mem.free(self.OUT)
+                    self.mem.free(self.GOUT)
+                else:
+                    self.mem.free(self.y(i + 1))
+                if i == 0:
+                    self.mem.free(self.y(0))
+        moved = sum(self.saved[c.stage] for c in self.copies)
+        return SubBatchPlan(
+            copies=self.copies,
+            algorithms=tuple(-1 if a is None else a for a in self.alg),
+            makespan=self.T,
+            defragmentations=self.defrags,
+            stats={"moved_bytes": float(moved), "offloads": float(sum(not c.prefetch for c in self.copies))},
+        )

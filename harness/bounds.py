@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from harness.model import Profile, Schedule, training_ops
+from harness.simulate.lowering import stage_profile
 
 
 def ideal_time(profile: Profile) -> float:
@@ -60,3 +61,15 @@ def lower_bound(profile: Profile, budget: float, duplex: bool = False, m_peak: i
     q = max(0.0, m_peak - budget)
     out, back = q / profile.d2h_bandwidth, q / profile.h2d_bandwidth
     return max(profile.compute_time, max(out, back) if duplex else out + back)
+
+
+def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, duplex: bool = False) -> float:
+    """Prop. 3 for a schedule of n sub-batch passes: the sum of each pass's own bound.
+
+    Every transfer of a pass happens between its first forward and its last backward, so
+    each pass is bounded on its own; sub-batching moves less than the whole batch's
+    M_peak - M would. With one pass this is ``lower_bound``.
+    """
+    if schedule.sub_batches <= 1:
+        return lower_bound(profile, budget, duplex=duplex)
+    return schedule.sub_batches * lower_bound(stage_profile(profile, schedule), budget, duplex=duplex)

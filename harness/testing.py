@@ -22,7 +22,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.bounds import min_memory, peak_memory, schedule_lower_bound
 from harness.errors import InfeasibleBudget
 from harness.model import Algorithm, Profile, Stage
 from harness.simulate.executor import simulate
@@ -88,6 +88,14 @@ class PlannerConformance:
     reaches_min_memory: bool = False  # must plan every budget >= min_memory
     duplex: bool = False
 
+    def minimum_budget(self, profile: Profile) -> int:
+        """The smallest budget this planner may accept; below it, ``InfeasibleBudget``.
+
+        The unsplit chain's minimum with memory-optimal algorithms; a sub-batching planner
+        overrides it (moDNN's M_min, papers/000 eq. 2).
+        """
+        return min_memory(profile, memory_optimal=True)
+
     def _plan(self, profile: Profile, budget: int):
         try:
             return self.planner.plan(profile, budget, **self.options)
@@ -109,7 +117,7 @@ class PlannerConformance:
             assert not problems, [str(p) for p in problems]
             run = simulate(schedule, profile, duplex=self.duplex)
             assert run.feasible, run.message
-            lb = lower_bound(profile, budget, duplex=self.duplex, m_peak=m_peak)
+            lb = schedule_lower_bound(profile, schedule, budget, duplex=self.duplex)
             assert run.makespan >= lb * (1 - 1e-9) - 1e-15, (run.makespan, lb)
 
     @_SETTINGS
@@ -125,7 +133,7 @@ class PlannerConformance:
     @_SETTINGS
     @given(profile=chains())
     def test_budget_below_minimum_is_refused(self, profile: Profile) -> None:
-        low = min_memory(profile, memory_optimal=True) - 1
+        low = self.minimum_budget(profile) - 1
         if low < 0:
             return
         try:

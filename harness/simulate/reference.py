@@ -74,7 +74,9 @@ def simulate_reference(low: Lowered) -> Timing:
     for j in range(n_tr):
         engines.setdefault(int(low.tr_engine[j]), []).append(j)
     heads = {e: 0 for e in engines}
-    waits = {k: [j for j in range(n_tr) if low.tr_wait_op[j] == k] for k in range(n_ops)}
+    waits: dict[int, list[int]] = {}
+    for j in range(n_tr):
+        waits.setdefault(int(low.tr_wait_op[j]), []).append(j)
 
     now = 0.0
     mem = float(low.base_bytes)
@@ -82,10 +84,14 @@ def simulate_reference(low: Lowered) -> Timing:
     next_op = 0
     running_op: int | None = None
 
+    issued_by: dict[tuple[int, bool], list[_Copy]] = {}
+    for c in copies:
+        issued_by.setdefault((int(low.tr_issue_op[c.index]), bool(low.tr_issue_end[c.index])), []).append(c)
+    running_copy: dict[int, _Copy | None] = {e: None for e in engines}
+
     def issue(k: int, at_end: bool) -> None:
-        for c in copies:
-            if c.issued is None and low.tr_issue_op[c.index] == k and bool(low.tr_issue_end[c.index]) == at_end:
-                c.issued = now
+        for c in issued_by.get((k, at_end), []):
+            c.issued = now
 
     def release(t: int, nbytes: int) -> None:
         nonlocal mem
@@ -113,8 +119,9 @@ def simulate_reference(low: Lowered) -> Timing:
                     tensors[t].unreleased.clear()
                 issue(k, True)
                 progress = True
-            for c in copies:
-                if c.start is not None and c.end is None and c.start + low.tr_dur[c.index] <= now:
+            for e, c in running_copy.items():
+                if c is not None and c.start + low.tr_dur[c.index] <= now:
+                    running_copy[e] = None
                     c.end = c.start + low.tr_dur[c.index]
                     t, nbytes = int(low.tr_tensor[c.index]), int(low.tr_bytes[c.index])
                     if low.tr_is_prefetch[c.index]:
@@ -132,7 +139,7 @@ def simulate_reference(low: Lowered) -> Timing:
             if running_op is None and next_op < n_ops:
                 k = next_op
                 t = int(low.op_tensor[k])
-                ready = all(copies[j].end is not None for j in waits[k])
+                ready = all(copies[j].end is not None for j in waits.get(k, []))
                 if low.op_is_b[k]:
                     tt = tensors[t]
                     ready = ready and tt.device == tt.size and tt.prefetching == 0 and tt.offloading == 0
@@ -151,7 +158,7 @@ def simulate_reference(low: Lowered) -> Timing:
             for e, queue in engines.items():
                 if heads[e] >= len(queue):
                     continue
-                if any(c.start is not None and c.end is None for c in copies if int(low.tr_engine[c.index]) == e):
+                if running_copy[e] is not None:
                     continue
                 c = copies[queue[heads[e]]]
                 if c.issued is None:
@@ -167,13 +174,14 @@ def simulate_reference(low: Lowered) -> Timing:
                 elif np.isnan(op_start[f_op_of[t]]):
                     continue  # the data is not produced yet
                 c.start = now
+                running_copy[e] = c
                 heads[e] += 1
                 progress = True
         # advance time
         pending = []
         if running_op is not None:
             pending.append(op_end[running_op])
-        pending += [c.start + low.tr_dur[c.index] for c in copies if c.start is not None and c.end is None]
+        pending += [c.start + low.tr_dur[c.index] for c in running_copy.values() if c is not None]
         if not pending:
             break
         now = min(pending)

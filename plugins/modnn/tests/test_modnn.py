@@ -8,11 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.bounds import min_memory, peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Algorithm, Profile, Stage
 from harness.simulate.executor import simulate
-from harness.simulate.lowering import stage_profile
 from harness.testing import PlannerConformance, budgets, chains
 from harness.validate import validate
 from membudget_modnn import MoDNN, VDNNPlus, m_min
@@ -20,63 +19,23 @@ from membudget_modnn.planner import best_static_vdnn
 from membudget_modnn.scheduler import Algorithm1
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
-KIT_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))  # the kit's
-
-
-def sub_batch_lower_bound(profile: Profile, schedule, budget: int, duplex: bool = False) -> float:
-    """papers/004 Prop. 3 for a schedule of n passes: each pass is an iteration of its sub-batch profile.
-
-    Every transfer of a pass happens between the start of its first forward and the end of
-    its last backward (an offload precedes its prefetch, which precedes the backward that
-    reads it), so each pass is bounded on its own and the bounds add up; with n = 1 this
-    is the kit's bound.
-    """
-    p = stage_profile(profile, schedule)
-    return schedule.sub_batches * lower_bound(p, budget, duplex=duplex)
 
 
 class _ModnnChecks:
-    """What every moDNN-made schedule must also satisfy."""
+    """What every moDNN-made schedule must also satisfy, and its floor: M_min (papers/000 eq. 2).
+
+    The kit's default floor is the unsplit chain's minimum, which sub-batching can
+    legitimately go below; the lower bound is taken per pass by the kit itself.
+    """
+
+    def minimum_budget(self, profile: Profile) -> int:
+        return m_min(profile)
 
     def _plan(self, profile: Profile, budget: int):
         schedule = super()._plan(profile, budget)
         if schedule is not None:
             assert not schedule.options.get("fallback"), schedule.notes  # Algorithm 1's own plan ran
         return schedule
-
-    @KIT_SETTINGS
-    @given(profile=chains())
-    def test_every_schedule_validates_and_respects_the_lower_bound(self, profile: Profile) -> None:
-        """The kit's test with Prop. 3 taken per pass: sub-batching moves less than M_peak - M.
-
-        The kit bounds the makespan by 2 (M_peak - M) / beta of the whole batch, but n
-        passes of a smaller sub-batch each need only their own M_peak; summed over the
-        passes this bound is the kit's when n = 1.
-        """
-        for budget in budgets(profile):
-            schedule = self._plan(profile, budget)
-            if schedule is None:
-                assert not self.reaches_min_memory, f"{self.planner.name} refused budget {budget} >= min_memory"
-                continue
-            assert not validate(schedule, profile, budget, duplex=self.duplex)
-            run = simulate(schedule, profile, duplex=self.duplex)
-            assert run.feasible, run.message
-            lb = sub_batch_lower_bound(profile, schedule, budget, self.duplex)
-            assert run.makespan >= lb * (1 - 1e-9) - 1e-15, (run.makespan, lb)
-
-    @KIT_SETTINGS
-    @given(profile=chains())
-    def test_budget_below_minimum_is_refused(self, profile: Profile) -> None:
-        """Below M_min (papers/000 eq. 2) no plan; the kit's bound is the unsplit batch's.
-
-        The kit tries ``min_memory(profile, memory_optimal=True) - 1``, which sub-batching
-        can legitimately go below; moDNN's floor is M_min, the heaviest task at sub-batch 1.
-        """
-        low = m_min(profile) - 1
-        if low < 0:
-            return
-        with pytest.raises(InfeasibleBudget, match="needs at least"):
-            self.planner.plan(profile, low, **self.options)
 
 
 class TestModnnConformance(_ModnnChecks, PlannerConformance):
@@ -98,30 +57,12 @@ class TestModnnDuplexConformance(_ModnnChecks, PlannerConformance):
 
 
 class TestVdnnPlusConformance(PlannerConformance):
+    """vDNN+ sub-batches with moDNN's selection, so its floor is M_min too."""
+
     planner = VDNNPlus()
 
-    @KIT_SETTINGS
-    @given(profile=chains())
-    def test_every_schedule_validates_and_respects_the_lower_bound(self, profile: Profile) -> None:
-        """As for moDNN: Prop. 3 per pass (vDNN+ sub-batches too)."""
-        for budget in budgets(profile):
-            schedule = self._plan(profile, budget)
-            if schedule is None:
-                continue
-            assert not validate(schedule, profile, budget)
-            run = simulate(schedule, profile)
-            assert run.feasible, run.message
-            assert run.makespan >= sub_batch_lower_bound(profile, schedule, budget) * (1 - 1e-9) - 1e-15
-
-    @KIT_SETTINGS
-    @given(profile=chains())
-    def test_budget_below_minimum_is_refused(self, profile: Profile) -> None:
-        """vDNN+ cannot go below M_min either (it uses the same sub-batch selection)."""
-        low = m_min(profile) - 1
-        if low < 0:
-            return
-        with pytest.raises(InfeasibleBudget, match="needs at least"):
-            self.planner.plan(profile, low)
+    def minimum_budget(self, profile: Profile) -> int:
+        return m_min(profile)
 
 
 # --------------------------------------------------------------------------- below the batch's minimum

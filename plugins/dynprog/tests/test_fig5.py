@@ -1,0 +1,129 @@
+"""papers/004 section 6.2, Figure 5: makespan / LB on analytic V100-PCIe profiles (beta = 12.2 GB/s).
+
+Eight torchvision models at 224x224, batch 32, eleven budgets from the minimum memory to
+M_peak. The paper reports DYNPROG below 1.2 LB throughout and better than GREEDY.
+
+What our chains allow: the analytic profiler cuts a chain only where a single tensor is live,
+so a whole DenseNet dense block is one stage (19 stages, up to 1.25 GB saved in one) and
+ResNet-18 has 13 stages. On such coarse chains the table's own optimum, which bounds every
+ordered no-wait schedule from below up to the rounding E (test_dynprog), is itself above
+1.2 LB at some budgets, so no ordered schedule reaches the paper's ratio there; those
+models are expected failures of the 1.2 check, and ``test_coarse_chains_cannot_reach_1_2``
+asserts the reason. The 1.2 and the GREEDY checks use ``candidates=64`` (the table's 64
+best sets run in the simulator); the paper's single set is checked for what the relaxation
+guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pytest
+
+from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.simulate.executor import simulate
+from membudget_dynprog import discretise, plan_offload, solve
+
+pytestmark = pytest.mark.slow
+
+MODELS = ["resnet18", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
+          "inception_v3"]
+COARSE = {"resnet18", "densenet121", "densenet169", "densenet201"}
+FRACTIONS = [k / 10 for k in range(11)]
+SLOTS = 500
+
+
+@dataclass(frozen=True)
+class Point:
+    """One budget of Figure 5: every makespan divided by LB (papers/004 Prop. 3)."""
+
+    fraction: float
+    greedy: float
+    dynprog: float  # the paper's: the table's best set
+    dynprog_k64: float  # the fastest of the table's 64 best sets
+    predicted: float  # the table's optimum, compute + idle
+    rounding: float  # E = (L + 2) slots of transfer time
+
+
+def _profile(model: str):
+    pytest.importorskip("torch")
+    from harness.errors import UnknownPlugin
+    from harness.plugins import registry
+    from harness.protocols import Workload
+
+    try:
+        profiler = registry().profiler("analytic")
+    except UnknownPlugin:
+        pytest.skip("the analytic profiler (harness/profilers/analytic.py) is not registered")
+    return profiler.profile(Workload(f"torchvision:{model}", 32, (3, 224, 224), "V100-PCIe"))
+
+
+@cache
+def figure_5(model: str) -> tuple[Point, ...]:
+    from membudget_greedy import Greedy
+
+    profile = _profile(model)
+    assert profile.d2h_bandwidth == profile.h2d_bandwidth == 12.2e9
+    lo, hi = min_memory(profile), peak_memory(profile)
+    points = []
+    for f in FRACTIONS:
+        budget = lo + int((hi - lo) * f)
+        lb = lower_bound(profile, budget, m_peak=hi)
+
+        def ratio(schedule):
+            run = simulate(schedule, profile, with_trace=False)
+            assert run.feasible, run.message
+            return run.makespan / lb
+
+        paper = plan_offload(profile, budget, slots=SLOTS)
+        if budget < hi:
+            disc = discretise(profile, budget, SLOTS)
+            idle = solve(disc).idle
+            rounding = (profile.n_stages + 2) * disc.slot_bytes / profile.d2h_bandwidth
+        else:
+            idle, rounding = 0.0, 0.0
+        points.append(Point(
+            f, ratio(Greedy().plan(profile, budget)), ratio(paper.schedule),
+            ratio(plan_offload(profile, budget, slots=SLOTS, candidates=64).schedule),
+            (profile.compute_time + idle) / lb, rounding / lb,
+        ))
+    return tuple(points)
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(m, marks=pytest.mark.xfail(
+        strict=True, reason="coarse analytic chain: the relaxation itself exceeds 1.2 LB at some budget"))
+    if m in COARSE else m for m in MODELS])
+def test_dynprog_stays_under_1_2_lb(model: str) -> None:
+    """Section 6.2: "DYNPROG is able to consistently achieve a ratio below 1.2"."""
+    worst = max(p.dynprog_k64 for p in figure_5(model))
+    assert worst < 1.2, [(p.fraction, round(p.dynprog_k64, 3)) for p in figure_5(model)]
+
+
+@pytest.mark.parametrize("model", sorted(COARSE))
+def test_coarse_chains_cannot_reach_1_2(model: str) -> None:
+    """Why the 1.2 check fails on these chains: the table's optimum, a lower bound of every
+    ordered no-wait schedule up to E, is above 1.2 LB at some budget (and GREEDY agrees)."""
+    points = figure_5(model)
+    beyond = [p for p in points if p.predicted - p.rounding > 1.2]
+    assert beyond
+    assert all(p.greedy >= p.predicted - p.rounding - 1e-9 for p in beyond)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_dynprog_never_worse_than_greedy(model: str) -> None:
+    """Section 6.2: DYNPROG outperforms GREEDY; at every budget no worse than it up to E."""
+    for p in figure_5(model):
+        assert p.dynprog_k64 <= p.greedy + p.rounding + 1e-9, p
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_paper_dynprog_predicts_no_worse_than_greedy(model: str) -> None:
+    """The paper's DYNPROG: its table's optimum is at most GREEDY's makespan up to E (GREEDY's
+    set is one of those the table ranks), it never beats LB, and the peak budget costs nothing."""
+    points = figure_5(model)
+    for p in points:
+        assert p.predicted <= p.greedy + p.rounding + 1e-9, p
+        assert min(p.dynprog, p.dynprog_k64, p.greedy) >= 1 - 1e-9
+    assert points[-1].dynprog == pytest.approx(1.0, rel=1e-12)

@@ -1,0 +1,569 @@
+"""The ``torch`` executor: run any schedule on the real model and measure it.
+
+It trains with exactly the schedule's decisions, operation by operation in
+``Schedule.ops`` order, the chain cut as the profilers cut it (``_torch_chain``):
+
+- F_i runs stage i under ``saved_tensors_hooks`` that put what it saves in the
+  ``SavedStore`` (grouped per stage, by storage, with the profiler's attribution rule);
+- a transfer is issued at the start or end of its ``issue_op``; an offload whose data
+  is not produced yet (issued at the start of F_i) goes when F_i is over; offloads and
+  prefetches run on side CUDA streams into pinned host buffers reused across
+  iterations (``_torch_copies``); the compute stream waits for a copy only before its
+  ``wait_op`` (vDNN's per-layer synchronisation) and before the backward that reads
+  the data; a prefetch that does not fit waits for memory: it is retried at every
+  later operation and forced (after a device synchronisation) before its backward;
+- B_i runs the backward of stage i from its output's gradient to its input's;
+- sub-batches are gradient accumulation (``Schedule.sub_batches``: the batch split in
+  that many parts, gradients summed);
+- each stage runs with its algorithm where PyTorch lets one choose (``Schedule.algorithms``
+  indices into the profile's ``Stage.algorithms``, by name: cuDNN heuristic,
+  autotuned or off on CUDA; oneDNN or native on the CPU; others run the default);
+- schedule options it understands: ``recompute_segments`` (checkpointed segments,
+  ``torch.utils.checkpoint``) and ``mechanism: save_on_cpu`` (PyTorch's own
+  ``save_on_cpu`` instead of the store; the transfers then only describe it).
+
+The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
+an out-of-memory is a Run with status ``oom``. On the CPU the same code runs with host
+memory standing in for device memory; ``emulate_budget`` then checks the bytes held
+(weights + saved data, measured on the storages) against the budget after every
+operation.
+
+Measured per run (``Run.metrics``): iteration time (median, min, max, interquartile
+range) over ``iterations`` timed iterations after ``warmup`` ones, bytes moved, stall
+time (the compute stream waiting for copies), ``max_memory_allocated`` and
+``max_memory_reserved`` on CUDA, the most saved bytes held; beside them the
+simulator's prediction for the same schedule (recomputation charged) and the
+prediction error.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+
+from harness.errors import MembudgetError
+from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, output_gradient
+from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
+from harness.executors._torch_store import GroupKey, SavedStore, split_offload
+from harness.model import Profile, Run, Schedule, TimelineEvent
+from harness.protocols import Workload
+from harness.simulate.lowering import stage_profile
+
+
+class ScheduleMismatch(MembudgetError):
+    """The schedule, the profile and the model do not describe the same chain."""
+
+
+class BudgetExceeded(MembudgetError):
+    """On the CPU with ``emulate_budget``: the bytes held went above the budget."""
+
+
+@dataclass
+class ExecutionRecord:
+    """What the last run did, for tests and reports (the recorded iteration is the last one).
+
+    ``held[k]``: bytes each group (sub_batch, stage) held on the device after operation
+    k and the transfers issued at its end; ``held_before[k]``: the same just before
+    operation k ran (its start-issued transfers done); ``group_bytes``: each group's full size when its forward was over; ``times``: the
+    seconds of every timed iteration.
+    """
+
+    held: list[dict[GroupKey, int]] = field(default_factory=list)
+    held_before: list[dict[GroupKey, int]] = field(default_factory=list)
+    group_bytes: dict[GroupKey, int] = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)
+    algorithms: dict[int, str] = field(default_factory=dict)
+    timeline: tuple[TimelineEvent, ...] = ()
+
+
+def algorithm_context(name: str | None, device: torch.device) -> ContextManager | None:
+    """The context that runs a stage with the algorithm ``name``; None when PyTorch has no such switch."""
+    if name is None:
+        return None
+    if device.type == "cuda":
+        cudnn = torch.backends.cudnn
+        keep = {"deterministic": cudnn.deterministic, "allow_tf32": cudnn.allow_tf32}
+        choices = {
+            "cudnn_heuristic": lambda: cudnn.flags(enabled=True, benchmark=False, **keep),
+            "cudnn_autotuned": lambda: cudnn.flags(enabled=True, benchmark=True, **keep),
+            "native": lambda: cudnn.flags(enabled=False, benchmark=False, **keep),
+        }
+    else:
+        choices = {
+            "onednn": nullcontext,
+            "native": lambda: torch.backends.mkldnn.flags(enabled=False),
+        }
+    make = choices.get(name)
+    return make() if make is not None else None
+
+
+def resolve_device(workload: Workload | None, device: str | None) -> torch.device:
+    """The torch device to run on: ``device`` if given, the workload's if it is one, else cuda or cpu."""
+    for candidate in (device, workload.device if workload else None):
+        if not candidate:
+            continue
+        try:
+            resolved = torch.device(candidate)
+        except RuntimeError:
+            continue  # a device-spec name (V100-PCIe): not a torch device
+        if resolved.type == "cuda" and not torch.cuda.is_available():
+            raise MembudgetError("the torch executor was asked for cuda, but no CUDA GPU is available here")
+        return resolved
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | None = None) -> None:
+    """Raise ``ScheduleMismatch`` unless schedule, profile and model describe the same chain."""
+    from harness.validate import check_structure
+
+    stages = {op.stage for op in schedule.ops}
+    planned = max(stages) + 1 if stages else 0
+    if planned != profile.n_stages:
+        raise ScheduleMismatch(
+            f"the schedule of {schedule.planner} was planned for a chain of {planned} stages, but the profile of "
+            f"{profile.model} at batch {profile.batch_size} has {profile.n_stages}: plan it for this profile"
+        )
+    if chain is not None:
+        if chain.n_stages != profile.n_stages:
+            raise ScheduleMismatch(
+                f"the profile of {profile.model} has {profile.n_stages} stages but the model cuts into "
+                f"{chain.n_stages} at batch {chain.workload.batch_size}, input {list(chain.workload.input_size)}: "
+                "profile the same model and input"
+            )
+        if chain.example.shape[0] != profile.batch_size:
+            raise ScheduleMismatch(
+                f"the profile is for batch {profile.batch_size} but the workload's batch is {chain.example.shape[0]}"
+            )
+    problems = check_structure(schedule, profile)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ScheduleMismatch(f"the schedule of {schedule.planner} cannot run on this chain: {problems[0]}{more}")
+    if schedule.sub_batches > profile.batch_size:
+        raise ScheduleMismatch(f"{schedule.sub_batches} sub-batches for a batch of {profile.batch_size}")
+
+
+def predict(schedule: Schedule, profile: Profile, duplex: bool = False) -> Run:
+    """The simulator's run of ``schedule`` (recomputation charged), without trace."""
+    from harness.executors._torch_recompute import simulate_schedule
+
+    return simulate_schedule(schedule, profile, duplex=duplex, with_trace=False)
+
+
+class TorchExecutor:
+    """Runs a schedule on the real model with PyTorch (CUDA, or the CPU standing in for it).
+
+    Options: ``device`` (default: the workload's torch device, else cuda if available,
+    else cpu), ``warmup`` and ``iterations`` (untimed and timed iterations), ``duplex``
+    (one copy stream per direction), ``enforce_budget`` (CUDA memory cap),
+    ``emulate_budget`` (CPU check), ``seed`` (reseeded at every iteration, so that each
+    iteration computes the same gradients), ``record`` (keep the bytes held after every
+    operation in ``last_record``).
+    """
+
+    name = "torch"
+    description = "Runs the schedule on the real model: saved-tensor hooks, side CUDA streams, pinned buffers"
+
+    def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool = False,
+                 enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False):
+        self.device, self.warmup, self.iterations = device, warmup, iterations
+        self.duplex, self.enforce_budget, self.emulate_budget = duplex, enforce_budget, emulate_budget
+        self.seed, self.record = seed, record
+        self.last_record = ExecutionRecord()
+        self._chain: TorchChain | None = None
+
+    # -- the Executor protocol
+    def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run:
+        """Build (or reuse) the workload's model on the device and execute ``schedule`` on it."""
+        check_compatible(schedule, profile)
+        device = resolve_device(workload, self.device)
+        if workload is None:
+            workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), str(device),
+                                profile.dtype)
+        return self.execute(schedule, profile, self.chain(workload, device))
+
+    def chain(self, workload: Workload, device: torch.device) -> TorchChain:
+        """The chain of ``workload`` on ``device``, kept for the next run of the same workload."""
+        key = (workload.model, workload.batch_size, tuple(workload.input_size), workload.dtype, str(device))
+        cached = self._chain
+        if cached is not None:
+            w = cached.workload
+            if (w.model, w.batch_size, tuple(w.input_size), w.dtype, str(cached.device)) == key:
+                return cached
+        self._chain = None
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        self._chain = build_chain(workload, device)
+        return self._chain
+
+    # -- execution
+    def execute(self, schedule: Schedule, profile: Profile, chain: TorchChain) -> Run:
+        """Run ``schedule`` on ``chain`` (warm-up, then timed iterations) and report it."""
+        check_compatible(schedule, profile, chain)
+        prediction = _safe_predict(schedule, profile, self.duplex)
+        run = _Execution(self, schedule, profile, chain)
+        try:
+            return run.measure(prediction)
+        finally:
+            run.close()
+
+
+def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | None:
+    try:
+        return predict(schedule, profile, duplex)
+    except (NotImplementedError, ValueError):
+        return None
+
+
+class _Execution:
+    """One ``execute`` call: the state shared by its iterations."""
+
+    def __init__(self, executor: TorchExecutor, schedule: Schedule, profile: Profile, chain: TorchChain):
+        self.ex, self.schedule, self.profile, self.chain = executor, schedule, profile, chain
+        self.cuda = chain.device.type == "cuda"
+        self.sp = stage_profile(profile, schedule)
+        self.store = SavedStore(chain.weight_keys(), chain.device)
+        self.pool = HostPool(pinned=self.cuda)
+        self.clock = Clock(self.cuda)
+        self.copies = (CudaCopies(chain.device, self.pool, self.clock, executor.duplex) if self.cuda
+                       else CpuCopies(self.pool, self.clock))
+        self.record = ExecutionRecord()
+        self.mechanism = schedule.options.get("mechanism")
+        self.native_moved = 0
+        self.segments = {int(a): int(b) for a, b in schedule.options.get("recompute_segments", ())}
+        self.contexts = self._algorithms()
+        self.issued: dict[tuple[int, str], list[int]] = {}
+        self.waits: dict[int, list[int]] = {}
+        for j, tr in enumerate(schedule.transfers):
+            self.issued.setdefault((tr.issue_op, tr.issue_at), []).append(j)
+            if tr.wait_op is not None:
+                self.waits.setdefault(tr.wait_op, []).append(j)
+        inputs = list(torch.tensor_split(chain.example, schedule.sub_batches))
+        self.inputs = inputs
+        self.grads: list[torch.Tensor] | None = None
+        self.held_max = 0
+        self.resident_max = 0  # CPU: the most weights + saved bytes held after an operation
+        self.cap: float | None = None
+        self.handles: dict[int, Any] = {}
+
+    # -- setup
+    def _algorithms(self) -> dict[int, Callable[[], ContextManager | None]]:
+        contexts: dict[int, Callable[[], ContextManager | None]] = {}
+        for i, stage in enumerate(self.sp.stages):
+            index = self.schedule.algorithm_of(i)
+            if index < 0:
+                continue
+            name = stage.algorithms[index].name
+            if algorithm_context(name, self.chain.device) is not None:
+                contexts[i] = lambda name=name: algorithm_context(name, self.chain.device)
+                self.record.algorithms[i] = name
+        return contexts
+
+    def algorithm(self, stage: int) -> ContextManager:
+        make = self.contexts.get(stage)
+        return (make() or nullcontext()) if make is not None else nullcontext()
+
+    def packing(self, sb: int, stage: int) -> ContextManager:
+        if self.mechanism == "save_on_cpu":
+            return self._native_save_on_cpu()
+        return self.store.packing(sb, stage)
+
+    @contextmanager
+    def _native_save_on_cpu(self) -> Iterator[None]:
+        native = torch.autograd.graph.save_on_cpu(pin_memory=self.cuda)
+
+        def pack(t: torch.Tensor) -> Any:
+            self.native_moved += t.numel() * t.element_size()
+            return native.pack_hook(t)
+
+        def unpack(packed: Any) -> torch.Tensor:
+            t = native.unpack_hook(packed)
+            self.native_moved += t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            yield
+
+    # -- measuring
+    def measure(self, prediction: Run | None) -> Run:
+        ex = self.ex
+        times: list[float] = []
+        moved_before = stall_before = 0.0
+        try:
+            self._set_cap()
+            for k in range(ex.warmup + ex.iterations):
+                if k == ex.warmup:
+                    self._reset_stats()
+                    moved_before, stall_before = self.copies.moved_bytes + self.native_moved, self.copies.stall_s
+                last = k == ex.warmup + ex.iterations - 1
+                seconds = self._iteration(record=last and ex.record)
+                if k >= ex.warmup:
+                    times.append(seconds)
+        except (torch.OutOfMemoryError, MemoryError, BudgetExceeded) as exc:
+            return self._oom(exc, prediction)
+        finally:
+            self._release_cap()
+        n = max(len(times), 1)
+        moved = int((self.copies.moved_bytes + self.native_moved - moved_before) / n)
+        stall = (self.copies.stall_s - stall_before) / n
+        self.record.times = times
+        ex.last_record = self.record
+        return self._report(times, moved, stall, prediction)
+
+    def _set_cap(self) -> None:
+        if not (self.cuda and self.ex.enforce_budget):
+            return
+        gc.collect()
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(self.chain.device).total_memory
+        self.cap = min(1.0, self.schedule.budget_bytes / total)
+        torch.cuda.set_per_process_memory_fraction(self.cap, self.chain.device)
+
+    def _release_cap(self) -> None:
+        if self.cap is not None:
+            torch.cuda.set_per_process_memory_fraction(1.0, self.chain.device)
+
+    def _reset_stats(self) -> None:
+        self.held_max = self.resident_max = 0
+        if self.cuda:
+            torch.cuda.synchronize(self.chain.device)
+            torch.cuda.reset_peak_memory_stats(self.chain.device)
+
+    def _iteration(self, record: bool) -> float:
+        """One training iteration in schedule order; returns its seconds."""
+        chain, schedule = self.chain, self.schedule
+        for p in chain.graph.gm.parameters():
+            p.grad = None
+        self.store.clear()
+        self.pending_offloads: dict[GroupKey, list[int]] = {}
+        self.pending_prefetches: dict[GroupKey, int] = {}
+        self.forwarded: set[GroupKey] = set()
+        if record:
+            self.record.held, self.record.held_before, self.record.group_bytes = [], [], {}
+        torch.manual_seed(self.ex.seed)
+        stream = torch.cuda.current_stream(chain.device) if self.cuda else None
+        if self.cuda:
+            torch.cuda.synchronize(chain.device)
+        self.clock.start(stream)
+        chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm,
+                               self.segments)
+        try:
+            for k, op in enumerate(schedule.ops):
+                self._issue(k, "start")
+                for j in self.waits.get(k, ()):
+                    self.copies.wait(self.handles.get(j))
+                group = (op.sub_batch, op.stage)
+                if op.kind == "B":
+                    self._resident(group)
+                if record:
+                    self.record.held_before.append(self.store.device_bytes())
+                start = self.clock.mark(stream)
+                if op.kind == "F":
+                    chain_pass.forward(op.stage, op.sub_batch)
+                    self._after_forward(op.sub_batch, op.stage)
+                else:
+                    chain_pass.backward(op.stage, op.sub_batch)
+                self.clock.span(op.label, "compute", start, self.clock.mark(stream))
+                self._issue(k, "end")
+                self._retry_prefetches()
+                self._account(record)
+            self.copies.join()
+            end = self.clock.mark(stream)
+            self.copies.synchronize()
+            self.copies.resolve()
+            seconds = self.clock.seconds(end)
+            if record:
+                self._timeline()
+            return seconds
+        finally:
+            chain_pass.close()
+            self.handles = {}
+
+    def _grad(self, sb: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """The output gradient of sub-batch ``sb``: a slice of the whole batch's (fixed by the seed)."""
+        if self.grads is None:
+            full = output_gradient((self.chain.example.shape[0], *shape[1:]), self.chain.example.dtype, self.ex.seed)
+            if self.cuda:
+                full = full.pin_memory()
+            self.grads = list(torch.tensor_split(full, self.schedule.sub_batches))
+        return self.grads[sb]
+
+    # -- transfers
+    def _issue(self, k: int, at: str) -> None:
+        for j in self.issued.get((k, at), ()):
+            tr = self.schedule.transfers[j]
+            group = (tr.sub_batch, tr.stage)
+            if self.mechanism == "save_on_cpu":
+                continue  # PyTorch's own hooks do the copies
+            if tr.direction == "offload":
+                if group in self.forwarded:
+                    self._offload(j)
+                else:
+                    self.pending_offloads.setdefault(group, []).append(j)
+            else:
+                self._prefetch(j)
+
+    def _after_forward(self, sb: int, stage: int) -> None:
+        end = self.segments.get(stage, stage + 1)
+        for i in range(stage, end):
+            group = (sb, i)
+            self.forwarded.add(group)
+            for j in self.pending_offloads.pop(group, ()):
+                self._offload(j)
+
+    def _forward_end(self, sb: int, stage: int, output: torch.Tensor | None) -> None:
+        self.store.end_forward(sb, stage, output, last=output is None)
+        if self.ex.record:
+            self.record.group_bytes[(sb, stage)] = self.store.group_bytes((sb, stage))
+
+    def _offload(self, j: int) -> None:
+        tr = self.schedule.transfers[j]
+        group = (tr.sub_batch, tr.stage)
+        blocks = [b for b in self.store.blocks(group) if not b.moved]
+        plan = split_offload(blocks, self._amount(tr.nbytes, group))
+        if plan:
+            self.handles[j] = self.copies.offload(plan, f"offload {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
+
+    def _amount(self, nbytes: int | None, group: GroupKey) -> int | None:
+        """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
+        if nbytes is None:
+            return None
+        planned = self.sp.stages[group[1]].saved_bytes
+        actual = self.store.group_bytes(group)
+        if planned <= 0 or actual == planned:
+            return nbytes
+        return int(round(nbytes * actual / planned))
+
+    def _prefetch(self, j: int) -> bool:
+        tr = self.schedule.transfers[j]
+        group = (tr.sub_batch, tr.stage)
+        blocks = [b for b in self.store.blocks(group) if b.moved]
+        if not blocks:
+            return True
+        try:
+            self.handles[j] = self.copies.prefetch(blocks, f"prefetch {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
+        except torch.OutOfMemoryError:
+            self.pending_prefetches[group] = j  # waits for memory (vDNN++'s blocking allocation)
+            return False
+        self.pending_prefetches.pop(group, None)
+        return True
+
+    def _retry_prefetches(self) -> None:
+        for group, j in list(self.pending_prefetches.items()):
+            self._prefetch(j)
+
+    def _resident(self, group: GroupKey) -> None:
+        """Before B of ``group``: its data back (forcing a prefetch that waited for memory), then wait for it."""
+        j = self.pending_prefetches.get(group)
+        if j is not None and not self._prefetch(j):
+            self.copies.synchronize()  # every offload done: all the memory they free is free
+            gc.collect()
+            if not self._prefetch(j):
+                raise torch.OutOfMemoryError(
+                    f"the prefetch of stage {group[1]} (sub-batch {group[0]}) does not fit in the budget before its backward")
+        waited: set[int] = set()
+        for block in self.store.blocks(group):
+            if block.ready is not None and id(block.ready) not in waited:
+                waited.add(id(block.ready))
+                self.copies.wait(block.ready)
+
+    # -- accounting
+    def _account(self, record: bool) -> None:
+        if self.cuda and not (record or self.ex.emulate_budget):
+            return  # on CUDA the allocator's statistics measure memory
+        held = self.store.device_bytes()
+        total = sum(held.values())
+        self.held_max = max(self.held_max, total)
+        if record:
+            self.record.held.append(held)
+        if not self.cuda:
+            resident = self.chain.weight_bytes() + total
+            self.resident_max = max(self.resident_max, resident)
+            if self.ex.emulate_budget and resident > self.schedule.budget_bytes:
+                raise BudgetExceeded(
+                    f"emulated out of memory: {resident} bytes held (weights and saved data) after "
+                    f"{len(self.record.held) if record else 'an'} operation(s), above the budget of "
+                    f"{self.schedule.budget_bytes}")
+
+    def _timeline(self) -> None:
+        self.record.timeline = tuple(
+            TimelineEvent(label, stream, self.clock.seconds(a), self.clock.seconds(b))
+            for label, stream, a, b in self.clock.spans
+        )
+
+    # -- results
+    def _report(self, times: list[float], moved: int, stall: float, prediction: Run | None) -> Run:
+        median = statistics.median(times) if times else float("nan")
+        metrics: dict[str, float] = {
+            "time_median_s": median,
+            "time_min_s": min(times) if times else float("nan"),
+            "time_max_s": max(times) if times else float("nan"),
+            "time_iqr_s": _iqr(times),
+            "iterations": float(len(times)),
+            "warmup": float(self.ex.warmup),
+            "stall_s": stall,
+            "moved_bytes": float(moved),
+            "held_max_bytes": float(self.held_max),
+            "host_pool_bytes": float(self.pool.allocated_bytes),
+            "algorithms_applied": float(len(self.record.algorithms)),
+        }
+        if self.cuda:
+            metrics["max_memory_allocated"] = float(torch.cuda.max_memory_allocated(self.chain.device))
+            metrics["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(self.chain.device))
+            if self.cap is not None:
+                metrics["memory_fraction"] = self.cap
+            peak = int(metrics["max_memory_allocated"])
+        else:
+            peak = self.resident_max
+        compute = self.profile.compute_time * self.schedule.sub_batches
+        if prediction is not None:
+            compute = prediction.compute_time
+            metrics["predicted_peak_bytes"] = float(prediction.peak_bytes)
+            if prediction.feasible:
+                metrics["predicted_s"] = prediction.makespan
+                metrics["prediction_error"] = median / prediction.makespan - 1 if prediction.makespan > 0 else math.nan
+        return Run(
+            executor="torch", planner=self.schedule.planner, status="ok", message="",
+            makespan=median, compute_time=compute, peak_bytes=int(peak), moved_bytes=moved,
+            timeline=self.record.timeline, metrics=metrics,
+        )
+
+    def _oom(self, exc: BaseException, prediction: Run | None) -> Run:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cap = f" (memory cap {self.cap:.4f} of the device)" if self.cap is not None else ""
+        metrics: dict[str, float] = {}
+        peak = self.resident_max
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated(self.chain.device)
+            metrics["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(self.chain.device))
+        if prediction is not None and prediction.feasible:
+            metrics["predicted_s"] = prediction.makespan
+        return Run(
+            executor="torch", planner=self.schedule.planner, status="oom",
+            message=f"out of memory under the budget of {self.schedule.budget_bytes} bytes{cap}: {text}",
+            makespan=float("nan"), compute_time=self.profile.compute_time, peak_bytes=int(peak),
+            moved_bytes=int(self.copies.moved_bytes), metrics=metrics,
+        )
+
+    def close(self) -> None:
+        """Release the store, the host buffers and (on CUDA) the cached memory."""
+        self.store.clear()
+        self.pool.clear()
+        self.handles = {}
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize(self.chain.device)
+            torch.cuda.empty_cache()
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]

@@ -1,0 +1,192 @@
+"""The torch executor computes the gradients of the unmodified model, whatever the schedule.
+
+For every installed planner and three torchvision models on the CPU (host memory
+standing in for device memory), the schedule planned for a tight budget is executed
+stage by stage with its offloads, prefetches, sub-batches, algorithms or recomputed
+segments, and every parameter gradient must equal the one PyTorch computes for the
+plain model (``torch.testing.assert_close``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+from harness.bounds import min_memory, peak_memory  # noqa: E402
+from harness.errors import InfeasibleBudget  # noqa: E402
+from harness.executors._torch_chain import TorchChain, build_chain, output_gradient  # noqa: E402
+from harness.executors.torch_executor import TorchExecutor  # noqa: E402
+from harness.model import Algorithm, Profile, Schedule  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
+from harness.schedules import ordered_schedule  # noqa: E402
+
+MODELS = ("torchvision:resnet18", "torchvision:mobilenet_v2", "torchvision:densenet121")
+BATCH, SIZE = 2, (3, 64, 64)
+PLANNERS = registry().names("planner")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The CPU is shared: one intra-op thread keeps the tests predictable."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.cache
+def setup(model: str) -> tuple[TorchChain, Profile]:
+    """The model's chain on the CPU and its analytic profile (sizes exact on the CPU)."""
+    chain = build_chain(Workload(model, BATCH, SIZE, "cpu"), "cpu")
+    profile = registry().profiler("analytic").profile(Workload(model, BATCH, SIZE, "V100-PCIe"))
+    return chain, profile
+
+
+def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Gradients of the plain model: forward and backward of each sub-batch, accumulated."""
+    model = chain.model
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    grads = None
+    for k, x in enumerate(torch.tensor_split(chain.example, sub_batches)):
+        out = model(x.clone())
+        if grads is None:
+            full = output_gradient((chain.example.shape[0], *out.shape[1:]), out.dtype, seed)
+            grads = torch.tensor_split(full, sub_batches)
+        out.backward(grads[k])
+    result = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    for p in model.parameters():
+        p.grad = None
+    return result
+
+
+@functools.cache
+def cached_reference(model: str, sub_batches: int) -> dict[str, torch.Tensor]:
+    return reference_gradients(setup(model)[0], sub_batches)
+
+
+def assert_gradients_equal(chain: TorchChain, expected: dict[str, torch.Tensor], scaled_tol: float | None = None) -> None:
+    """Every parameter gradient of ``chain.model`` equals ``expected`` (assert_close's float32 defaults).
+
+    ``scaled_tol``: compare within that fraction of each gradient's largest magnitude
+    instead (for results of a different convolution algorithm, whose rounding differs).
+    """
+    got = {n: p.grad for n, p in chain.model.named_parameters() if p.grad is not None}
+    assert set(got) == set(expected), f"gradients missing for {sorted(set(expected) - set(got))[:5]}"
+    for name, grad in expected.items():
+        tolerance = {} if scaled_tol is None else {"rtol": 0.0, "atol": scaled_tol * float(grad.abs().max())}
+        torch.testing.assert_close(got[name], grad, msg=lambda m, name=name: f"{name}: {m}", **tolerance)
+
+
+def plan_tight(profile: Profile, planner: str) -> Schedule:
+    """The planner's schedule at a third of the way from the minimum to the peak, else at the peak."""
+    lo, hi = min_memory(profile), peak_memory(profile)
+    reasons = []
+    for budget in (lo + (hi - lo) // 3, hi):
+        try:
+            return registry().planner(planner).plan(profile, budget)
+        except InfeasibleBudget as exc:
+            reasons.append(str(exc))
+    pytest.skip(f"{planner} plans for neither budget: {' / '.join(reasons)}")
+
+
+def test_the_chain_shares_the_model_parameters():
+    chain, _ = setup(MODELS[0])
+    assert {id(p) for p in chain.graph.gm.parameters()} <= {id(p) for p in chain.model.parameters()}
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+@pytest.mark.parametrize("model", MODELS)
+def test_every_planner_gives_the_plain_gradients(model: str, planner: str):
+    chain, profile = setup(model)
+    schedule = plan_tight(profile, planner)
+    expected = cached_reference(model, schedule.sub_batches)
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    if schedule.transfers:
+        assert run.moved_bytes > 0, "a schedule with transfers moved nothing"
+    assert_gradients_equal(chain, expected)
+
+
+def test_the_tight_budget_makes_planners_move_data():
+    """The budget of the test above really forces offloading (else it would prove little)."""
+    _, profile = setup(MODELS[0])
+    moving = [name for name in ("greedy", "torch-save-on-cpu") if plan_tight(profile, name).transfers]
+    assert moving == ["greedy", "torch-save-on-cpu"]
+    assert plan_tight(profile, "torch-checkpoint").options["recompute_segments"]
+
+
+def test_sub_batches_accumulate_the_gradients():
+    chain, profile = setup(MODELS[0])
+    half = {i: s.saved_bytes // 2 for i, s in enumerate(profile.at_batch(1).stages) if i % 3 == 0}
+    schedule = ordered_schedule(profile, 10**12, half, planner="probe", sub_batches=2, prefetch_window=1)
+    accumulated, full = cached_reference(MODELS[0], 2), cached_reference(MODELS[0], 1)
+    executor = TorchExecutor(warmup=0, iterations=1, record=True)
+    run = executor.execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert {sb for sb, _ in executor.last_record.group_bytes} == {0, 1}
+    assert_gradients_equal(chain, accumulated)
+    with pytest.raises(AssertionError):  # accumulation over two halves is not the full-batch gradient (BN)
+        assert_gradients_equal(chain, full)
+
+
+def test_repeated_iterations_give_the_same_gradients():
+    chain, profile = setup(MODELS[0])
+    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
+    expected = cached_reference(MODELS[0], 1)
+    run = TorchExecutor(warmup=1, iterations=2).execute(schedule, profile, chain)
+    assert run.status == "ok" and run.metrics["iterations"] == 2
+    assert_gradients_equal(chain, expected)
+
+
+def test_stage_algorithms_switch_onednn_off_where_the_schedule_says():
+    chain, profile = setup(MODELS[0])
+    convs = [i for i, s in enumerate(profile.stages) if s.kind in ("conv", "block")]
+    stages = tuple(
+        s.__class__(**{**s.__dict__, "algorithms": (Algorithm("native", s.fwd_time, s.bwd_time),
+                                                    Algorithm("onednn", s.fwd_time, s.bwd_time))})
+        if i in convs else s
+        for i, s in enumerate(profile.stages)
+    )
+    alt = profile.__class__(**{**profile.__dict__, "stages": stages})
+    native = set(convs[::2])
+    algorithms = tuple(0 if i in native else (1 if i in convs else -1) for i in range(alt.n_stages))
+    schedule = ordered_schedule(alt, 10**12, set(), planner="algos", algorithms=algorithms)
+    expected = cached_reference(MODELS[0], 1)
+    seen: dict[str, list[bool]] = {}
+    hooks = []
+    for name, module in chain.model.named_modules():
+        if isinstance(module, torch.nn.Conv2d):
+            def pre(mod, args, name=name):
+                seen.setdefault(name, []).append(torch.backends.mkldnn.enabled)
+
+            hooks.append(module.register_forward_pre_hook(pre))
+    try:
+        executor = TorchExecutor(warmup=0, iterations=1)
+        run = executor.execute(schedule, alt, chain)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert run.status == "ok", run.message
+    assert executor.last_record.algorithms == {i: ("native" if i in native else "onednn") for i in convs}
+    stage_of = _stage_of_modules(chain)
+    for name, flags in seen.items():
+        assert flags == [stage_of[name] not in native], name
+    assert_gradients_equal(chain, expected, scaled_tol=1e-4)
+
+
+def _stage_of_modules(chain: TorchChain) -> dict[str, int]:
+    """The stage each conv module's node belongs to."""
+    out = {}
+    for s, span in enumerate(chain.plan.stages):
+        for i in range(span.first, span.last + 1):
+            node = chain.graph.nodes[i]
+            if node.op == "call_module":
+                out[str(node.target)] = s
+    return out

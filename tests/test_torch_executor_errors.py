@@ -1,0 +1,181 @@
+"""The torch executor refuses what it cannot run, reports running out of memory as a result,
+and plugs into the registry and the runner like any executor."""
+
+from __future__ import annotations
+
+import functools
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness.bounds import min_memory, peak_memory  # noqa: E402
+from harness.errors import MembudgetError  # noqa: E402
+from harness.executors._torch_chain import TorchChain, build_chain  # noqa: E402
+from harness.executors.torch_executor import (  # noqa: E402
+    ScheduleMismatch, TorchExecutor, resolve_device,
+)
+from harness.model import Profile, Schedule, Stage, Transfer, training_ops  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
+from harness.schedules import keep_all_schedule, ordered_schedule  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL, BATCH, SIZE = "builtin:tiny-cnn", 4, (3, 16, 16)
+
+
+@functools.cache
+def setup() -> tuple[TorchChain, Profile]:
+    chain = build_chain(Workload(MODEL, BATCH, SIZE, "cpu"), "cpu")
+    profile = registry().profiler("analytic").profile(Workload(MODEL, BATCH, SIZE, "V100-PCIe"))
+    return chain, profile
+
+
+def _other_chain_profile(n: int) -> Profile:
+    stage = Stage("s", "conv", 1e-3, 2e-3, 1000, 1000, 1000)
+    return Profile("other", BATCH, SIZE, "synthetic", 10**9, 1e9, 1e9, 100, 100, (stage,) * n)
+
+
+def test_a_schedule_for_another_chain_is_refused():
+    _, profile = setup()
+    other = _other_chain_profile(profile.n_stages + 3)
+    schedule = registry().planner("keep-all").plan(other, peak_memory(other))
+    with pytest.raises(ScheduleMismatch, match=rf"planned for a chain of {profile.n_stages + 3} stages, but the "
+                                               rf"profile of {MODEL} at batch {BATCH} has {profile.n_stages}"):
+        TorchExecutor().run(schedule, profile)
+
+
+def test_a_profile_of_another_model_is_refused():
+    chain, profile = setup()
+    other = _other_chain_profile(profile.n_stages + 1)
+    with pytest.raises(ScheduleMismatch, match=rf"has {profile.n_stages + 1} stages but the model cuts into "
+                                               rf"{profile.n_stages}"):
+        TorchExecutor().execute(keep_all_schedule(other, 10**12), other, chain)
+
+
+def test_a_schedule_that_never_brings_data_back_is_refused():
+    chain, profile = setup()
+    schedule = Schedule("broken", 10**12, training_ops(profile.n_stages), (Transfer(1, "offload", 1),))
+    with pytest.raises(ScheduleMismatch, match="stage 1 is offloaded but never prefetched"):
+        TorchExecutor().execute(schedule, profile, chain)
+
+
+def test_going_over_the_budget_is_an_oom_run_on_the_cpu():
+    chain, profile = setup()
+    budget = chain.weight_bytes() + sum(s.saved_bytes for s in profile.stages) // 2
+    executor = TorchExecutor(warmup=0, iterations=1, emulate_budget=True)
+    run = executor.execute(keep_all_schedule(profile, budget), profile, chain)
+    assert run.status == "oom"
+    assert f"out of memory under the budget of {budget} bytes" in run.message
+    assert math.isnan(run.makespan) and run.peak_bytes > budget
+
+
+def test_the_emulated_budget_is_exactly_what_is_held():
+    chain, profile = setup()
+    everything = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all", prefetch_window=1)
+    held = TorchExecutor(warmup=0, iterations=1).execute(everything, profile, chain).peak_bytes
+    keep_all = TorchExecutor(warmup=0, iterations=1).execute(keep_all_schedule(profile, 10**12), profile, chain)
+    assert chain.weight_bytes() < held < keep_all.peak_bytes  # offloading holds less, measured on the storages
+    strict = TorchExecutor(warmup=0, iterations=1, emulate_budget=True)
+    assert strict.execute(ordered_schedule(profile, held, set(range(profile.n_stages)), planner="all",
+                                           prefetch_window=1), profile, chain).status == "ok"
+    assert strict.execute(ordered_schedule(profile, held - 1, set(range(profile.n_stages)), planner="all",
+                                           prefetch_window=1), profile, chain).status == "oom"
+
+
+def test_an_out_of_memory_error_is_an_oom_run_and_leaves_the_executor_usable():
+    chain, profile = setup()
+    calls = {"n": 0}
+
+    def explode(module, args, output):
+        calls["n"] += 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+    handle = chain.model.conv2.register_forward_hook(explode)
+    executor = TorchExecutor(warmup=0, iterations=1)
+    try:
+        run = executor.execute(keep_all_schedule(profile, 10**12), profile, chain)
+    finally:
+        handle.remove()
+    assert calls["n"] == 1 and run.status == "oom"
+    assert "Tried to allocate 2.00 GiB (injected)" in run.message
+    assert executor.execute(keep_all_schedule(profile, 10**12), profile, chain).status == "ok"
+
+
+def test_other_errors_are_not_mistaken_for_oom():
+    chain, profile = setup()
+
+    def fail(module, args, output):
+        raise ValueError("a bug in the model")
+
+    handle = chain.model.conv2.register_forward_hook(fail)
+    try:
+        with pytest.raises(ValueError, match="a bug in the model"):
+            TorchExecutor(warmup=0, iterations=1).execute(keep_all_schedule(profile, 10**12), profile, chain)
+    finally:
+        handle.remove()
+
+
+def test_devices_resolve_from_the_workload():
+    assert resolve_device(Workload(MODEL, 1, SIZE, "cpu"), None).type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device(Workload(MODEL, 1, SIZE, "V100-PCIe"), None).type == expected  # a spec, not a device
+    if not torch.cuda.is_available():
+        with pytest.raises(MembudgetError, match="no CUDA GPU is available"):
+            resolve_device(None, "cuda")
+
+
+def test_the_registered_executor_imports_torch_only_when_it_runs():
+    code = textwrap.dedent("""
+        import sys
+        import harness.executors as executors
+        got = []
+        executors.register_builtin(got.append)
+        print(sorted(e.name for e in got), "torch" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['simulate',", "'torch']", "False"]
+    assert registry().executor("torch").name == "torch"
+
+
+def test_a_suite_runs_the_torch_executor_beside_the_simulator(tmp_path):
+    from harness.results import read_rows_csv
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    suite = tmp_path / "cpu.yaml"
+    suite.write_text(textwrap.dedent(f"""
+        name: torch-cpu
+        profiler: analytic
+        device: V100-PCIe
+        models:
+          - model: {MODEL}
+            batch_sizes: [{BATCH}]
+            input_size: {list(SIZE)}
+        budgets: {{fractions: [0.0, 1.0]}}
+        planners: [keep-all, greedy, torch-save-on-cpu]
+        executors: [simulate, torch]
+    """))
+    outcome = run_suite(load_suite(suite), tmp_path / "results", progress=False)
+    rows = read_rows_csv(outcome.run_dir / "rows.csv")
+    torch_rows = [r for r in rows if r["executor"] == "torch"]
+    assert len(torch_rows) == 6
+    by = {(r["planner"], r["budget_label"]): r for r in torch_rows}
+    assert by[("keep-all", "f1")]["status"] == "ok" and float(by[("keep-all", "f1")]["makespan_s"]) > 0
+    assert by[("keep-all", "f0")]["status"] == "infeasible"
+    assert by[("greedy", "f0")]["status"] == "ok" and int(by[("greedy", "f0")]["moved_bytes"]) > 0
+    simulated = {(r["planner"], r["budget_label"]): r for r in rows if r["executor"] == "simulate"}
+    assert by[("greedy", "f0")]["moved_bytes"] == simulated[("greedy", "f0")]["moved_bytes"]
+
+
+def test_min_memory_budgets_run():
+    """At the smallest budget any schedule fits, greedy's schedule runs (and moves data)."""
+    chain, profile = setup()
+    schedule = registry().planner("greedy").plan(profile, min_memory(profile))
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    assert run.status == "ok" and run.moved_bytes > 0 and run.metrics["stall_s"] >= 0

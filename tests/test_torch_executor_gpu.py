@@ -1,0 +1,114 @@
+"""The torch executor on a CUDA GPU: the budget enforced for real, memory measured by the allocator.
+
+Every test here needs CUDA (``@pytest.mark.gpu``) and is skipped without it. The profile
+is measured on the GPU (``torch`` profiler), so the sizes the planners see are the ones
+the device holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from harness.bounds import min_memory, peak_memory  # noqa: E402
+from harness.executors._torch_chain import TorchChain, build_chain, output_gradient  # noqa: E402
+from harness.executors.torch_executor import TorchExecutor  # noqa: E402
+from harness.model import Profile  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from harness.profilers.measured import TorchProfiler  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
+from harness.schedules import keep_all_schedule, ordered_schedule  # noqa: E402
+
+MODEL, BATCH, SIZE = "torchvision:resnet18", 32, (3, 128, 128)
+
+
+@functools.cache
+def setup() -> tuple[TorchChain, Profile]:
+    workload = Workload(MODEL, BATCH, SIZE, "cuda")
+    profile = TorchProfiler(warmup=1, repeats=3, algorithms=False).profile(workload)
+    return build_chain(workload, "cuda"), profile
+
+
+def reference(chain: TorchChain) -> dict[str, torch.Tensor]:
+    model = chain.model
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(0)
+    out = model(chain.example.to("cuda"))
+    out.backward(output_gradient(tuple(out.shape), out.dtype, 0).to("cuda"))
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = None
+    return grads
+
+
+def budget_at(profile: Profile, fraction: float) -> int:
+    lo, hi = min_memory(profile), peak_memory(profile)
+    return int(lo + fraction * (hi - lo))
+
+
+def test_offloading_planners_give_the_plain_gradients_on_cuda():
+    chain, profile = setup()
+    expected = reference(chain)
+    for name in ("greedy", "torch-save-on-cpu", "torch-checkpoint"):
+        schedule = registry().planner(name).plan(profile, budget_at(profile, 0.5))
+        run = TorchExecutor(warmup=1, iterations=2).execute(schedule, profile, chain)
+        assert run.status == "ok", f"{name}: {run.message}"
+        for n, p in chain.model.named_parameters():  # cuDNN's backward is not bitwise deterministic
+            torch.testing.assert_close(p.grad, expected[n], rtol=0, atol=1e-3 * float(expected[n].abs().max()))
+
+
+def test_keep_all_runs_out_of_memory_under_a_third_of_its_peak():
+    chain, profile = setup()
+    budget = peak_memory(profile) // 3
+    run = TorchExecutor(warmup=0, iterations=1).execute(keep_all_schedule(profile, budget), profile, chain)
+    assert run.status == "oom" and "out of memory" in run.message
+
+
+def test_offloaded_schedules_stay_within_the_budget():
+    chain, profile = setup()
+    budget = budget_at(profile, 0.5)
+    schedule = registry().planner("greedy").plan(profile, budget)
+    run = TorchExecutor(warmup=1, iterations=3).execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert run.metrics["max_memory_allocated"] <= budget
+    assert run.metrics["max_memory_reserved"] <= budget
+
+
+def test_offloading_lowers_the_measured_peak():
+    chain, profile = setup()
+    keep = TorchExecutor(warmup=1, iterations=2, enforce_budget=False).execute(
+        keep_all_schedule(profile, 10**13), profile, chain)
+    everything = ordered_schedule(profile, 10**13, set(range(profile.n_stages)), planner="all", prefetch_window=1)
+    off = TorchExecutor(warmup=1, iterations=2, enforce_budget=False).execute(everything, profile, chain)
+    assert off.metrics["max_memory_allocated"] < keep.metrics["max_memory_allocated"]
+    assert off.moved_bytes > 0 and off.metrics["stall_s"] >= 0
+
+
+def test_copies_overlap_compute_without_synchronisation():
+    chain, profile = setup()
+    everything = ordered_schedule(profile, 10**13, set(range(profile.n_stages)), planner="all", prefetch_window=2)
+    executor = TorchExecutor(warmup=1, iterations=2, enforce_budget=False, record=True)
+    run = executor.execute(everything, profile, chain)
+    compute = [e for e in run.timeline if e.stream == "compute"]
+    copies = [e for e in run.timeline if e.stream != "compute"]
+    assert copies and any(c.start < e.end and e.start < c.end for c in copies for e in compute)
+
+
+def test_the_prediction_is_reported_beside_the_measurement():
+    chain, profile = setup()
+    schedule = registry().planner("greedy").plan(profile, budget_at(profile, 0.5))
+    run = TorchExecutor(warmup=1, iterations=3).execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert run.metrics["predicted_s"] > 0 and math.isfinite(run.metrics["prediction_error"])
+    assert run.metrics["time_min_s"] <= run.makespan <= run.metrics["time_max_s"]

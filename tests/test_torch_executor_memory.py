@@ -1,0 +1,215 @@
+"""The bytes the torch executor holds as "device" follow the schedule (CPU stand-in).
+
+The executor measures, after every operation, the bytes each stage's saved storages
+hold (``ExecutionRecord.held``: read on the storages, which offloading really shrinks).
+Two independent expectations are checked against it:
+
+- the schedule read with instantaneous copies: a stage's saved data is resident from
+  the end of F_i to the end of B_i, less what an offload moved out and no prefetch has
+  brought back yet;
+- the simulator's memory trace (papers/004 section 3.1's model, harness.simulate) with
+  a link of infinite bandwidth, where copies take no time either, read in the middle
+  of each operation and compared with what the executor held just before running it.
+
+The sizes are the profile's (the analytic profiler measures them on ``meta`` with the
+same attribution rule, so they are exact on the CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+from dataclasses import replace  # noqa: E402
+
+from harness.executors._torch_chain import TorchChain, build_chain  # noqa: E402
+from harness.executors.torch_executor import ExecutionRecord, TorchExecutor  # noqa: E402
+from harness.model import Profile, Schedule  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
+from harness.schedules import keep_all_schedule, op_index, ordered_schedule  # noqa: E402
+from harness.simulate.executor import simulate  # noqa: E402
+
+MODELS = ("torchvision:resnet18", "torchvision:mobilenet_v2")
+BATCH, SIZE = 2, (3, 64, 64)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The CPU is shared: one intra-op thread keeps the tests predictable."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.cache
+def setup(model: str) -> tuple[TorchChain, Profile]:
+    chain = build_chain(Workload(model, BATCH, SIZE, "cpu"), "cpu")
+    profile = registry().profiler("analytic").profile(Workload(model, BATCH, SIZE, "V100-PCIe"))
+    return chain, profile
+
+
+def execute(schedule: Schedule, profile: Profile, chain: TorchChain) -> ExecutionRecord:
+    executor = TorchExecutor(warmup=0, iterations=1, record=True)
+    run = executor.execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    return executor.last_record
+
+
+def expected_resident(schedule: Schedule, profile: Profile, group: tuple[int, int], k: int) -> int | None:
+    """Bytes of ``group`` on the device after operation k with instantaneous copies.
+
+    None where the group is not complete (before the end of its F) or may still be
+    partly held by the previous stage's backward (after its own B).
+    """
+    sb, i = group
+    where = op_index(schedule.ops)
+    f, b = where[("F", i, sb)], where[("B", i, sb)]
+    if k < f or k >= b:
+        return None
+    size = profile.stages[i].saved_bytes
+
+    away = 0
+    for tr in schedule.transfers:  # issued at the start or end of an operation up to k: done
+        if (tr.sub_batch, tr.stage) != group or tr.issue_op > k:
+            continue
+        amount = size if tr.nbytes is None else tr.nbytes
+        away += amount if tr.direction == "offload" else -amount
+    return size - away
+
+
+def simulated_resident(schedule: Schedule, profile: Profile) -> list[dict[int, int]]:
+    """Saved bytes of each stage alive in the simulator's trace in the middle of every operation (infinite link)."""
+    instant = replace(profile, d2h_bandwidth=1e300, h2d_bandwidth=1e300)
+    run = simulate(schedule, instant, budget=float("inf"), engine="reference")
+    assert run.feasible, run.message
+    middles = [(e.start + e.end) / 2 for e in run.timeline if e.stream == "compute"]
+    assert all(e.end > e.start for e in run.timeline if e.stream == "compute")
+    out = []
+    for t in middles:
+        held: dict[int, int] = {}
+        for block in run.trace:
+            name = block.name
+            stage = _saved_stage(name)
+            if stage is not None and block.alloc <= t < block.free:
+                held[stage] = held.get(stage, 0) + block.size
+        out.append(held)
+    return out
+
+
+def _saved_stage(name: str) -> int | None:
+    """The stage of a trace block that is saved data (x_i kept, saved_i.extra/.rest/.back)."""
+    if name.startswith("x") and "." not in name:
+        return int(name[1:])
+    if name.startswith("saved"):
+        return int(name[len("saved"):].split(".")[0])
+    return None
+
+
+def check_follows_schedule(schedule: Schedule, profile: Profile, record: ExecutionRecord) -> int:
+    """Compare the measured bytes with both expectations; return how many points were compared."""
+    simulated = simulated_resident(schedule, profile)
+    where = op_index(schedule.ops)
+    compared = 0
+    for k, held in enumerate(record.held):
+        for i in range(profile.n_stages):
+            expected = expected_resident(schedule, profile, (0, i), k)
+            if expected is None:
+                continue
+            measured = held.get((0, i), 0)
+            assert measured == expected, f"stage {i} after {schedule.ops[k].label}: held {measured}, expected {expected}"
+            compared += 1
+        done = [i for i in range(profile.n_stages) if where[("B", i - 1 if i else 0, 0)] <= k]
+        for i in done:  # after B_{i-1} nothing of stage i may be left
+            assert held.get((0, i), 0) == 0, f"stage {i} still holds {held[(0, i)]} bytes after {schedule.ops[k].label}"
+    for k, held in enumerate(record.held_before):
+        for i in range(profile.n_stages):
+            if not where[("F", i, 0)] < k <= where[("B", i, 0)]:
+                continue  # the group is complete from the end of F_i until B_i ends
+            measured, sim = held.get((0, i), 0), simulated[k].get(i, 0)
+            assert measured == sim, f"stage {i} before {schedule.ops[k].label}: held {measured}, simulated {sim}"
+            compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_groups_have_the_profiled_sizes(model):
+    chain, profile = setup(model)
+    record = execute(keep_all_schedule(profile, 10**12), profile, chain)
+    assert [record.group_bytes.get((0, i), 0) for i in range(profile.n_stages)] == [
+        s.saved_bytes for s in profile.stages]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_offloading_nothing_holds_everything(model):
+    chain, profile = setup(model)
+    schedule = keep_all_schedule(profile, 10**12)
+    record = execute(schedule, profile, chain)
+    last_forward = op_index(schedule.ops)[("F", profile.n_stages - 1, 0)]
+    assert sum(record.held[last_forward].values()) == sum(s.saved_bytes for s in profile.stages)
+    assert check_follows_schedule(schedule, profile, record) > profile.n_stages
+    assert record.held[-1] == {}
+
+
+@pytest.mark.parametrize("window", [None, 1])
+@pytest.mark.parametrize("model", MODELS)
+def test_offloading_everything_holds_what_the_schedule_says(model, window):
+    chain, profile = setup(model)
+    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all",
+                                prefetch_window=window)
+    record = execute(schedule, profile, chain)
+    assert check_follows_schedule(schedule, profile, record) > profile.n_stages
+    if window == 1:  # just in time: at the end of the forward only the last stage is back (prefetched at F's end)
+        last_forward = op_index(schedule.ops)[("F", profile.n_stages - 1, 0)]
+        assert set(record.held[last_forward]) <= {(0, profile.n_stages - 1)}
+    assert record.held[-1] == {}
+
+
+def test_a_partial_offload_moves_exactly_its_bytes():
+    chain, profile = setup(MODELS[0])
+    amounts = {i: s.saved_bytes // 3 for i, s in enumerate(profile.stages) if s.saved_bytes > 4096}
+    schedule = ordered_schedule(profile, 10**12, amounts, planner="third", prefetch_window=1)
+    executor = TorchExecutor(warmup=0, iterations=1, record=True)
+    run = executor.execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert check_follows_schedule(schedule, profile, executor.last_record) > len(amounts)
+    assert run.moved_bytes == 2 * sum(amounts.values())
+
+
+def test_the_executor_moves_what_the_simulator_moves():
+    chain, profile = setup(MODELS[1])
+    schedule = ordered_schedule(profile, 10**12, set(range(0, profile.n_stages, 2)), planner="even")
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0
+
+
+def test_sub_batches_hold_their_own_groups():
+    chain, profile = setup(MODELS[0])
+    # measured at batch 1 (Profile.at_batch scales linearly, but BatchNorm's saved statistics do not scale)
+    half = registry().profiler("analytic").profile(Workload(MODELS[0], 1, SIZE, "V100-PCIe"))
+    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all", sub_batches=2,
+                                prefetch_window=1)
+    record = execute(schedule, profile, chain)
+    where = op_index(schedule.ops)
+    for sb in (0, 1):
+        assert [record.group_bytes.get((sb, i), 0) for i in range(half.n_stages)] == [
+            s.saved_bytes for s in half.stages]
+        # while sub-batch 1 runs forward, sub-batch 0 holds nothing any more
+        assert all(g[0] == 1 for g in record.held[where[("F", 3, 1)]])
+
+
+def test_checkpointed_stages_leave_nothing_saved():
+    chain, profile = setup(MODELS[0])
+    schedule = registry().planner("torch-checkpoint").plan(profile, 10**12)
+    recomputed = set(schedule.options["recompute"])
+    assert recomputed
+    record = execute(schedule, profile, chain)
+    assert all(i not in recomputed for held in record.held for (_, i) in held)
+    kept = [i for i in range(profile.n_stages) if i not in recomputed]
+    # the first kept stage may miss its input, saved (inside the checkpoint) by the stage before
+    assert all(record.group_bytes.get((0, i), 0) == profile.stages[i].saved_bytes for i in kept[1:])

@@ -11,7 +11,7 @@ to ``meta`` the moment it is registered, so no full-size CPU copy ever exists.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
 import torch
@@ -69,8 +69,10 @@ def on_device(construct: Callable[[], nn.Module], device: Any) -> nn.Module:
     For ``meta`` no parameter data is ever allocated (see the module docstring).
     """
     device = torch.device(device)
+    from harness.models.metafast import MetaFastPaths
+
     try:
-        with device:
+        with device, MetaFastPaths() if device.type == "meta" else nullcontext():
             return construct()
     except (NotImplementedError, RuntimeError):
         if device.type != "meta":

@@ -27,6 +27,7 @@ class _Residual(nn.Module):
         self.bn2 = nn.BatchNorm2d(channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """relu(bn2(conv2(relu(bn1(conv1(x))))) + x)."""
         out = torch.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         return torch.relu(out + x)
@@ -48,6 +49,7 @@ class TinyCNN(nn.Module):
         self.fc = nn.Linear(8 * width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images."""
         x = self.pool1(self.relu1(self.bn1(self.conv1(x))))
         x = self.block(x)
         x = self.pool2(self.relu2(self.conv2(x)))
@@ -67,6 +69,7 @@ class MLP(nn.Module):
         self.fc3 = nn.Linear(hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of inputs of any shape (flattened)."""
         x = x.flatten(1)
         return self.fc3(self.drop(self.act2(self.fc2(self.act1(self.fc1(x))))))
 

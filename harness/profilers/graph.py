@@ -1,0 +1,248 @@
+"""A model as a flat list of graph nodes that can be run one range at a time.
+
+``trace(model, example)`` turns an ``nn.Module`` into a ``torch.fx.GraphModule``: first
+with ``torch.fx.symbolic_trace`` (fast, module-level nodes: every torchvision model), then
+with ``torch.export`` (aten-level nodes: models with data-dependent Python such as
+HuggingFace transformers). ``Graph`` wraps the result: the nodes in execution order,
+the users of each, and ``run(first, last, env)`` to execute a contiguous range of them,
+which is how a chain stage is run on its own.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import fx
+from torch.utils._pytree import tree_flatten
+
+from harness.profilers.errors import ProfilingError
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside ``value`` (a tensor, or nested tuples/lists/dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    found: list[torch.Tensor] = []
+    _collect(value, found)
+    return found
+
+
+def _collect(value: Any, found: list[torch.Tensor]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _collect(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect(v, found)
+    elif hasattr(value, "__dataclass_fields__") or hasattr(value, "to_tuple"):
+        _collect([v for v in tree_flatten(value)[0]], found)
+
+
+def trace(model: torch.nn.Module, example: torch.Tensor, label: str = "model") -> fx.GraphModule:
+    """The model as a GraphModule: ``symbolic_trace`` if it can, else ``torch.export``."""
+    if isinstance(model, fx.GraphModule):
+        return model
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as fx_error:  # noqa: BLE001 - any tracing failure means: try export
+        try:
+            return torch.export.export(model, (example,), strict=False).module()
+        except Exception as export_error:  # noqa: BLE001
+            raise ProfilingError(
+                f"cannot trace {label} into a graph: torch.fx said {_short(fx_error)}; "
+                f"torch.export said {_short(export_error)}. The profilers need a model whose "
+                "forward can be traced with one of the two (no data-dependent control flow)."
+            ) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+@dataclass
+class NodeInfo:
+    """A node with its position, the positions of its inputs, and of its last user."""
+
+    node: fx.Node
+    index: int
+    inputs: tuple[int, ...]
+    last_use: int
+
+
+class Graph:
+    """The nodes of a traced model in execution order, runnable range by range.
+
+    Positions are indices into ``nodes``. Parameters and buffers (``get_attr`` nodes)
+    are evaluated once and are available everywhere; every other value lives in the
+    ``env`` dict that ``run`` receives, keyed by position. ``input_dependent`` holds the
+    positions whose value depends on the model input; the others (a causal mask, position
+    ids) are constants of the workload, like the weights.
+    """
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.nodes: list[fx.Node] = list(gm.graph.nodes)
+        position = {n: i for i, n in enumerate(self.nodes)}
+        self.position = position
+        self.info: list[NodeInfo] = []
+        for i, n in enumerate(self.nodes):
+            inputs = tuple(sorted({position[a] for a in n.all_input_nodes}))
+            last = max((position[u] for u in n.users), default=i)
+            self.info.append(NodeInfo(n, i, inputs, last))
+        self.placeholders = [i for i, n in enumerate(self.nodes) if n.op == "placeholder"]
+        outputs = [i for i, n in enumerate(self.nodes) if n.op == "output"]
+        if len(self.placeholders) != 1:
+            raise ProfilingError(
+                f"the traced model takes {len(self.placeholders)} inputs; the chain profilers need exactly one tensor input"
+            )
+        self.input_index = self.placeholders[0]
+        self.output_index = outputs[0]
+        self.constants: dict[int, Any] = {
+            i: self._fetch_attr(n.target) for i, n in enumerate(self.nodes) if n.op == "get_attr"
+        }
+        self.input_dependent = self._reachable_from(self.input_index)
+
+    # -- structure
+    def _reachable_from(self, start: int) -> set[int]:
+        seen = {start}
+        for i in range(start, len(self.nodes)):
+            if i in seen:
+                seen.update(self.position[u] for u in self.nodes[i].users)
+        return seen
+
+    def is_constant(self, index: int) -> bool:
+        """Parameters, buffers and other module attributes: weights, not activations."""
+        return index in self.constants
+
+    def returned_index(self) -> int:
+        """Position of the node whose value the model returns (it must be one tensor)."""
+        out = self.nodes[self.output_index].args[0]
+        flat = [a for a in tree_flatten(out)[0] if isinstance(a, fx.Node)]
+        if len(flat) != 1:
+            raise ProfilingError(
+                f"the model returns {len(flat)} values; the chain profilers need a model that returns one tensor "
+                "(wrap it to return the logits only)"
+            )
+        return self.position[flat[0]]
+
+    def module_path(self, index: int) -> str:
+        """The qualified name of the module a node belongs to ('' at the top level)."""
+        n = self.nodes[index]
+        if n.op == "call_module":
+            return str(n.target)
+        stack = n.meta.get("nn_module_stack")
+        if stack:
+            path = list(stack.values())[-1][0]
+            return _clean_path(str(path))
+        return ""
+
+    def module_type(self, index: int) -> type | None:
+        """The class of the module a ``call_module`` node calls, or of the innermost enclosing module."""
+        n = self.nodes[index]
+        if n.op == "call_module":
+            return type(self.gm.get_submodule(str(n.target)))
+        stack = n.meta.get("nn_module_stack")
+        if stack:
+            t = list(stack.values())[-1][1]
+            return t if isinstance(t, type) else None
+        return None
+
+    def _fetch_attr(self, target: str) -> Any:
+        obj: Any = self.gm
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    # -- execution
+    def run(
+        self,
+        first: int,
+        last: int,
+        env: dict[int, Any],
+        keep: Callable[[int], bool] = lambda i: False,
+        on_node: Callable[[int, Any, dict[int, Any]], None] | None = None,
+    ) -> None:
+        """Execute nodes ``first..last`` (inclusive), reading and writing values in ``env``.
+
+        A value is dropped from ``env`` after its last user ran unless ``keep(position)``
+        says otherwise; ``on_node(position, value, env)`` is called after each node.
+        """
+        for i in range(first, last + 1):
+            n = self.nodes[i]
+            value = self._execute(n, env)
+            env[i] = value
+            if on_node is not None:
+                on_node(i, value, env)
+            for j in self.info[i].inputs:
+                if self.info[j].last_use <= i and j in env and not keep(j):
+                    del env[j]
+            if self.info[i].last_use <= i and not keep(i):
+                env.pop(i, None)
+
+    def _execute(self, n: fx.Node, env: dict[int, Any]) -> Any:
+        def load(a: fx.Node) -> Any:
+            j = self.position[a]
+            if j in self.constants:
+                return self.constants[j]
+            try:
+                return env[j]
+            except KeyError:
+                raise ProfilingError(f"node {n.name} needs {a.name}, which is not live at this point") from None
+
+        args = fx.node.map_arg(n.args, load)
+        kwargs = fx.node.map_arg(n.kwargs, load)
+        if n.op == "call_function":
+            target = n.target
+            if target is _SDPA:  # late lookup: the meta profiler swaps it (harness.models.metafast)
+                target = torch.nn.functional.scaled_dot_product_attention
+            return target(*args, **kwargs)
+        if n.op == "call_method":
+            obj, *rest = args
+            return getattr(obj, n.target)(*rest, **kwargs)
+        if n.op == "call_module":
+            return self.gm.get_submodule(str(n.target))(*args, **kwargs)
+        if n.op == "get_attr":
+            return self.constants[self.position[n]]
+        if n.op == "output":
+            return args[0]
+        raise ProfilingError(f"cannot execute node {n.name} of kind {n.op}")
+
+
+def _clean_path(path: str) -> str:
+    """``L['self'].layer1[0]`` or ``m.transformer.h.0`` style paths as dotted module names."""
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    for a, b in (("['", "."), ("']", ""), ("[", "."), ("]", "")):
+        path = path.replace(a, b)
+    return path.strip(".")
+
+
+def op_name(graph: Graph, index: int) -> str:
+    """A lower-case name for what a node does: module class, function or aten op name."""
+    n = graph.nodes[index]
+    if n.op == "call_module":
+        return type(graph.gm.get_submodule(str(n.target))).__name__.lower()
+    if n.op == "call_method":
+        return str(n.target).lower()
+    if n.op == "call_function":
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            return t._schema.name.split("::")[-1].lower()
+        if t in (operator.getitem,):
+            return "getitem"
+        return getattr(t, "__name__", str(t)).lower()
+    return n.op
+
+
+def iter_nodes(graph: Graph, first: int, last: int) -> Iterable[int]:
+    """Positions ``first..last`` that compute something (no placeholders, attributes or output)."""
+    for i in range(first, last + 1):
+        if graph.nodes[i].op in ("call_function", "call_method", "call_module"):
+            yield i

@@ -1,0 +1,320 @@
+"""The ``torch`` profiler: a chain profile measured by running the model on a CPU or a CUDA GPU.
+
+Sizes come from one instrumented iteration (``record_chain``, the code the analytic
+profiler runs on ``meta``, so the two agree exactly on the CPU). Times come from
+running each stage alone, from its recorded input: ``warmup`` untimed runs, then the
+median of ``repeats`` timed ones, with ``time.perf_counter`` on the CPU and CUDA events
+on a GPU. A backward is timed after an untimed forward that rebuilds its graph.
+
+On CUDA the workspaces are measured as peak-memory deltas (``max_memory_allocated``
+above what the operation leaves allocated), the host link with pinned copies of
+several sizes, and the convolution algorithms are cuDNN's heuristic choice, cuDNN
+autotuned (``benchmark``) and PyTorch's native kernels (cuDNN off). On the CPU the
+workspaces are the liveness estimates of ``record_chain``, the "host link" is a copy
+between two host buffers, and the algorithms are oneDNN and PyTorch's native kernels.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Callable, Iterator
+
+import torch
+
+from harness.model import Algorithm, Profile, Stage
+from harness.profilers.analytic import NOTES
+from harness.profilers.errors import ProfilingError
+from harness.profilers.extract import Chain, extract
+from harness.profilers.instrument import ChainRecord, StageRecord, record_chain
+from harness.protocols import Workload
+
+
+def _device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ProfilingError(
+            f"the torch profiler measures on cpu or cuda (cuda:1, ...), not {name!r}; "
+            "device specs such as V100-PCIe are for the analytic profiler"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ProfilingError("the torch profiler was asked for cuda, but no CUDA GPU is available here")
+    if device.type not in ("cpu", "cuda"):
+        raise ProfilingError(f"the torch profiler measures on cpu or cuda, not {device.type}")
+    return device
+
+
+class Timer:
+    """Times a callable on a device: perf_counter on the CPU, CUDA events on a GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        """Seconds ``fn()`` took on the device."""
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+@dataclass
+class _StageRun:
+    """What is needed to run one stage alone: its env at entry (input leaf, carried values)."""
+
+    env: dict[int, Any]
+    out_like: tuple[torch.Size, torch.dtype] | None  # the output's shape and dtype, if it needs a gradient
+
+
+class StageRunner:
+    """Runs the stages of a chain one at a time from recorded inputs (no hooks, no counting)."""
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self.runs: list[_StageRun] = []
+        graph, env = chain.graph, {chain.graph.input_index: chain.example}
+        x = chain.example
+        for s, span in enumerate(chain.plan.stages):
+            leaf = x.detach()
+            if s > 0 and x.requires_grad and x.is_floating_point():
+                leaf.requires_grad_(True)
+            env[span.input] = leaf
+            # what crosses a cut: the stage input, plain values, tensors that do not depend on
+            # the input (detached: constants of the workload for timing purposes)
+            entry = {k: v.detach() if isinstance(v, torch.Tensor) and k != span.input else v
+                     for k, v in env.items()}
+            graph.run(span.first, span.last, env)
+            out = env[span.output]
+            self.runs.append(_StageRun(entry, (out.shape, out.dtype) if out.requires_grad else None))
+            x = out
+        self.params = list(graph.gm.parameters())
+
+    def forward(self, s: int) -> torch.Tensor:
+        """Run F_s once and return its output (with its autograd graph)."""
+        span = self.chain.plan.stages[s]
+        env = dict(self.runs[s].env)
+        leaf = env[span.input]
+        if leaf.requires_grad:
+            leaf.grad = None
+        self.chain.graph.run(span.first, span.last, env)
+        return env[span.output]
+
+    def output_grad(self, s: int) -> torch.Tensor | None:
+        """A gradient for the output of F_s (ones), or None when its backward does nothing."""
+        like = self.runs[s].out_like
+        return None if like is None else torch.ones(like[0], dtype=like[1], device=self.chain.example.device)
+
+    def backward(self, s: int, out: torch.Tensor, grad: torch.Tensor | None) -> None:
+        """Run B_s on the graph ``out`` came with, from ``grad``."""
+        if grad is not None and out.requires_grad:
+            torch.autograd.backward(out, grad)
+
+
+@dataclass
+class TorchProfiler:
+    """Measures a chain profile on a CPU or CUDA device (``workload.device``)."""
+
+    warmup: int = 2
+    repeats: int = 5
+    variant_batches: tuple[int, ...] = ()
+    algorithms: bool = True
+    name: str = "torch"
+    description: str = "measured on cpu or cuda: per-stage times (median), saved bytes, workspaces, host link"
+
+    def profile(self, workload: Workload) -> Profile:
+        """Measure the workload on its device; ``variant_batches`` add measured sub-batch profiles."""
+        device = _device(workload.device)
+        main = self._one(workload, device)
+        variants = tuple(self._one(replace(workload, batch_size=b), device)
+                         for b in self.variant_batches if b != workload.batch_size)
+        return replace(main, variants=variants) if variants else main
+
+    def _one(self, workload: Workload, device: torch.device) -> Profile:
+        chain = extract(workload, device)
+        try:
+            record = record_chain(chain.graph, chain.plan, chain.example)
+            runner = StageRunner(chain)
+            timer = Timer(device)
+            stages = []
+            for s, r in enumerate(record.stages):
+                fwd, bwd = self._times(runner, s, timer)
+                fwd_ws, bwd_ws = (self._cuda_workspaces(runner, s, r) if device.type == "cuda"
+                                  else (r.fwd_workspace, r.bwd_workspace))
+                algorithms = self._algorithms(runner, s, r, timer, device, (fwd, bwd, fwd_ws, bwd_ws),
+                                              workload.batch_size) if self.algorithms and _has_conv(r) else ()
+                stages.append(Stage(
+                    name=r.span.name, kind=r.span.kind, fwd_time=fwd, bwd_time=bwd,
+                    input_bytes=r.input_bytes, saved_bytes=r.saved_bytes, grad_bytes=r.grad_bytes,
+                    fwd_workspace=fwd_ws, bwd_workspace=bwd_ws, algorithms=algorithms,
+                    flops=r.fwd.total_flops + r.bwd.total_flops,
+                ))
+        except ProfilingError:
+            raise
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise ProfilingError(f"{workload.model}: measuring on {device} failed: {type(exc).__name__}: {exc}") from None
+        return self._profile(workload, device, record, tuple(stages))
+
+    # -- times
+    def _times(self, runner: StageRunner, s: int, timer: Timer) -> tuple[float, float]:
+        """Median forward and backward seconds of stage ``s`` after ``warmup`` untimed runs."""
+        fwd_times, bwd_times = [], []
+        for k in range(self.warmup + self.repeats):
+            tf, tb = _time_once(runner, s, timer)
+            if k >= self.warmup:
+                fwd_times.append(tf)
+                bwd_times.append(tb)
+        for p in runner.params:
+            p.grad = None
+        return statistics.median(fwd_times), statistics.median(bwd_times)
+
+    # -- CUDA workspaces
+    def _cuda_workspaces(self, runner: StageRunner, s: int, r: StageRecord) -> tuple[int, int]:
+        device = runner.chain.example.device
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = runner.forward(s)
+        torch.cuda.synchronize(device)
+        after = torch.cuda.memory_allocated(device)
+        fwd_ws = max(0, torch.cuda.max_memory_allocated(device) - after)
+        had_grad = {id(p) for p in runner.params if p.grad is not None}
+        grad = runner.output_grad(s)
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        runner.backward(s, out, grad)
+        torch.cuda.synchronize(device)
+        new_grads = sum(p.grad.numel() * p.grad.element_size() for p in runner.params
+                        if p.grad is not None and id(p) not in had_grad)
+        bwd_ws = max(0, torch.cuda.max_memory_allocated(device) - before - r.grad_bytes - new_grads)
+        del out, grad
+        for p in runner.params:
+            p.grad = None
+        return fwd_ws, bwd_ws
+
+    # -- convolution algorithms
+    def _algorithms(self, runner: StageRunner, s: int, r: StageRecord, timer: Timer, device: torch.device,
+                    default: tuple[float, float, int, int], batch: int) -> tuple[Algorithm, ...]:
+        """The stage under each algorithm setting; the current default reuses the default figures."""
+        found = []
+        current = _default_algorithm(device)
+        for name, context in _algorithm_contexts(device):
+            if name == current:
+                found.append(Algorithm(name, *default))
+                continue
+            with context():
+                fwd, bwd = self._times(runner, s, timer)
+                if device.type == "cuda":
+                    fwd_ws, bwd_ws = self._cuda_workspaces(runner, s, r)
+                else:  # not measurable on the CPU: native im2col over the batch, oneDNN's scratchpad unknown
+                    extra = r.im2col_bytes * batch if name == "native" else 0
+                    fwd_ws, bwd_ws = r.fwd_workspace + extra, r.bwd_workspace + extra
+            found.append(Algorithm(name, fwd, bwd, fwd_ws, bwd_ws))
+        found.sort(key=lambda a: (a.fwd_workspace + a.bwd_workspace, a.fwd_time + a.bwd_time))
+        return tuple(found)
+
+    # -- profile
+    def _profile(self, workload: Workload, device: torch.device, record: ChainRecord,
+                 stages: tuple[Stage, ...]) -> Profile:
+        d2h, h2d = host_link(device)
+        if device.type == "cuda":
+            memory = torch.cuda.get_device_properties(device).total_memory
+            name = torch.cuda.get_device_name(device)
+        else:
+            memory, name = _host_memory(), "cpu"
+        return Profile(
+            model=workload.model, batch_size=workload.batch_size, input_shape=tuple(workload.input_size),
+            device=name, device_memory=memory, d2h_bandwidth=d2h, h2d_bandwidth=h2d,
+            weight_bytes=record.weight_bytes, output_bytes=record.output_bytes, stages=stages,
+            dtype=workload.dtype, profiler="torch", measured=True,
+            notes={
+                **NOTES,
+                "times": f"median of {self.repeats} runs after {self.warmup} warm-up runs, each stage alone "
+                         f"({'CUDA events' if device.type == 'cuda' else 'time.perf_counter'})",
+                "workspace": ("peak-memory delta (torch.cuda.max_memory_allocated)" if device.type == "cuda"
+                              else "liveness estimate (no allocator statistics on the CPU)"),
+                "host_link": ("pinned host <-> device copies, best of several sizes" if device.type == "cuda"
+                              else "copies between two host buffers (the CPU executor's 'host store')"),
+                "torch": torch.__version__,
+            },
+        )
+
+
+def _time_once(runner: StageRunner, s: int, timer: Timer) -> tuple[float, float]:
+    """One timed forward of stage ``s``, then one timed backward on the graph it built."""
+    box: dict[str, Any] = {"grad": runner.output_grad(s)}
+    tf = timer(lambda: box.__setitem__("out", runner.forward(s)))
+    tb = timer(lambda: runner.backward(s, box["out"], box["grad"]))
+    return tf, tb
+
+
+def _has_conv(r: StageRecord) -> bool:
+    return any(r.fwd.conv)
+
+
+def _default_algorithm(device: torch.device) -> str:
+    """The name of the setting the stage's default figures were measured with."""
+    if device.type == "cuda":
+        if not torch.backends.cudnn.enabled:
+            return "native"
+        return "cudnn_autotuned" if torch.backends.cudnn.benchmark else "cudnn_heuristic"
+    return "onednn" if torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled else "native"
+
+
+@contextmanager
+def _quiet(flags: Callable[[], Any]) -> Iterator[None]:
+    """Enter a ``torch.backends`` flags context without its informational warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with flags():
+            yield
+
+
+def _algorithm_contexts(device: torch.device) -> list[tuple[str, Callable[[], Any]]]:
+    """(name, context factory) for each algorithm setting worth measuring on ``device``."""
+    if device.type == "cuda":
+        return [
+            ("cudnn_heuristic", lambda: _quiet(lambda: torch.backends.cudnn.flags(enabled=True, benchmark=False))),
+            ("cudnn_autotuned", lambda: _quiet(lambda: torch.backends.cudnn.flags(enabled=True, benchmark=True))),
+            ("native", lambda: _quiet(lambda: torch.backends.cudnn.flags(enabled=False))),
+        ]
+    contexts: list[tuple[str, Callable[[], Any]]] = [
+        ("native", lambda: _quiet(lambda: torch.backends.mkldnn.flags(enabled=False)))]
+    if torch.backends.mkldnn.is_available():
+        contexts.insert(0, ("onednn", lambda: _quiet(lambda: torch.backends.mkldnn.flags(enabled=True))))
+    return contexts
+
+
+def host_link(device: torch.device, sizes: tuple[int, ...] = (1 << 20, 16 << 20, 64 << 20),
+              repeats: int = 3) -> tuple[float, float]:
+    """Bytes/s device-to-host and host-to-device: the best over ``sizes`` of the median copy rate."""
+    best_d2h = best_h2d = 0.0
+    timer = Timer(device)
+    for size in sizes:
+        pinned = device.type == "cuda"
+        host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+        dev = torch.empty(size, dtype=torch.uint8, device=device)
+        d2h = [timer(partial(host.copy_, dev, non_blocking=pinned)) for _ in range(repeats + 1)]
+        h2d = [timer(partial(dev.copy_, host, non_blocking=pinned)) for _ in range(repeats + 1)]
+        best_d2h = max(best_d2h, size / max(statistics.median(d2h[1:]), 1e-9))
+        best_h2d = max(best_h2d, size / max(statistics.median(h2d[1:]), 1e-9))
+    return best_d2h, best_h2d
+
+
+def _host_memory() -> int:
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -32,7 +32,10 @@ STABLE_COLUMNS: tuple[str, ...] = (
 EXTRA_COLUMNS: tuple[str, ...] = (
     "run_id", "planner_label", "budget_label", "budget_fraction", "peak_memory_bytes", "idle_s", "fragmentation",
     "place_time_s", "run_time_s", "planner_options", "repeat", "seed", "dtype", "n_stages",
-    "offloaded_stages", "sub_batches", "valid", "timeline", "finished_at",
+    "offloaded_stages", "sub_batches", "valid", "timeline", "finished_at", "arena_fits_budget",
+    # measured by the torch executor (Run.metrics)
+    "time_min_s", "time_max_s", "time_iqr_s", "stall_s", "max_memory_allocated", "max_memory_reserved",
+    "predicted_s", "predicted_peak_bytes", "prediction_error", "memory_fraction", "iterations", "held_max_bytes",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -41,9 +44,11 @@ ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta
 
 _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
-                "offloaded_stages", "sub_batches")
+                "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
+                "predicted_peak_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
-                  "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s")
+                  "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
+                  "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction")
 
 
 class ResultsError(ValueError):

@@ -202,6 +202,7 @@ def execute_unit(task: UnitTask) -> UnitResult:
         common["run_time_s"] = time.perf_counter() - started
         common.update(peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes, status=run.status,
                       message=run.message)
+        common.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in common})  # measured (torch)
         if run.feasible:
             common.update(
                 makespan_s=run.makespan, idle_s=run.idle_time,
@@ -223,10 +224,11 @@ def execute_unit(task: UnitTask) -> UnitResult:
         common["message"] += (f" (the budget {budget} bytes is below the minimum: any schedule without "
                               f"sub-batching needs at least {bounds.min_memory_optimal} bytes)")
     timeline = None
-    if run is not None and run.feasible and run.trace:
-        from harness.allocators.trace import max_live_bytes
+    if run is not None and run.feasible:
+        if run.trace:
+            from harness.allocators.trace import max_live_bytes
 
-        common["max_live_bytes"] = max_live_bytes(run.trace)
+            common["max_live_bytes"] = max_live_bytes(run.trace)
         if task.want_timeline and run.timeline:
             timeline = {
                 "case_id": case.unit_id, "planner": case.planner_label, "model": case.model,
@@ -241,7 +243,8 @@ def execute_unit(task: UnitTask) -> UnitResult:
                 started = time.perf_counter()
                 placement = task.allocators[c.allocator].place(run.trace)
                 row.update(place_time_s=time.perf_counter() - started, arena_bytes=placement.arena_bytes,
-                           max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation)
+                           max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
+                           arena_fits_budget=placement.arena_bytes <= budget)
             except Exception as exc:
                 status, message = classify(exc)
                 row.update(status=status, message=f"allocator {c.allocator}: {message}")

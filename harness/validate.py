@@ -48,6 +48,12 @@ def validate(schedule: Schedule, profile: Profile, budget: float | None = None, 
              duplex: bool = False) -> list[Violation]:
     """Every violation of ``schedule`` on ``profile`` under ``budget`` (default: the schedule's)."""
     budget = float(schedule.budget_bytes if budget is None else budget)
+    from harness.simulate.recompute import equivalent
+
+    try:
+        schedule, profile = equivalent(schedule, profile)  # recomputation, as the simulator charges it
+    except (ValueError, NotImplementedError) as exc:
+        return [Violation(f"recompute segments: {exc}")]
     problems = check_structure(schedule, profile)
     if problems:
         return problems

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from harness.bounds import min_memory, peak_memory
 from harness.errors import InfeasibleBudget
-from harness.executors._torch_recompute import equivalent, simulate_schedule
+from harness.simulate.executor import simulate as simulate_schedule
+from harness.simulate.recompute import equivalent
 from harness.model import Profile, Stage
 from harness.planners.torch_peers import TorchCheckpoint, TorchSaveOnCpu, checkpoint_schedule
 from harness.plugins import registry

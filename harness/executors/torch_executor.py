@@ -150,9 +150,9 @@ def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | N
 
 def predict(schedule: Schedule, profile: Profile, duplex: bool = False) -> Run:
     """The simulator's run of ``schedule`` (recomputation charged), without trace."""
-    from harness.executors._torch_recompute import simulate_schedule
+    from harness.simulate.executor import simulate
 
-    return simulate_schedule(schedule, profile, duplex=duplex, with_trace=False)
+    return simulate(schedule, profile, duplex=duplex, with_trace=False)
 
 
 class TorchExecutor:

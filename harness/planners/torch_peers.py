@@ -13,7 +13,7 @@
   (non-reentrant) over segments of k stages, every segment but the last (as
   ``checkpoint_sequential`` does); k = ceil(sqrt(L)) by default, the usual choice
   (Chen et al. 2016), or ``every=auto`` for the fastest k that fits the budget. The
-  recomputation is charged by ``harness.executors._torch_recompute`` until the core
+  recomputation is charged by ``harness.simulate.recompute`` until the core
   simulator has a recompute operation.
 """
 
@@ -29,14 +29,12 @@ from harness.units import format_bytes
 
 def _fits(schedule: Schedule, profile: Profile, budget: int, what: str) -> None:
     """Raise ``InfeasibleBudget`` ("needs at least N bytes") if ``schedule`` does not fit."""
-    from harness.executors._torch_recompute import equivalent
     from harness.simulate.executor import timing
 
-    eq_schedule, eq_profile = equivalent(schedule, profile)
-    _, tm = timing(eq_schedule, eq_profile, budget=budget)
+    _, tm = timing(schedule, profile, budget=budget)
     if tm.status == 0:
         return
-    _, free = timing(eq_schedule, eq_profile, budget=float("inf"))
+    _, free = timing(schedule, profile, budget=float("inf"))
     need = int(free.peak)
     raise InfeasibleBudget(
         f"infeasible: {what} needs at least {need} bytes ({format_bytes(need)}) for {profile.model} at batch "
@@ -109,13 +107,12 @@ class TorchCheckpoint:
         return schedule
 
     def _fastest(self, profile: Profile, budget: int) -> Schedule:
-        from harness.executors._torch_recompute import equivalent
         from harness.simulate.executor import timing
 
         best, best_time = None, math.inf
         for k in range(1, profile.n_stages + 1):
             schedule = checkpoint_schedule(profile, budget, k, self.name)
-            _, tm = timing(*equivalent(schedule, profile), budget=budget)
+            _, tm = timing(schedule, profile, budget=budget)
             if tm.status == 0 and float(tm.op_end.max()) < best_time:
                 best, best_time = schedule, float(tm.op_end.max())
         if best is None:

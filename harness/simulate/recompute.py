@@ -6,8 +6,9 @@ segment keeps only its input x_a; the backward of its last stage, B_{b-1}, first
 re-runs F_a..F_{b-1} (which rebuilds all the segment's saved data) and then the
 backwards proceed as usual.
 
-The simulator has no recompute operation yet, so ``equivalent`` rewrites such a
-schedule as one the simulator already runs, with the same memory and time:
+The simulator has no recompute operation, so ``equivalent`` rewrites such a schedule
+as one it already runs, with the same memory and time (``simulate``, ``timing`` and
+``validate`` apply it first, so every caller is charged the recomputation):
 
 - the checkpoint: stage a keeps all of x_a (``saved_bytes`` becomes at least
   ``input_bytes``: x_a is held until B_a ends, whether F_a saves it or not);
@@ -21,7 +22,7 @@ schedule as one the simulator already runs, with the same memory and time:
   the recomputation, which happens before B_{b-1} proper).
 
 The only approximation is that transient (it is held for all of B_{b-1}); the exact
-version is a recompute operation in the core (see ``docs/gpu.md``).
+version is a recompute operation in the core's operations (a planned extension).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def equivalent(schedule: Schedule, profile: Profile) -> tuple[Schedule, Profile]
                  for i, drop, _ in sorted(drops)]
     transfers += [Transfer(i, "prefetch", back, "end", None, 0, drop) for i, drop, back in sorted(drops, reverse=True)]
     eq_profile = replace(profile, stages=tuple(stages), d2h_bandwidth=INSTANT, h2d_bandwidth=INSTANT, variants=())
-    eq_schedule = replace(schedule, transfers=tuple(transfers))
+    options = {k: v for k, v in schedule.options.items() if k != "recompute_segments"}
+    options["recompute_equivalent_of"] = [list(seg) for seg in segments]  # rewritten once, not twice
+    eq_schedule = replace(schedule, transfers=tuple(transfers), options=options)
     return eq_schedule, eq_profile
 
 
@@ -85,12 +88,3 @@ def _slower_backward(stage, index: int, extra_time: float, transient: int):
     a = algorithms[index]
     algorithms[index] = replace(a, bwd_time=a.bwd_time + extra_time, bwd_workspace=max(a.bwd_workspace, transient))
     return replace(stage, algorithms=tuple(algorithms))
-
-
-def simulate_schedule(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
-                      with_trace: bool = True):
-    """``harness.simulate.executor.simulate`` that also charges recomputation (a ``Run``)."""
-    from harness.simulate.executor import simulate
-
-    eq_schedule, eq_profile = equivalent(schedule, profile)
-    return simulate(eq_schedule, eq_profile, budget=budget, duplex=duplex, with_trace=with_trace)

@@ -37,7 +37,7 @@ from harness.errors import InfeasibleBudget, MembudgetError
 from harness.model import Profile, Stage, load, save
 from harness.protocols import Workload
 from harness.results import (
-    ROWS_CSV, TIMELINES, RowWriter, finished_case_ids, load_rows, read_meta, runs_of_suite,
+    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, finished_case_ids, load_rows, read_meta, runs_of_suite,
     write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units

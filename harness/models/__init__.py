@@ -12,24 +12,24 @@ Plugins add more through the ``membudget_register_models`` hook: an object with
 
 from __future__ import annotations
 
+import importlib.util
+
+from harness.lazy import Lazy
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
 
 def register_builtin(register):
-    """Register the built-in model factories (none without torch)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    """Register the built-in model factories (none without torch), without importing torch."""
+    if not _installed("torch"):
         return
-    from harness.models.builtin import BuiltinModels
-    from harness.models.torchvision_models import TorchvisionModels
-
-    register(BuiltinModels())
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        register(TorchvisionModels())
-    from harness.models import transformers_models
-
-    if transformers_models.available():
-        register(transformers_models.TransformersModels())
+    register(Lazy("harness.models.builtin.BuiltinModels", "builtin",
+                  "tiny models for fast tests: builtin:tiny-cnn, builtin:mlp", names=("builtin:tiny-cnn", "builtin:mlp")))
+    if _installed("torchvision"):
+        register(Lazy("harness.models.torchvision_models.TorchvisionModels", "torchvision",
+                      "every torchvision classification model (random weights), e.g. torchvision:resnet50"))
+    if _installed("transformers"):
+        register(Lazy("harness.models.transformers_models.TransformersModels", "transformers",
+                      "GPT-2-style language models built from a config (no download), e.g. transformers:gpt2"))

@@ -20,18 +20,18 @@ __all__ = ["ProfilingError", "profile_command", "register_builtin"]
 
 def register_builtin(register):
     """Register the built-in profilers: ``analytic`` and ``torch`` (if torch is installed), ``file``."""
+    import importlib.util
+
+    from harness.lazy import Lazy
     from harness.profilers.file import FileProfiler
 
     register(FileProfiler())
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         return
-    from harness.profilers.analytic import AnalyticProfiler
-    from harness.profilers.measured import TorchProfiler
-
-    register(AnalyticProfiler())
-    register(TorchProfiler())
+    register(Lazy("harness.profilers.analytic.AnalyticProfiler", "analytic",
+                  "estimated on the meta device: exact sizes, FLOPs and a roofline per stage (device spec)"))
+    register(Lazy("harness.profilers.measured.TorchProfiler", "torch",
+                  "measured on cpu or cuda: per-stage times (median), saved bytes, workspaces, host link"))
 
 
 def default_input_size(model: str) -> tuple[int, ...]:
@@ -67,7 +67,9 @@ def profile_command(
     from harness.plugins import registry
     from harness.protocols import Workload
 
-    chosen = registry().profiler(profiler)
+    from harness.lazy import resolve
+
+    chosen = resolve(registry().profiler(profiler))
     if options:
         try:
             chosen = replace(chosen, **options)

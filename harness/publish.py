@@ -264,15 +264,20 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+
+def _plot_per_planner(ax, rows, column: str) -> None:
+    """One line per strategy: ``column`` of its ok cases against the memory limit in GiB."""
+    for planner, style in _styles(_planner_order(rows)).items():
+        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
+        if not ok.empty:
+            ax.plot(ok["budget_bytes"] / 2**30, ok[column], label=planner, **style)
+
+
 def plot_ratio(group: Group, path: Path) -> Path:
     """Makespan / LB against the memory limit, one line per strategy (papers/004 Figure 5)."""
     fig, ax = _figure()
     rows = plan_rows(group.rows)
-    styles = _styles(_planner_order(rows))
-    for planner, style in styles.items():
-        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
-        if not ok.empty:
-            ax.plot(ok["budget_bytes"] / 2**30, ok["ratio_to_lb"], label=planner, **style)
+    _plot_per_planner(ax, rows, "ratio_to_lb")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("makespan / lower bound")
@@ -285,11 +290,7 @@ def plot_throughput(group: Group, path: Path) -> Path:
     """Samples per second against the memory limit (papers/004 Figures 13-19), with the ideal."""
     fig, ax = _figure()
     rows = plan_rows(group.rows)
-    styles = _styles(_planner_order(rows))
-    for planner, style in styles.items():
-        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
-        if not ok.empty:
-            ax.plot(ok["budget_bytes"] / 2**30, ok["throughput"], label=planner, **style)
+    _plot_per_planner(ax, rows, "throughput")
     ideal = rows["ideal_s"].dropna()
     if len(ideal):
         ax.axhline(group.batch_size / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")

@@ -123,6 +123,27 @@ def _cnn_layers(rng: random.Random, layers: int, batch: int) -> list[dict[str, i
     return out
 
 
+
+class _Recorder:
+    """Allocations and frees of named blocks, each at the next tick of a random clock."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.clock = rng, 0.0
+        self.blocks: list[MemoryBlock] = []
+        self.open: dict[str, tuple[int, float]] = {}
+
+    def tick(self) -> float:
+        self.clock += self.rng.uniform(0.5, 2.0)
+        return self.clock
+
+    def alloc(self, key: str, size: int) -> None:
+        self.open[key] = (size, self.tick())
+
+    def free(self, key: str) -> None:
+        size, start = self.open.pop(key)
+        self.blocks.append(MemoryBlock(id=len(self.blocks), name=key, size=size, alloc=start, free=self.tick()))
+
+
 def dnn_training_trace(
     seed: int = 0, layers: int = 30, batch: int = 16, residual_every: int = 3, include_weights: bool = True
 ) -> list[MemoryBlock]:
@@ -137,20 +158,8 @@ def dnn_training_trace(
     """
     rng = random.Random(seed)
     spec = _cnn_layers(rng, layers, batch)
-    blocks: list[MemoryBlock] = []
-    open_: dict[str, tuple[int, float]] = {}
-    clock = [0.0]
-
-    def tick() -> float:
-        clock[0] += rng.uniform(0.5, 2.0)
-        return clock[0]
-
-    def alloc(key: str, size: int) -> None:
-        open_[key] = (size, tick())
-
-    def free(key: str) -> None:
-        size, start = open_.pop(key)
-        blocks.append(MemoryBlock(id=len(blocks), name=key, size=size, alloc=start, free=tick()))
+    recorder = _Recorder(rng)
+    alloc, free, open_, blocks = recorder.alloc, recorder.free, recorder.open, recorder.blocks
 
     if include_weights:
         for i, s in enumerate(spec):
@@ -197,20 +206,8 @@ def dnn_inference_trace(seed: int = 0, layers: int = 30, batch: int = 1, include
     """A synthetic inference trace: each activation lives until the next layer has used it."""
     rng = random.Random(seed)
     spec = _cnn_layers(rng, layers, batch)
-    blocks: list[MemoryBlock] = []
-    open_: dict[str, tuple[int, float]] = {}
-    clock = [0.0]
-
-    def tick() -> float:
-        clock[0] += rng.uniform(0.5, 2.0)
-        return clock[0]
-
-    def alloc(key: str, size: int) -> None:
-        open_[key] = (size, tick())
-
-    def free(key: str) -> None:
-        size, start = open_.pop(key)
-        blocks.append(MemoryBlock(id=len(blocks), name=key, size=size, alloc=start, free=tick()))
+    recorder = _Recorder(rng)
+    alloc, free, blocks = recorder.alloc, recorder.free, recorder.blocks
 
     if include_weights:
         for i, s in enumerate(spec):

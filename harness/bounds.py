@@ -5,13 +5,20 @@
 - ``min_memory``: the smallest budget any offloading schedule can run in (every saved
   tensor but the one in use offloaded; papers/004's M_GPU lower end of Figure 5);
 - ``lower_bound``: papers/004 Prop. 3, LB = max(compute, 2 (M_peak - M) / beta), with
-  beta split into the two directions, and overlapped when the copy engines are duplex.
+  beta split into the two directions, and overlapped when the copy engines are duplex;
+  where stages offer algorithms, compute and M_peak are those of the relaxation that takes
+  each operation's fastest time and smallest workspace, so that the bound holds whatever
+  algorithms a planner picks;
+- ``schedule_lower_bound``: the same bound for one schedule: its algorithms, the sum over
+  its sub-batch passes, and no transfer term for recomputing (checkpointing) schedules.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.model import Profile, Schedule, training_ops
-from harness.simulate.lowering import stage_profile
+from harness.simulate.lowering import pass_profiles
 
 
 def ideal_time(profile: Profile) -> float:
@@ -28,35 +35,75 @@ def peak_memory(profile: Profile) -> int:
     return int(tm.peak)
 
 
-def op_needs(profile: Profile, memory_optimal: bool = False) -> list[tuple[str, int]]:
+def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple[str, int]]:
     """Bytes each operation needs on the device when everything offloadable is offloaded.
 
     F_i holds x_i, the rest of its saved data, its output and workspace; B_i holds its
     saved data, y_{i+1}, y_i and workspace (the last stage also the output and its
-    gradient); the weights are always there. ``memory_optimal`` uses each stage's
-    smallest-workspace algorithm.
+    gradient); the weights are always there. ``algorithm`` gives each stage's algorithm
+    index (default: the stage defaults).
     """
     n = profile.n_stages
     needs = []
     for i, s in enumerate(profile.stages):
-        options = [s.algorithm(-1), *s.algorithms] if memory_optimal else [s.algorithm(-1)]
-        ws_f = min(a.fwd_workspace for a in options)
-        ws_b = min(a.bwd_workspace for a in options)
+        a = s.algorithm(algorithm[i] if algorithm else -1)
         out = profile.stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
-        f = profile.weight_bytes + max(s.input_bytes, s.saved_bytes) + out + ws_f
+        f = profile.weight_bytes + max(s.input_bytes, s.saved_bytes) + out + a.fwd_workspace
         grad_in = profile.stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
-        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + ws_b
+        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace
         needs += [(f"F{i}", f), (f"B{i}", b)]
     return needs
 
 
 def min_memory(profile: Profile, memory_optimal: bool = False) -> int:
-    """The smallest budget in which some offloading schedule of ``profile`` can run."""
-    return max(need for _, need in op_needs(profile, memory_optimal))
+    """The smallest budget in which some offloading schedule of ``profile`` can run.
+
+    With ``memory_optimal`` each stage takes the algorithm that minimises its larger need
+    (one algorithm serves both F_i and B_i, as in ``Schedule.algorithms``).
+    """
+    if not memory_optimal:
+        return max(need for _, need in op_needs(profile))
+    worst = 0
+    for i, s in enumerate(profile.stages):
+        best = min(
+            max(_stage_needs(profile, i, a)) for a in range(-1, len(s.algorithms))
+        )
+        worst = max(worst, best)
+    return worst
+
+
+def _stage_needs(profile: Profile, i: int, algorithm: int) -> tuple[int, int]:
+    choice = [-1] * profile.n_stages
+    choice[i] = algorithm
+    needs = op_needs(profile, choice)
+    return needs[2 * i][1], needs[2 * i + 1][1]
+
+
+def relaxed(profile: Profile) -> Profile:
+    """The profile whose every operation takes its fastest time and smallest workspace.
+
+    No single algorithm choice beats it in compute time or in memory, so bounds computed
+    on it hold for every choice a planner can make.
+    """
+    if not any(s.algorithms for s in profile.stages):
+        return profile
+    stages = []
+    for s in profile.stages:
+        options = [s.algorithm(-1), *s.algorithms]
+        stages.append(replace(
+            s, fwd_time=min(a.fwd_time for a in options), bwd_time=min(a.bwd_time for a in options),
+            fwd_workspace=min(a.fwd_workspace for a in options),
+            bwd_workspace=min(a.bwd_workspace for a in options), algorithms=(),
+        ))
+    return replace(profile, stages=tuple(stages), variants=())
 
 
 def lower_bound(profile: Profile, budget: float, duplex: bool = False, m_peak: int | None = None) -> float:
-    """papers/004 Prop. 3: every schedule moves at least M_peak - M out and back in."""
+    """papers/004 Prop. 3: every schedule moves at least M_peak - M out and back in.
+
+    ``m_peak`` may pass in ``peak_memory(relaxed(profile))`` when it is already known.
+    """
+    profile = relaxed(profile)
     m_peak = peak_memory(profile) if m_peak is None else m_peak
     q = max(0.0, m_peak - budget)
     out, back = q / profile.d2h_bandwidth, q / profile.h2d_bandwidth
@@ -64,12 +111,27 @@ def lower_bound(profile: Profile, budget: float, duplex: bool = False, m_peak: i
 
 
 def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, duplex: bool = False) -> float:
-    """Prop. 3 for a schedule of n sub-batch passes: the sum of each pass's own bound.
+    """Prop. 3 for one schedule: its algorithms, summed over its sub-batch passes.
 
     Every transfer of a pass happens between its first forward and its last backward, so
-    each pass is bounded on its own; sub-batching moves less than the whole batch's
-    M_peak - M would. With one pass this is ``lower_bound``.
+    each pass is bounded on its own. A schedule that recomputes (checkpointing) reduces
+    memory without moving data, so only its compute term applies.
     """
-    if schedule.sub_batches <= 1:
-        return lower_bound(profile, budget, duplex=duplex)
-    return schedule.sub_batches * lower_bound(stage_profile(profile, schedule), budget, duplex=duplex)
+    from harness.simulate.recompute import recompute_segments
+
+    total = 0.0
+    for p in pass_profiles(profile, schedule):
+        if schedule.algorithms:
+            p = replace(p, variants=(), stages=tuple(
+                replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
+        if recompute_segments(schedule):
+            total += p.compute_time
+        else:
+            total += lower_bound(p, budget, duplex=duplex)
+    return total
+
+
+def _as_default(stage, index: int) -> dict:
+    a = stage.algorithm(index)
+    return dict(fwd_time=a.fwd_time, bwd_time=a.bwd_time, fwd_workspace=a.fwd_workspace,
+                bwd_workspace=a.bwd_workspace, algorithms=())

@@ -248,7 +248,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Plan, then run the schedule with an executor (the simulator by default) and report."""
-    from harness.bounds import lower_bound
+    from harness.bounds import schedule_lower_bound
     from harness.plugins import registry
     from harness.protocols import Workload
 
@@ -256,7 +256,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
     run = executor.run(schedule, profile, workload)
-    lb = lower_bound(profile, budget, duplex=bool(getattr(executor, "duplex", False)))
+    lb = schedule_lower_bound(profile, schedule, budget, duplex=bool(getattr(executor, "duplex", False)))
     report.update(
         executor=args.executor, status=run.status, message=run.message,
         makespan_s=run.makespan if run.feasible else None, ideal_s=profile.compute_time, lower_bound_s=lb,

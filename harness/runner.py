@@ -185,10 +185,10 @@ def execute_unit(task: UnitTask) -> UnitResult:
     budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
     common: dict[str, Any] = {"n_stages": profile.n_stages}
     try:
-        from harness.bounds import lower_bound
+        from harness.bounds import lower_bound, schedule_lower_bound
 
-        lb = lower_bound(profile, budget, duplex=bool(getattr(task.executor, "duplex", False)),
-                         m_peak=bounds.peak_memory)
+        duplex = bool(getattr(task.executor, "duplex", False))
+        lb = lower_bound(profile, budget, duplex=duplex)
         common["lower_bound_s"] = lb
         warm_up(task.planner)
         _seed(case.seed)
@@ -196,6 +196,8 @@ def execute_unit(task: UnitTask) -> UnitResult:
         schedule = task.planner.plan(profile, budget, **case.planner_options)
         common["plan_time_s"] = time.perf_counter() - started
         common.update(offloaded_stages=len(schedule.offloaded_stages), sub_batches=schedule.sub_batches)
+        # judged against the bound of what it runs: its algorithms, passes, recomputation
+        lb = common["lower_bound_s"] = schedule_lower_bound(profile, schedule, budget, duplex=duplex)
         workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
         started = time.perf_counter()
         run = task.executor.run(schedule, profile, workload)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from harness.model import Profile, Run, Schedule
 from harness.schedules import op_index
-from harness.simulate.lowering import stage_profile
+from harness.simulate.lowering import pass_profiles
 
 _EPS = 1e-9
 
@@ -70,8 +70,8 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
     """Static checks: operations, algorithms and transfers make sense for this profile."""
     out: list[Violation] = []
     n, n_sb = profile.n_stages, schedule.sub_batches
-    if n_sb < 1:
-        return [Violation(f"sub_batches must be >= 1, got {n_sb}")]
+    if not 1 <= n_sb <= profile.batch_size:
+        return [Violation(f"sub_batches must be between 1 and the batch size {profile.batch_size}, got {n_sb}")]
     expected = {(k, i, sb) for k in "FB" for i in range(n) for sb in range(n_sb)}
     counts = Counter((op.kind, op.stage, op.sub_batch) for op in schedule.ops)
     for key in sorted(expected - set(counts)):
@@ -97,7 +97,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
         if not -1 <= a < len(profile.stages[i].algorithms):
             out.append(Violation(f"algorithm {a} does not exist for stage {i}", i))
 
-    sp = stage_profile(profile, schedule)
+    passes = pass_profiles(profile, schedule)
     offloads: dict[tuple[int, int], int] = {}
     prefetches: dict[tuple[int, int], int] = {}
     for j, tr in enumerate(schedule.transfers):
@@ -109,7 +109,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
             continue
         if tr.wait_op is not None and not (tr.issue_op <= tr.wait_op < len(schedule.ops)):
             out.append(Violation(f"transfer {j} makes operation {tr.wait_op} wait, which does not come after its issue", tr.stage))
-        size = sp.stages[tr.stage].saved_bytes
+        size = passes[tr.sub_batch].stages[tr.stage].saved_bytes
         if tr.nbytes is not None and not 0 <= tr.nbytes <= size:
             out.append(Violation(f"transfer {j} moves {tr.nbytes} bytes of a {size}-byte saved tensor", tr.stage))
         key = (tr.stage, tr.sub_batch)
@@ -132,7 +132,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
             out.append(Violation(f"stage {key[0]} is offloaded but never prefetched", key[0]))
         elif q < j:
             out.append(Violation(f"stage {key[0]} is prefetched before it is offloaded", key[0]))
-        elif schedule.transfers[q].nbytes != schedule.transfers[j].nbytes:
+        elif _amount(schedule.transfers[q], passes) != _amount(schedule.transfers[j], passes):
             out.append(Violation(f"stage {key[0]} is offloaded and prefetched in different amounts", key[0]))
     for key in prefetches.keys() - offloads.keys():
         out.append(Violation(f"stage {key[0]} is prefetched but was never offloaded", key[0]))
@@ -142,7 +142,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
 def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, duplex: bool = False) -> list[Violation]:
     """Check a run's timeline and memory trace against the schedule, the profile and the budget."""
     out: list[Violation] = []
-    sp = stage_profile(profile, schedule)
+    passes = pass_profiles(profile, schedule)
     compute = [e for e in run.timeline if e.stream == "compute"]
     if len(compute) != len(schedule.ops):
         return [Violation(f"the timeline has {len(compute)} compute operations, the schedule {len(schedule.ops)}")]
@@ -150,7 +150,7 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, dup
     end = {(op.kind, op.stage, op.sub_batch): ev.end for op, ev in zip(schedule.ops, compute)}
     prev_end = 0.0
     for op, ev in zip(schedule.ops, compute):
-        a = sp.stages[op.stage].algorithm(schedule.algorithm_of(op.stage))
+        a = passes[op.sub_batch].stages[op.stage].algorithm(schedule.algorithm_of(op.stage))
         dur = a.fwd_time if op.kind == "F" else a.bwd_time
         if ev.start < prev_end - _EPS:
             out.append(Violation(f"{op.label} starts before the previous operation ends", op.stage, ev.start))
@@ -167,8 +167,8 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, dup
     done: dict[tuple[str, int, int], float] = {}
     for tr, ev in zip(schedule.transfers, copies):
         key = (tr.stage, tr.sub_batch)
-        size = sp.stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
-        bw = sp.h2d_bandwidth if tr.direction == "prefetch" else sp.d2h_bandwidth
+        size = _amount(tr, passes)
+        bw = profile.h2d_bandwidth if tr.direction == "prefetch" else profile.d2h_bandwidth
         if not math.isclose(ev.end - ev.start, size / bw, rel_tol=1e-9, abs_tol=1e-12):
             out.append(Violation(f"{ev.label} lasts {ev.end - ev.start:.6g}s for {size} bytes", tr.stage, ev.start))
         issued_at = (start if tr.issue_at == "start" else end)[_key_of(schedule.ops[tr.issue_op])]
@@ -235,6 +235,11 @@ def trace_peaks(trace, budget: float, out: list[Violation]) -> tuple[int, int]:
         live += delta
         high = max(high, live)
     return low, high
+
+
+def _amount(tr, passes) -> int:
+    """The bytes a transfer moves (None: the whole saved tensor of its pass)."""
+    return passes[tr.sub_batch].stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
 
 
 def _key_of(op) -> tuple[str, int, int]:

@@ -53,7 +53,7 @@ from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPo
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
 from harness.model import Profile, Run, Schedule, TimelineEvent
 from harness.protocols import Workload
-from harness.simulate.lowering import stage_profile
+from harness.simulate.lowering import pass_profiles, stage_profile
 
 
 class ScheduleMismatch(MembudgetError):
@@ -228,6 +228,7 @@ class _Execution:
         self.ex, self.schedule, self.profile, self.chain = executor, schedule, profile, chain
         self.cuda = chain.device.type == "cuda"
         self.sp = stage_profile(profile, schedule)
+        self.passes = pass_profiles(profile, schedule)
         self.store = SavedStore(chain.weight_keys(), chain.device)
         self.pool = HostPool(pinned=self.cuda)
         self.clock = Clock(self.cuda)
@@ -434,7 +435,7 @@ class _Execution:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
         if nbytes is None:
             return None
-        planned = self.sp.stages[group[1]].saved_bytes
+        planned = self.passes[group[0]].stages[group[1]].saved_bytes
         actual = self.store.group_bytes(group)
         if planned <= 0 or actual == planned:
             return nbytes
@@ -521,7 +522,7 @@ class _Execution:
             peak = int(metrics["max_memory_allocated"])
         else:
             peak = self.resident_max
-        compute = self.profile.compute_time * self.schedule.sub_batches
+        compute = sum(p.compute_time for p in self.passes)
         if prediction is not None:
             compute = prediction.compute_time
             metrics["predicted_peak_bytes"] = float(prediction.peak_bytes)

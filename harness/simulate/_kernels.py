@@ -44,14 +44,18 @@ def _simulate(
     tr_release = np.full(n_tr, nan)
     t_dev = np.zeros(n_t, dtype=np.int64)
     t_host = np.zeros(n_t, dtype=np.int64)
-    t_pref = np.zeros(n_t, dtype=np.int64)
-    t_offl = np.zeros(n_t, dtype=np.int64)
+    t_pref = np.zeros(n_t, dtype=np.int64)  # prefetches not yet ended
+    t_offl = np.zeros(n_t, dtype=np.int64)  # offloads not yet released
+    t_orun = np.zeros(n_t, dtype=np.int64)  # offloads not yet ended
     t_unrel = np.zeros(n_t, dtype=np.int64)  # offload bytes done, awaiting their F's end
     t_unrel_n = np.zeros(n_t, dtype=np.int64)
     waits_left = np.zeros(n_ops, dtype=np.int64)
     for j in range(n_tr):
-        if not tr_is_pre[j]:
+        if tr_is_pre[j]:
+            t_pref[tr_tensor[j]] += 1
+        else:
             t_offl[tr_tensor[j]] += 1
+            t_orun[tr_tensor[j]] += 1
         if tr_wait_op[j] >= 0:
             waits_left[tr_wait_op[j]] += 1
     head = np.zeros(n_eng, dtype=np.int64)
@@ -98,6 +102,7 @@ def _simulate(
                         t_pref[t] -= 1
                         t_host[t] -= tr_bytes[j]
                     else:
+                        t_orun[t] -= 1
                         t_host[t] += tr_bytes[j]
                         f = t_fop[t]
                         if op_end[f] == op_end[f] and op_end[f] <= now:
@@ -139,13 +144,12 @@ def _simulate(
                     continue
                 t = tr_tensor[j]
                 if tr_is_pre[j]:
-                    if t_host[t] < tr_bytes[j] or mem + tr_bytes[j] > budget:
+                    if t_orun[t] > 0 or t_host[t] < tr_bytes[j] or mem + tr_bytes[j] > budget:
                         continue
                     mem += tr_bytes[j]
                     if mem > peak:
                         peak = mem
                     t_dev[t] += tr_bytes[j]
-                    t_pref[t] += 1
                 elif op_start[t_fop[t]] != op_start[t_fop[t]]:
                     continue
                 tr_start[j] = now

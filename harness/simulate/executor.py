@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent
-from harness.simulate.lowering import Lowered, lower, stage_profile
+from harness.simulate.lowering import Lowered, lower, pass_profiles
 from harness.simulate.recompute import equivalent, recompute_segments
 from harness.simulate.reference import OK, Timing, simulate_reference
 
@@ -96,15 +96,14 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
     The blocks follow the memory model of ``harness.simulate.lowering``; their live sum at
     any instant is what the simulator held (the validator checks that independently).
     """
-    p = stage_profile(profile, schedule)
-    n = p.n_stages
+    passes = pass_profiles(profile, schedule)
+    n = profile.n_stages
     index = {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(schedule.ops)}
-    algos = [s.algorithm(schedule.algorithm_of(i)) for i, s in enumerate(p.stages)]
     offload = {}
     prefetch = {}
     for j, tr in enumerate(schedule.transfers):
         (prefetch if tr.direction == "prefetch" else offload)[(tr.stage, tr.sub_batch)] = j
-    blocks: list[tuple[str, int, float, float]] = [("weights", p.weight_bytes, 0.0, makespan)]
+    blocks: list[tuple[str, int, float, float]] = [("weights", passes[0].weight_bytes, 0.0, makespan)]
 
     def start(kind: str, i: int, sb: int) -> float:
         return float(tm.op_start[index[(kind, i, sb)]])
@@ -112,7 +111,8 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
     def end(kind: str, i: int, sb: int) -> float:
         return float(tm.op_end[index[(kind, i, sb)]])
 
-    for sb in range(max(schedule.sub_batches, 1)):
+    for sb, p in enumerate(passes):
+        algos = [s.algorithm(schedule.algorithm_of(i)) for i, s in enumerate(p.stages)]
         tag = f"/{sb}" if sb else ""
         for i, s in enumerate(p.stages):
             born = start("F", i - 1 if i else 0, sb)

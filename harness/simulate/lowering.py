@@ -17,7 +17,6 @@ input): for stage i of a sub-batch,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,22 +53,34 @@ class Lowered:
         return len(self.op_dur)
 
 
-def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
-    """The profile whose stage figures a schedule's operations use (its sub-batch's)."""
+def pass_sizes(batch_size: int, sub_batches: int) -> list[int]:
+    """The samples of each pass when ``batch_size`` is split into ``sub_batches`` passes.
+
+    As even as possible: the first ``batch_size % sub_batches`` passes take one more.
+    """
+    n = max(sub_batches, 1)
+    base, extra = divmod(batch_size, n)
+    return [base + (1 if k < extra else 0) for k in range(n)]
+
+
+def pass_profiles(profile: Profile, schedule: Schedule) -> list[Profile]:
+    """The profile of each sub-batch pass of ``schedule`` (one entry when it does not split)."""
     if schedule.sub_batches <= 1:
-        return profile
-    return profile.at_batch(math.ceil(profile.batch_size / schedule.sub_batches))
+        return [profile]
+    cache: dict[int, Profile] = {}
+    return [cache.setdefault(b, profile.at_batch(max(b, 1)))
+            for b in pass_sizes(profile.batch_size, schedule.sub_batches)]
+
+
+def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
+    """The profile of a schedule's largest (first) pass: the sizes its transfers may not exceed."""
+    return pass_profiles(profile, schedule)[0]
 
 
 def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
     """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
-    p = stage_profile(profile, schedule)
-    n = p.n_stages
-    stages = p.stages
-    algos = [s.algorithm(schedule.algorithm_of(i)) for i, s in enumerate(stages)]
-    inp = [s.input_bytes for s in stages]
-    saved = [s.saved_bytes for s in stages]
-    out = inp[1:] + [p.output_bytes]
+    passes = pass_profiles(profile, schedule)
+    n = profile.n_stages
 
     n_ops = len(schedule.ops)
     op_is_b = np.zeros(n_ops, dtype=np.bool_)
@@ -78,12 +89,17 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
     op_free = np.zeros(n_ops, dtype=np.int64)
     op_tensor = np.zeros(n_ops, dtype=np.int64)
     for k, op in enumerate(schedule.ops):
-        i, a = op.stage, algos[op.stage]
+        p = passes[op.sub_batch] if op.sub_batch < len(passes) else passes[-1]
+        i, stages = op.stage, p.stages
+        a = stages[i].algorithm(schedule.algorithm_of(i))
+        inp = stages[i].input_bytes
+        saved = stages[i].saved_bytes
+        out = stages[i + 1].input_bytes if i + 1 < n else p.output_bytes
         op_tensor[k] = op.sub_batch * n + i
         if op.kind == "F":
             op_dur[k] = a.fwd_time
-            op_alloc[k] = (inp[0] if i == 0 else 0) + out[i] + a.fwd_workspace + max(0, saved[i] - inp[i])
-            op_free[k] = a.fwd_workspace + max(0, inp[i] - saved[i])
+            op_alloc[k] = (inp if i == 0 else 0) + out + a.fwd_workspace + max(0, saved - inp)
+            op_free[k] = a.fwd_workspace + max(0, inp - saved)
         else:
             op_is_b[k] = True
             op_dur[k] = a.bwd_time
@@ -95,8 +111,7 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
                 + (stages[0].grad_bytes if i == 0 else 0)
             )
 
-    n_sb = max(schedule.sub_batches, 1)
-    t_size = np.array(saved * n_sb, dtype=np.int64)
+    t_size = np.array([s.saved_bytes for p in passes for s in p.stages], dtype=np.int64)
 
     m = len(schedule.transfers)
     tr_tensor = np.zeros(m, dtype=np.int64)
@@ -109,7 +124,8 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
     tr_engine = np.zeros(m, dtype=np.int64)
     for j, tr in enumerate(schedule.transfers):
         t = tr.sub_batch * n + tr.stage
-        size = saved[tr.stage] if tr.nbytes is None else tr.nbytes
+        p = passes[tr.sub_batch] if tr.sub_batch < len(passes) else passes[-1]
+        size = p.stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
         pre = tr.direction == "prefetch"
         tr_tensor[j] = t
         tr_is_prefetch[j] = pre
@@ -122,7 +138,7 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
 
     return Lowered(
         budget=float(schedule.budget_bytes if budget is None else budget),
-        base_bytes=p.weight_bytes,
+        base_bytes=passes[0].weight_bytes,
         op_is_b=op_is_b, op_dur=op_dur, op_alloc=op_alloc, op_free=op_free, op_tensor=op_tensor,
         t_size=t_size,
         tr_tensor=tr_tensor, tr_is_prefetch=tr_is_prefetch, tr_bytes=tr_bytes, tr_dur=tr_dur,

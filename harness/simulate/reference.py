@@ -6,7 +6,8 @@ one per direction when duplex) run the transfers in list order, each one at a ti
 Prop. 1): an operation when the previous one has ended, the copies it must wait for are
 done, its saved data is resident and its allocation fits the budget; a copy when it has
 been issued, its engine is free and the transfers before it on that engine have started,
-its data is where it should be, and (a prefetch) the memory it reserves fits
+its data is where it should be (a prefetch waits until every offload of its tensor has
+ended, and a backward until every prefetch of its tensor has), and (a prefetch) the memory it reserves fits
 (assumption E: a prefetch reserves at its start, an offload releases at its end, and not
 before the forward operation that reads the data has ended).
 
@@ -54,9 +55,10 @@ class _Tensor:
     size: int
     device: int = 0  # bytes on (or reserved on) the device
     host: int = 0  # bytes on the host
-    prefetching: int = 0  # prefetches in flight
+    prefetches_left: int = 0  # prefetches not yet ended (a zero-byte one counts too)
+    offloads_running: int = 0  # offloads not yet ended
     unreleased: list[int] = field(default_factory=list)  # offloads done, waiting for F to end
-    offloading: int = 0  # offloads issued but not yet released
+    offloading: int = 0  # offloads not yet released
 
 
 def simulate_reference(low: Lowered) -> Timing:
@@ -68,8 +70,12 @@ def simulate_reference(low: Lowered) -> Timing:
     tensors = [_Tensor(int(s)) for s in low.t_size]
     f_op_of = {int(low.op_tensor[k]): k for k in range(n_ops) if not low.op_is_b[k]}
     for j in range(n_tr):
-        if not low.tr_is_prefetch[j]:
-            tensors[int(low.tr_tensor[j])].offloading += 1
+        tensor = tensors[int(low.tr_tensor[j])]
+        if low.tr_is_prefetch[j]:
+            tensor.prefetches_left += 1
+        else:
+            tensor.offloading += 1
+            tensor.offloads_running += 1
     engines: dict[int, list[int]] = {}
     for j in range(n_tr):
         engines.setdefault(int(low.tr_engine[j]), []).append(j)
@@ -125,9 +131,10 @@ def simulate_reference(low: Lowered) -> Timing:
                     c.end = c.start + low.tr_dur[c.index]
                     t, nbytes = int(low.tr_tensor[c.index]), int(low.tr_bytes[c.index])
                     if low.tr_is_prefetch[c.index]:
-                        tensors[t].prefetching -= 1
+                        tensors[t].prefetches_left -= 1
                         tensors[t].host -= nbytes
                     else:
+                        tensors[t].offloads_running -= 1
                         tensors[t].host += nbytes
                         if not np.isnan(op_end[f_op_of[t]]) and op_end[f_op_of[t]] <= now:
                             c.release = now
@@ -142,7 +149,7 @@ def simulate_reference(low: Lowered) -> Timing:
                 ready = all(copies[j].end is not None for j in waits.get(k, []))
                 if low.op_is_b[k]:
                     tt = tensors[t]
-                    ready = ready and tt.device == tt.size and tt.prefetching == 0 and tt.offloading == 0
+                    ready = ready and tt.device == tt.size and tt.prefetches_left == 0 and tt.offloading == 0
                 if ready and mem + low.op_alloc[k] <= low.budget:
                     mem += low.op_alloc[k]
                     peak = max(peak, mem)
@@ -165,12 +172,11 @@ def simulate_reference(low: Lowered) -> Timing:
                     continue
                 t, nbytes = int(low.tr_tensor[c.index]), int(low.tr_bytes[c.index])
                 if low.tr_is_prefetch[c.index]:
-                    if tensors[t].host < nbytes or mem + nbytes > low.budget:
+                    if tensors[t].offloads_running or tensors[t].host < nbytes or mem + nbytes > low.budget:
                         continue
                     mem += nbytes
                     peak = max(peak, mem)
                     tensors[t].device += nbytes
-                    tensors[t].prefetching += 1
                 elif np.isnan(op_start[f_op_of[t]]):
                     continue  # the data is not produced yet
                 c.start = now

@@ -44,24 +44,29 @@ def test_theorem_2_fractional_greedy_is_optimal(profile: Profile, where: float) 
 
     The fractional greedy schedule is compared with every integral subset of stages (all
     2^L ordered no-wait schedules, L <= 7) and with eager fractional schedules that move
-    more than M_peak - M (Lemma 2): none is faster.
+    more than M_peak - M (Lemma 2). The relaxation frees and refills the partly offloaded
+    activation byte by byte; the simulator applies assumption E to that part too (reserved
+    at the start of its prefetch, released at the end of its offload), so the theorem is
+    checked up to the time of moving that one part once each way.
     """
     lo, hi = min_memory(profile), peak_memory(profile)
     budget = int(lo + (hi - lo) * where)
     amounts = greedy_amounts(profile, budget, fractional=True)
     best = _makespan(profile, budget, amounts)
     assert best is not None, "the fractional greedy schedule must be feasible from min_memory up"
+    part = max((b for b in amounts.values() if b is not None), default=0)
+    slack = part / profile.d2h_bandwidth + part / profile.h2d_bandwidth
     n = profile.n_stages
     for size in range(n + 1):
         for subset in itertools.combinations(range(n), size):
             other = _makespan(profile, budget, set(subset))
             if other is not None:
-                assert best <= other * (1 + 1e-9) + 1e-12, (subset, best, other)
+                assert best <= other * (1 + 1e-9) + slack + 1e-12, (subset, best, other, slack)
     for extra in (1, max(1, (hi - budget) // 3)):
         more = greedy_amounts(profile, max(lo, budget - extra), fractional=True)
         other = _makespan(profile, budget, more)
         if other is not None:
-            assert best <= other * (1 + 1e-9) + 1e-12, ("Lemma 2", best, other)
+            assert best <= other * (1 + 1e-9) + slack + 1e-12, ("Lemma 2", best, other, slack)
 
 
 @SETTINGS

@@ -1,0 +1,105 @@
+"""The bounds hold for whatever a planner chooses: algorithms, sub-batches, recomputation."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from harness.bounds import lower_bound, min_memory, peak_memory, schedule_lower_bound
+from harness.model import Algorithm, Profile, Schedule, Stage, Transfer, training_ops
+from harness.plugins import registry
+from harness.schedules import best_ordered_schedule
+from harness.simulate.executor import simulate
+from harness.simulate.lowering import pass_sizes
+from harness.testing import budgets, chains
+from harness.validate import validate
+
+
+def test_lower_bound_holds_when_an_algorithm_saves_workspace() -> None:
+    """M_peak and compute of the bound come from the relaxation, not the default algorithm."""
+    stage = Stage("c0", "conv", 1.0, 1.0, 100, 100, 100, fwd_workspace=10_000,
+                  algorithms=(Algorithm("lean", 1.1, 1.0, 0, 0),))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1.0, 1.0, 0, 100, (stage,))
+    budget = min_memory(profile, memory_optimal=True)
+    schedule = Schedule("lean", budget, training_ops(1), algorithms=(0,))
+    run = simulate(schedule, profile)
+    assert run.feasible and not validate(schedule, profile)
+    assert lower_bound(profile, budget) <= run.makespan
+    assert lower_bound(profile, budget) <= schedule_lower_bound(profile, schedule, budget) <= run.makespan
+
+
+def test_memory_optimal_minimum_takes_one_algorithm_per_stage() -> None:
+    """The default wins forward, the alternative backward: no single choice needs less than 1200."""
+    stage = Stage("c0", "conv", 1.0, 1.0, 100, 100, 100, fwd_workspace=1000,
+                  algorithms=(Algorithm("a0", 1.0, 1.0, 0, 1000),))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1e6, 1e6, 0, 100, (stage,))
+    need = min_memory(profile, memory_optimal=True)
+    assert need == 1200
+    assert simulate(Schedule("t", need, training_ops(1), algorithms=(-1,)), profile).feasible
+    for choice in (-1, 0):
+        assert not simulate(Schedule("t", need - 1, training_ops(1), algorithms=(choice,)), profile).feasible
+
+
+def test_uneven_sub_batches_cover_the_batch_exactly() -> None:
+    assert pass_sizes(4, 3) == [2, 1, 1] and pass_sizes(8, 2) == [4, 4]
+    stage = Stage("s0", "conv", 1.0, 2.0, 400, 400, 400)
+    profile = Profile("t", 4, (1,), "x", 10**9, 1e9, 1e9, 0, 400, (stage,))
+    run = simulate(Schedule("x", 10**9, training_ops(1, 3), sub_batches=3), profile)
+    assert run.compute_time == profile.compute_time  # 2 + 1 + 1 samples, not 3 x 2
+    too_many = Schedule("x", 10**9, training_ops(1, 5), sub_batches=5)
+    assert "between 1 and the batch size" in str(validate(too_many, profile)[0])
+
+
+def test_checkpointing_is_judged_by_compute_only() -> None:
+    """Recomputation reduces memory without moving data: Prop. 3's transfer term does not apply."""
+    stages = tuple(Stage(f"s{i}", "conv", 1.0, 1.0, 1000, 1000, 10) for i in range(4))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1.0, 1.0, 0, 10, stages)
+    schedule = registry().planner("torch-checkpoint").plan(profile, peak_memory(profile) - 1000)
+    run = simulate(schedule, profile)
+    assert run.feasible and not validate(schedule, profile)
+    assert schedule_lower_bound(profile, schedule, schedule.budget_bytes) <= run.makespan
+
+
+def test_zero_byte_transfers_wait_like_the_others() -> None:
+    """A prefetch waits for its offload and a backward for its prefetch, even when 0 bytes move."""
+    stages = (Stage("s0", "conv", 0.1, 1.0, 0, 1000, 0), Stage("s1", "conv", 0.1, 1.0, 0, 1000, 0))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1000.0, 1000.0, 0, 0, stages)
+    transfers = (Transfer(0, "offload", 0), Transfer(1, "offload", 1, nbytes=0),
+                 Transfer(0, "prefetch", 1, "end"), Transfer(1, "prefetch", 1, "end", nbytes=0))
+    for duplex in (False, True):
+        schedule = Schedule("x", 10**6, training_ops(2), transfers)
+        assert simulate(schedule, profile, duplex=duplex).feasible
+        assert validate(schedule, profile, duplex=duplex) == []
+
+
+def test_a_whole_transfer_may_be_written_with_or_without_its_size() -> None:
+    stages = (Stage("s0", "conv", 1.0, 1.0, 100, 100, 0), Stage("s1", "conv", 1.0, 1.0, 100, 100, 0))
+    profile = Profile("t", 1, (1,), "x", 10**6, 100.0, 100.0, 0, 0, stages)
+    schedule = Schedule("x", 10**6, training_ops(2), (Transfer(0, "offload", 0), Transfer(0, "prefetch", 1, nbytes=100)))
+    assert validate(schedule, profile) == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(profile=chains(max_stages=8))
+def test_no_planner_beats_its_schedule_bound(profile: Profile) -> None:
+    """Every registered planner, every budget: makespan >= the bound of its own schedule >= LB's relaxation."""
+    reg = registry()
+    for budget in budgets(profile, 4):
+        for name in ("greedy", "dynprog", "modnn", "vdnn-dyn", "vdnnpp-dyn", "torch-checkpoint"):
+            if name not in reg.names("planner"):
+                continue
+            try:
+                schedule = reg.planner(name).plan(profile, budget)
+            except Exception as exc:  # noqa: BLE001 - refusals are the conformance kit's business
+                assert "needs at least" in str(exc) or "infeasible" in str(exc)
+                continue
+            run = simulate(schedule, profile)
+            assert run.feasible, (name, run.message)
+            assert run.makespan >= schedule_lower_bound(profile, schedule, budget) * (1 - 1e-9) - 1e-15, name
+
+
+def test_offload_everything_reaches_the_minimum() -> None:
+    stage = Stage("s", "conv", 1.0, 1.0, 100, 100, 100)
+    profile = Profile("t", 1, (1,), "x", 10**9, 100.0, 100.0, 0, 100, (stage,) * 4)
+    lo = min_memory(profile)
+    assert best_ordered_schedule(profile, lo, set(range(4)), planner="t") is not None
+    assert best_ordered_schedule(profile, lo - 1, set(range(4)), planner="t") is None

@@ -187,7 +187,10 @@ def _plan(args: argparse.Namespace):
     planner = registry().planner(args.planner)
     warm_up(planner)
     started = time.perf_counter()
-    schedule = planner.plan(profile, budget, **_options(args.option))
+    try:
+        schedule = planner.plan(profile, budget, **_options(args.option))
+    except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
+        raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
     plan_time = time.perf_counter() - started
     stages = stage_profile(profile, schedule).stages
     summary = {
@@ -428,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="registered model name, e.g. torchvision:resnet50")
     p.add_argument("--profiler", default="analytic")
     p.add_argument("--device", default="V100-PCIe", help="device spec (analytic) or torch device")
-    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--batch", type=_positive_int, required=True)
     p.add_argument("--input-size", help="C,H,W, e.g. 3,224,224")
     p.add_argument("--dtype", default="float32")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
@@ -476,10 +479,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("compare", cmd_compare, "per-case differences between two runs")
     p.add_argument("a", help="run folder A (or suite folder: its latest run)")
     p.add_argument("b", help="run folder B")
-    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for 'same'")
+    p.add_argument("--rtol", type=_non_negative_float, default=1e-6, help="relative tolerance for 'same'")
     p.add_argument("--all", action="store_true", help="show unchanged cases too")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -10,6 +10,7 @@ Time is in seconds, sizes in bytes, bandwidths in bytes per second.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -28,6 +29,8 @@ class ModelError(ValueError):
 def _non_negative(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value!r}")
 
@@ -120,8 +123,8 @@ class Profile:
             raise ValueError("stages: a profile needs at least one stage")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.d2h_bandwidth <= 0 or self.h2d_bandwidth <= 0:
-            raise ValueError("d2h_bandwidth and h2d_bandwidth must be > 0 (bytes/s)")
+        if not (0 < self.d2h_bandwidth < math.inf and 0 < self.h2d_bandwidth < math.inf):
+            raise ValueError("d2h_bandwidth and h2d_bandwidth must be finite and > 0 (bytes/s)")
         _non_negative(self, "device_memory", "weight_bytes", "output_bytes")
 
     @property

@@ -194,10 +194,27 @@ def is_run_folder(path: Path) -> bool:
 
 
 def runs_of_suite(suite_dir: Path) -> list[RunFolder]:
-    """The run folders of one suite folder, oldest first (run ids sort by time)."""
+    """The run folders of one suite folder, oldest first: by when a run last started (meta.json).
+
+    Run ids are names (``published``, a timestamp, anything given with ``--run-id``), so
+    their order says nothing; a folder without sessions counts by its modification time.
+    """
     suite_dir = Path(suite_dir)
-    runs = [p for p in sorted(suite_dir.iterdir()) if p.is_dir() and is_run_folder(p)] if suite_dir.is_dir() else []
-    return [RunFolder(suite_dir.name, p.name, p) for p in runs]
+    runs = [p for p in suite_dir.iterdir() if p.is_dir() and is_run_folder(p)] if suite_dir.is_dir() else []
+    return [RunFolder(suite_dir.name, p.name, p) for p in sorted(runs, key=_last_started)]
+
+
+def _last_started(run_dir: Path) -> tuple[str, str]:
+    try:
+        sessions = read_meta(run_dir).get("sessions") or []
+    except ResultsError:
+        sessions = []
+    started = max((str(s.get("started", "")) for s in sessions), default="")
+    if not started:
+        from datetime import datetime, timezone
+
+        started = datetime.fromtimestamp(run_dir.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+    return started, run_dir.name
 
 
 def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:

@@ -24,15 +24,20 @@ def parse_bytes(text: str | int | float) -> int:
     if isinstance(text, bool):
         raise ValueError(f"not a byte quantity: {text!r}")
     if isinstance(text, (int, float)):
-        if text < 0:
+        if text < 0 or text != text:
             raise ValueError(f"a byte quantity cannot be negative: {text!r}")
+        if text != int(text) and text < 1024:
+            raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
         return int(text)
     match = _PATTERN.match(text)
     if not match or match.group(2).upper() not in _UNITS:
         raise ValueError(
             f"not a byte quantity: {text!r} (write e.g. 1073741824, 512MiB, 4GiB or 1.5GB)"
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if value != int(value) and value < 1024:
+        raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
+    return int(value)
 
 
 def format_bytes(n: float) -> str:

@@ -91,3 +91,21 @@ def test_parse_bytes_rejects_nonsense(bad) -> None:
 def test_format_bytes() -> None:
     assert format_bytes(1536 * 2**20) == "1.50 GiB"
     assert format_bytes(12) == "12 B"
+
+
+def test_non_finite_figures_are_refused_not_simulated_forever() -> None:
+    stage = Stage("a", "conv", 1.0, 1.0, 1, 1, 1)
+    data = json.loads(to_json(Profile("m", 1, (3,), "d", 1, 1.0, 1.0, 0, 0, (stage,))))
+    data["stages"][0]["fwd_time"] = float("nan")
+    with pytest.raises(ModelError, match="fwd_time must be a finite number"):
+        from_dict(Profile, data)
+    data["stages"][0]["fwd_time"] = 1.0
+    data["h2d_bandwidth"] = float("inf")
+    with pytest.raises(ModelError, match="finite"):
+        from_dict(Profile, data)
+
+
+def test_a_fraction_is_not_a_byte_count() -> None:
+    with pytest.raises(ValueError, match="50%"):
+        parse_bytes("0.5")
+    assert parse_bytes("1.5KiB") == 1536

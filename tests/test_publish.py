@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import html.parser
 import xml.etree.ElementTree as ET
 
@@ -82,8 +83,8 @@ def test_ratio_tables_hold_every_planner_and_budget(results, tmp_path):
 
 def test_html_escapes_messages(results, tmp_path):
     folder, _, _, run_b = results
-    src = run_b.parent / "escaped"
-    src.mkdir()
+    src = tmp_path / "results" / "pub" / "escaped"  # outside the shared fixture's suite folder
+    src.mkdir(parents=True)
     rows = read_rows_csv(run_b / "rows.csv")
     rows[0]["message"] = "<b>bad & worse</b>"
     with open(src / "rows.csv", "w", newline="") as f:
@@ -158,3 +159,17 @@ def test_find_runs_resolves_roots_suites_and_runs(results, tmp_path):
     with pytest.raises(ResultsError, match="no such file"):
         find_runs([tmp_path / "nope"])
 
+
+
+def test_the_latest_run_is_the_last_started_not_the_last_by_name(results, tmp_path):
+    """``published`` sorts after timestamps by name; resume and publish must still take the newest run."""
+    import shutil
+
+    folder, _, run_a, run_b = results
+    suite_dir = tmp_path / "pub"
+    shutil.copytree(run_b, suite_dir / "zzz-old")
+    shutil.copytree(run_a, suite_dir / "aaa-new")
+    meta = json.loads((suite_dir / "aaa-new" / "meta.json").read_text())
+    meta["sessions"][-1]["started"] = "2999-01-01T00:00:00+00:00"
+    (suite_dir / "aaa-new" / "meta.json").write_text(json.dumps(meta))
+    assert [r.path for r in find_runs([suite_dir])] == [suite_dir / "aaa-new"]

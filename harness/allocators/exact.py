@@ -158,6 +158,7 @@ def solve_exact(
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed)
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C must reach the runner (interrupt, resume)
     code = solver.solve(model)
     elapsed = time.perf_counter() - started
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):

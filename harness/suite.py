@@ -553,6 +553,15 @@ def _check_names(suite: Suite) -> None:
         reg.profiler(spec.profiler)
     except UnknownPlugin as exc:
         raise fail(exc, "profiler") from None
+    if spec.profiler == "analytic":  # a device spec name: check it now, not case by case
+        from harness.profilers import devices
+
+        try:
+            devices.spec(spec.device)
+        except KeyError as exc:
+            source, line = suite.line_of("device")
+            raise SuiteError(f"{source}:{line}: device: {exc.args[0]}", source=source, line=line, field="device",
+                             choices=devices.names()) from None
     if spec.profiler != "file":
         for k, entry in enumerate(spec.models):
             try:

@@ -217,3 +217,12 @@ def test_quick_suite_is_valid_when_its_plugins_are_installed():
     suite = load_suite(path)
     assert {"keep-all", "greedy"} <= {c.planner for c in suite.cases()}
     assert {c.budget.label for c in suite.cases()} == {"f0", "f0.25", "f0.5", "f0.75", "f1"}
+
+
+def test_unknown_device_spec_is_an_error_at_load_time(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "suites" / "quick.yaml").read_text().replace("device: V100-PCIe", "device: V100-FOO")
+    path = tmp_path / "bad-device.yaml"
+    path.write_text(text)
+    err = _error(path)
+    assert f"{path}:{_line_of(path, 'V100-FOO')}: device: no device spec 'V100-FOO'" in str(err)
+    assert "V100-PCIe" in err.choices

@@ -18,33 +18,17 @@ pytest.importorskip("torchvision")
 
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.errors import InfeasibleBudget  # noqa: E402
-from harness.executors._torch_chain import TorchChain, build_chain, output_gradient  # noqa: E402
+from harness.executors._torch_chain import TorchChain, output_gradient  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
 from harness.model import Algorithm, Profile, Schedule  # noqa: E402
 from harness.plugins import registry  # noqa: E402
-from harness.protocols import Workload  # noqa: E402
 from harness.schedules import ordered_schedule  # noqa: E402
 
 MODELS = ("torchvision:resnet18", "torchvision:mobilenet_v2", "torchvision:densenet121")
-BATCH, SIZE = 2, (3, 64, 64)
 PLANNERS = registry().names("planner")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The CPU is shared: one intra-op thread keeps the tests predictable."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@functools.cache
-def setup(model: str) -> tuple[TorchChain, Profile]:
-    """The model's chain on the CPU and its analytic profile (sizes exact on the CPU)."""
-    chain = build_chain(Workload(model, BATCH, SIZE, "cpu"), "cpu")
-    profile = registry().profiler("analytic").profile(Workload(model, BATCH, SIZE, "V100-PCIe"))
-    return chain, profile
+from tests.torch_cases import one_thread, setup  # noqa: E402,F401 (one_thread: an autouse fixture)
 
 
 def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> dict[str, torch.Tensor]:

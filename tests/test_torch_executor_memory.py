@@ -17,8 +17,6 @@ same attribution rule, so they are exact on the CPU).
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -26,7 +24,7 @@ pytest.importorskip("torchvision")
 
 from dataclasses import replace  # noqa: E402
 
-from harness.executors._torch_chain import TorchChain, build_chain  # noqa: E402
+from harness.executors._torch_chain import TorchChain  # noqa: E402
 from harness.executors.torch_executor import ExecutionRecord, TorchExecutor  # noqa: E402
 from harness.model import Profile, Schedule  # noqa: E402
 from harness.plugins import registry  # noqa: E402
@@ -35,23 +33,9 @@ from harness.schedules import keep_all_schedule, op_index, ordered_schedule  # n
 from harness.simulate.executor import simulate  # noqa: E402
 
 MODELS = ("torchvision:resnet18", "torchvision:mobilenet_v2")
-BATCH, SIZE = 2, (3, 64, 64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The CPU is shared: one intra-op thread keeps the tests predictable."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@functools.cache
-def setup(model: str) -> tuple[TorchChain, Profile]:
-    chain = build_chain(Workload(model, BATCH, SIZE, "cpu"), "cpu")
-    profile = registry().profiler("analytic").profile(Workload(model, BATCH, SIZE, "V100-PCIe"))
-    return chain, profile
+from tests.torch_cases import SIZE, one_thread, setup  # noqa: E402,F401 (one_thread: an autouse fixture)
 
 
 def execute(schedule: Schedule, profile: Profile, chain: TorchChain) -> ExecutionRecord:

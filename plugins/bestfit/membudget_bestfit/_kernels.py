@@ -112,42 +112,27 @@ _INF = np.int64(2**62)
 
 
 @njit(cache=True)
-def _build_min(tree, tsize):
-    for node in range(tsize - 1, 0, -1):
-        a = tree[2 * node]
-        b = tree[2 * node + 1]
-        tree[node] = a if a < b else b
+def _pick(a, b, use_max):
+    if use_max:
+        return a if a > b else b
+    return a if a < b else b
 
 
 @njit(cache=True)
-def _build_max(tree, tsize):
+def _build(tree, tsize, use_max):
+    """Fill the inner nodes of a min (or max) segment tree from its leaves."""
     for node in range(tsize - 1, 0, -1):
-        a = tree[2 * node]
-        b = tree[2 * node + 1]
-        tree[node] = a if a > b else b
+        tree[node] = _pick(tree[2 * node], tree[2 * node + 1], use_max)
 
 
 @njit(cache=True)
-def _set_min(tree, tsize, leaf, value):
+def _set(tree, tsize, leaf, value, use_max):
+    """Set a leaf of a min (or max) segment tree and repair the path to the root."""
     node = leaf + tsize
     tree[node] = value
     node >>= 1
     while node >= 1:
-        a = tree[2 * node]
-        b = tree[2 * node + 1]
-        tree[node] = a if a < b else b
-        node >>= 1
-
-
-@njit(cache=True)
-def _set_max(tree, tsize, leaf, value):
-    node = leaf + tsize
-    tree[node] = value
-    node >>= 1
-    while node >= 1:
-        a = tree[2 * node]
-        b = tree[2 * node + 1]
-        tree[node] = a if a > b else b
+        tree[node] = _pick(tree[2 * node], tree[2 * node + 1], use_max)
         node >>= 1
 
 
@@ -351,14 +336,14 @@ def bestfit_kernel(lower, upper, size):
     for r in range(m):
         maxlow[tsize + r] = lower[rank_block[r]]
         minup_r[tsize + r] = upper[rank_block[r]]
-    _build_max(maxlow, tsize)
-    _build_min(minup_r, tsize)
+    _build(maxlow, tsize, True)
+    _build(minup_r, tsize, False)
     # a segment tree over positions (blocks sorted by lower) keeps the smallest upper, so
     # that a line no block fits is recognised without a search
     minup_p = np.full(2 * tsize, _INF, dtype=np.int64)
     for p in range(m):
         minup_p[tsize + p] = upper[pos_block[p]]
-    _build_min(minup_p, tsize)
+    _build(minup_p, tsize, False)
     pos_of = np.empty(n, dtype=np.int64)
     for p in range(m):
         pos_of[pos_block[p]] = p
@@ -422,9 +407,9 @@ def bestfit_kernel(lower, upper, size):
         if b >= 0:
             offsets[b] = h
             r = rank_of[b]
-            _set_max(maxlow, tsize, r, -_INF)
-            _set_min(minup_r, tsize, r, _INF)
-            _set_min(minup_p, tsize, pos_of[b], _INF)
+            _set(maxlow, tsize, r, -_INF, True)
+            _set(minup_r, tsize, r, _INF, False)
+            _set(minup_p, tsize, pos_of[b], _INF, False)
             nxt[pos_of[b]] = pos_of[b] + 1
             placed += 1
             lb = lower[b]

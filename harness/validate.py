@@ -222,8 +222,9 @@ def trace_peaks(trace, budget: float, out: list[Violation]) -> tuple[int, int]:
     allocs_first.sort()
     live = low = 0
     for t, order, delta in frees_first:
-        level = live + delta if order == 1 else live
-        if order != 1:
+        if order == 1:  # a zero-length block: a spike on top of what is live, gone at once
+            level = live + delta
+        else:
             live += delta
             level = live
         low = max(low, level)

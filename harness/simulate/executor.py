@@ -20,6 +20,11 @@ def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None,
     equivalent (``harness.simulate.recompute``), so recomputation is charged.
     """
     schedule, profile = equivalent(schedule, profile)
+    return _run(schedule, profile, budget, duplex, engine)
+
+
+def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool,
+         engine: str) -> tuple[Lowered, Timing]:
     low = lower(schedule, profile, budget=budget, duplex=duplex)
     if engine == "kernel":
         from harness.simulate._kernels import simulate_kernel
@@ -35,7 +40,7 @@ def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = Non
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
     recomputes = bool(recompute_segments(schedule))
     schedule, profile = equivalent(schedule, profile)
-    low, tm = timing(schedule, profile, budget=budget, duplex=duplex, engine=engine)
+    low, tm = _run(schedule, profile, budget, duplex, engine)
     compute = float(low.op_dur.sum())
     started = ~np.isnan(tm.tr_start)
     moved = 0 if recomputes else int(low.tr_bytes[started].sum())  # its copies only stand for dropping

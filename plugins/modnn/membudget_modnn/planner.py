@@ -137,7 +137,7 @@ class MoDNN:
         if plan is None:
             transfers = safe_transfers(p)
             algorithms = tuple(baseline_algorithm(p, i) for i in range(n))
-            estimate, defrags = float("nan"), 0
+            estimate, defrags = None, 0  # no estimate (None, not NaN: schedules must compare equal)
         else:
             transfers = plan.transfers()
             algorithms, estimate, defrags = plan.algorithms, plan.makespan * sb.sub_batches, plan.defragmentations

@@ -24,7 +24,7 @@ The trace generators are public too: :func:`memory_traces` (a Hypothesis strateg
 a CNN's iteration: forward activations freed in reverse order during the backward pass,
 convolution workspaces, gradients, weight gradients kept to the optimizer step), and
 :func:`paper001_sequence` (papers/001 section 6.1's allocation sequence that fragments any
-pool of its size).
+pool of its size), and :func:`suite_traces` (the simulated traces of a suite's grid).
 """
 
 from __future__ import annotations
@@ -249,6 +249,45 @@ def paper001_sequence(pool: int = 12 * MiB) -> tuple[MemoryBlock, ...]:
             j = int(token[1])
             events.extend(("free", f"a{i}{j}", 0) for i in range(1, j + 1))
     return blocks_from_events(events)
+
+
+def suite_traces(path: Any, executor: str = "simulate") -> list[tuple[str, str, str, list[MemoryBlock]]]:
+    """``(model, planner label, budget label, trace)`` of every feasible run of a suite's grid.
+
+    The suite's cases as ``membudget run`` plans them (its profiler, device, budgets and
+    planner options; planners and profilers that are not registered are skipped), one per
+    (model, planner, budget), run through the simulator; runs that do not fit give none.
+    ``suite_traces(ROOT / "suites/quick.yaml")`` are the DNN traces of the quick suite.
+    """
+    from harness.errors import InfeasibleBudget, UnknownPlugin
+    from harness.plugins import registry
+    from harness.protocols import Workload
+    from harness.runner import bounds_of
+    from harness.simulate.executor import simulate
+    from harness.suite import load_suite
+
+    reg = registry()
+    suite = load_suite(path, check_names=False)
+    profiles: dict[Any, Any] = {}
+    out: dict[tuple[str, str, str], list[MemoryBlock]] = {}
+    for case in suite.cases():
+        key = (case.model, case.planner_label, case.budget.label)
+        if case.executor != executor or key in out:
+            continue
+        try:
+            if case.profile_key not in profiles:
+                profile = reg.profiler(case.profiler).profile(
+                    Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype))
+                profiles[case.profile_key] = (profile, bounds_of(profile))
+            profile, bounds = profiles[case.profile_key]
+            budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
+            schedule = reg.planner(case.planner).plan(profile, budget, **case.planner_options)
+        except (InfeasibleBudget, UnknownPlugin):
+            continue
+        run = simulate(schedule, profile)
+        if run.feasible:
+            out[key] = list(run.trace)
+    return [(*key, trace) for key, trace in out.items()]
 
 
 # --------------------------------------------------------------------------- checks

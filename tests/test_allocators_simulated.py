@@ -8,7 +8,9 @@ than the caching-allocator model.
 
 The quick suite's models (ResNet-50, VGG-16 through the analytic profiler) are placed
 too when that profiler is registered: best-fit never above the caching model, and within
-2% of the max-live bytes on the traces without offloading (keep-all, inference).
+2% of the max-live bytes on the traces without offloading (keep-all, inference). The
+quick suite's own traces (suites/quick.yaml: ResNet-18, VGG-11, every planner and
+budget) hold best-fit to issue #7's criterion: within 2% of max-live on every one.
 """
 
 from __future__ import annotations
@@ -115,10 +117,9 @@ def test_quick_models_every_allocator_and_bestfit_vs_caching(quick_model_runs):
 def test_quick_models_bestfit_at_max_live_without_offloading(quick_model_runs):
     """keep-all training and the inference pass: best-fit within 2% of max-live (measured: exactly at it).
 
-    Not asserted for the offloading planners' traces: there the paper's best-fit leaves
-    holes (a lifted offset line wastes the space below it for its whole time range) and
-    measured up to 11.9% (ResNet-50) and 11.6% (VGG-16) above max-live, within 2% on 69
-    of 121 runs (median 0.6% / 1.0%), still below the caching model on every one.
+    The offloading planners' traces of these bigger models are not held to 2%: measured
+    with the default squeaky-wheel rounds, 4 of 127 runs above 2% (worst 4.8%, ResNet-50
+    dynprog); the paper's single pass (``paper_only``) up to 16.5%, 44 above 2%.
     """
     from harness.allocators.trace import inference_trace
 
@@ -130,3 +131,46 @@ def test_quick_models_bestfit_at_max_live_without_offloading(quick_model_runs):
     for trace in traces:
         p = bestfit.place(trace)
         assert p.arena_bytes <= 1.02 * p.max_live_bytes, (model, p.fragmentation)
+
+
+# --------------------------------------------------------------------------- the quick suite
+
+
+@pytest.fixture(scope="module")
+def quick_suite_traces():
+    """The simulated traces of suites/quick.yaml (ResNet-18, VGG-11; every planner, 5 budgets)."""
+    from pathlib import Path
+
+    from harness.testing_allocators import suite_traces
+
+    try:
+        registry().profiler("analytic")
+    except UnknownPlugin:
+        pytest.skip("the analytic profiler is not registered")
+    traces = suite_traces(Path(__file__).resolve().parents[1] / "suites" / "quick.yaml")
+    assert traces, "the quick suite should have feasible runs"
+    return traces
+
+
+@pytest.mark.slow
+def test_quick_suite_bestfit_within_2pct_of_max_live_and_below_caching(quick_suite_traces):
+    """Issue #7: on the quick suite's DNN traces best-fit stays within 2% of max-live bytes
+    and never needs more than the caching-allocator model; every placement is valid.
+
+    Measured (96 traces, analytic V100 profiles): the default (squeaky-wheel rounds,
+    ``membudget_bestfit.improve``) places all 96 at exactly max-live (worst ratio 1.0000);
+    the paper's single pass (``paper_only=True``) up to 9.4% above it (VGG-11, greedy /
+    dynprog / capacity at the minimum budget), 21 of 96 above 2%. The second half holds
+    the extension to never being worse than the paper's pass.
+    """
+    bestfit, caching = _bestfit(), CachingAllocator()
+    paper = type(bestfit)(paper_only=True)
+    worst = 1.0
+    for model, planner, budget, trace in quick_suite_traces:
+        case = (model, planner, budget)
+        p = check_placement_conforms(bestfit, trace)
+        assert p.arena_bytes <= 1.02 * p.max_live_bytes, (case, p.fragmentation)
+        assert p.arena_bytes <= caching.place(trace).arena_bytes, case
+        assert p.arena_bytes <= paper.place(trace).arena_bytes, case
+        worst = max(worst, p.arena_bytes / p.max_live_bytes)
+    print(f"quick suite: {len(quick_suite_traces)} traces, worst best-fit / max-live {worst:.4f}")

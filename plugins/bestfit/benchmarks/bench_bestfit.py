@@ -64,3 +64,16 @@ def test_bench_reference(benchmark, kind, n):
     benchmark.extra_info.update(blocks=len(t))
     offsets = benchmark.pedantic(bestfit_reference, args=(t.lower, t.upper, t.size), rounds=1 if n > 1_000 else 3)
     assert np.array_equal(offsets, bestfit_kernel(t.lower, t.upper, t.size))
+
+
+@pytest.mark.parametrize("kind", ["dnn", "random"])
+@pytest.mark.parametrize("n", SIZES)
+def test_bench_allocator_rounds(benchmark, kind, n):
+    """What ``bestfit`` runs by default: canonical times and the squeaky-wheel rounds
+    (``membudget_bestfit.improve``, at most 32 passes of the kernel)."""
+    from membudget_bestfit import BestFit
+
+    t = make_trace(kind, n)
+    benchmark.group = f"bestfit {kind} {n}"
+    offsets = benchmark.pedantic(BestFit().offsets, args=(t,), rounds=3)
+    benchmark.extra_info["arena_over_max_live"] = float((offsets + t.size).max() / t.max_live_bytes)

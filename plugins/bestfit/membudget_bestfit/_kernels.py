@@ -47,14 +47,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["bestfit_kernel", "bestfit_reference", "bestfit_offsets", "canonical_times"]
+__all__ = [
+    "bestfit_kernel", "bestfit_reference", "bestfit_offsets", "canonical_times", "paper_priority",
+    "active_blocks",
+]
 
 
 # --------------------------------------------------------------------------- reference
 
 
-def bestfit_reference(lower, upper, size) -> np.ndarray:
-    """Plain-Python best-fit (papers/003 section 3.2), written for clarity, not speed."""
+def bestfit_reference(lower, upper, size, priority=None) -> np.ndarray:
+    """Plain-Python best-fit (papers/003 section 3.2), written for clarity, not speed.
+
+    ``priority``: as for :func:`bestfit_kernel` (``None``: the paper's longest lifetime first).
+    """
     lower = [int(x) for x in lower]
     upper = [int(x) for x in upper]
     size = [int(x) for x in size]
@@ -63,6 +69,14 @@ def bestfit_reference(lower, upper, size) -> np.ndarray:
     unplaced = [i for i in range(n) if size[i] > 0 and upper[i] > lower[i]]
     if not unplaced:
         return np.zeros(n, dtype=np.int64)
+    if priority is None:  # the paper: longest lifetime; then the larger block, the first in the trace
+        def preference(i):
+            return (-(upper[i] - lower[i]), -size[i], i)
+    else:
+        rank = {int(b): r for r, b in enumerate(priority)}
+        if sorted(rank) != unplaced or len(rank) != len(priority):
+            raise ValueError("priority must hold every active block exactly once")
+        preference = rank.__getitem__
     # offset lines, in time order: [start, end, height]
     lines = [[min(lower[i] for i in unplaced), max(upper[i] for i in unplaced), 0]]
     while unplaced:
@@ -71,8 +85,8 @@ def bestfit_reference(lower, upper, size) -> np.ndarray:
         best = None
         for i in unplaced:
             if xs <= lower[i] and upper[i] <= xe:
-                key = (upper[i] - lower[i], size[i], -i)
-                if best is None or key > best[0]:
+                key = preference(i)
+                if best is None or key < best[0]:
                     best = (key, i)
         if best is not None:
             i = best[1]
@@ -170,15 +184,16 @@ def _find(nxt, p):
 
 
 @njit(cache=True)
-def _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper, size,
-                maxlow, minup_r, tsize, rank_block, roots, stack):
-    """The best block for the line ``[xs, xe)``: longest, then largest, then first in the trace.
+def _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper,
+                maxlow, minup_r, tsize, rank_block, rank_of, by_lifetime, roots, stack):
+    """The best block for the line ``[xs, xe)``: the first in the order of preference that fits.
 
     The caller has checked that some block fits. Two searches run in lock step, one unit
     of work each in turn, and the first to finish answers (both give the same block):
 
-    - a scan of the unplaced blocks that start inside the line, in order of start,
-      stopping once no later-starting block can live longer than the best found;
+    - a scan of the unplaced blocks that start inside the line, in order of start, keeping
+      the best rank; in the paper's order (``by_lifetime``) it stops once no
+      later-starting block can live longer than the best found;
     - a walk of the rank tree (blocks in order of preference, from the first one not
       longer than the line) that skips every subtree whose blocks all start before
       ``xs`` or all end after ``xe``; the first block it reaches that fits is the best.
@@ -213,17 +228,15 @@ def _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, uppe
     p = _find(nxt, lo)
     best_b = -1
     best_len = -1
-    best_size = -1
+    best_rank = m
     while True:
-        if p >= hi or xe - pos_lower[p] < best_len:
+        if p >= hi or (by_lifetime and xe - pos_lower[p] < best_len):
             return best_b
         b = pos_block[p]
-        if upper[b] <= xe:
-            ln = upper[b] - lower[b]
-            if ln > best_len or (ln == best_len and (size[b] > best_size or (size[b] == best_size and b < best_b))):
-                best_b = b
-                best_len = ln
-                best_size = size[b]
+        if upper[b] <= xe and rank_of[b] < best_rank:
+            best_b = b
+            best_len = upper[b] - lower[b]
+            best_rank = rank_of[b]
         p = _find(nxt, p + 1)
         if walking:
             if sp == 0:
@@ -296,35 +309,60 @@ def _heap_pop(hh, hx, hs, hv, count):
     return count
 
 
+def active_blocks(lower, upper, size) -> np.ndarray:
+    """Indices of the blocks that occupy something (size > 0, non-empty lifetime), in trace order."""
+    return np.flatnonzero((np.asarray(size) > 0) & (np.asarray(upper) > np.asarray(lower)))
+
+
+def paper_priority(lower, upper, size) -> np.ndarray:
+    """The active blocks in section 3.2's order of preference: the longest lifetime first.
+
+    Ties the paper leaves open: the larger block, then the one first in the trace.
+    """
+    act = active_blocks(lower, upper, size)
+    lo, up, sz = (np.asarray(a, dtype=np.int64)[act] for a in (lower, upper, size))
+    return act[np.lexsort((act, -sz, lo - up))]
+
+
+def bestfit_kernel(lower, upper, size, priority=None) -> np.ndarray:
+    """Numba best-fit (papers/003 section 3.2) over int64 arrays; same result as the reference.
+
+    ``priority``: the active blocks (:func:`active_blocks`) in order of preference, the
+    block a line takes being the first of them that fits it; ``None`` is the paper's
+    order (:func:`paper_priority`). Any other order is the extension of
+    :mod:`membudget_bestfit.improve`.
+    """
+    lo, up, sz = (np.ascontiguousarray(a, dtype=np.int64) for a in (lower, upper, size))
+    if priority is None:
+        priority = paper_priority(lo, up, sz)
+    rank_block = np.ascontiguousarray(priority, dtype=np.int64)
+    if not np.array_equal(np.sort(rank_block), active_blocks(lo, up, sz)):
+        raise ValueError("priority must hold every active block exactly once")
+    return _bestfit_core(lo, up, sz, rank_block)
+
+
 @njit(cache=True)
-def bestfit_kernel(lower, upper, size):
-    """Numba best-fit (papers/003 section 3.2) over int64 arrays; same result as the reference."""
+def _bestfit_core(lower, upper, size, rank_block):
+    """The kernel proper: ``rank_block`` holds the active blocks, the preferred first."""
     n = size.shape[0]
     offsets = np.zeros(n, dtype=np.int64)
-    # active blocks sorted by (lower, index)
-    m = 0
-    for i in range(n):
-        if size[i] > 0 and upper[i] > lower[i]:
-            m += 1
+    m = rank_block.shape[0]
     if m == 0:
         return offsets
-    act = np.empty(m, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        if size[i] > 0 and upper[i] > lower[i]:
-            act[k] = i
-            k += 1
+    act = np.sort(rank_block)
     order = np.argsort(lower[act], kind="mergesort")  # stable: index order among equal lowers
     pos_block = act[order]
     pos_lower = lower[pos_block]
-    # ranks: the order of preference (longest lifetime, then largest size, then first in
-    # the trace), under a segment tree of the largest lower and the smallest upper of the
-    # unplaced blocks: the best block for a line is the first rank whose block starts at
-    # or after the line's start and ends by its end (see _best_block)
-    lens = upper[act] - lower[act]
-    by_size = np.argsort(-size[act], kind="mergesort")  # stable: trace order among equal sizes
-    rank_block = act[by_size[np.argsort(-lens[by_size], kind="mergesort")]]
-    neg_len = lower[rank_block] - upper[rank_block]  # -lifetime, ascending along the ranks
+    # ranks: the order of preference, under a segment tree of the largest lower and the
+    # smallest upper of the unplaced blocks: the best block for a line is the first rank
+    # whose block starts at or after the line's start and ends by its end (see _best_block)
+    neg_len = lower[rank_block] - upper[rank_block]  # -lifetime along the ranks
+    # the paper's order (longest first) lets both searches skip the blocks longer than the line
+    by_lifetime = True
+    for r in range(1, m):
+        if neg_len[r] < neg_len[r - 1]:
+            by_lifetime = False
+            break
     rank_of = np.empty(n, dtype=np.int64)
     for r in range(m):
         rank_of[rank_block[r]] = r
@@ -399,9 +437,9 @@ def bestfit_kernel(lower, upper, size):
         b = -1
         if lo < hi and _range_min(minup_p, tsize, lo, hi) <= xe:
             # blocks longer than the line cannot fit: start at the first rank that is not
-            first = np.searchsorted(neg_len, -(xe - xs))
-            b = _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper, size,
-                            maxlow, minup_r, tsize, rank_block, roots, stack)
+            first = np.searchsorted(neg_len, -(xe - xs)) if by_lifetime else 0
+            b = _best_block(xs, xe, lo, hi, first, m, pos_lower, pos_block, nxt, lower, upper,
+                            maxlow, minup_r, tsize, rank_block, rank_of, by_lifetime, roots, stack)
         pv = sprev[s]
         nx = snext[s]
         if b >= 0:
@@ -536,13 +574,18 @@ def canonical_times(lower, upper, size) -> tuple[np.ndarray, np.ndarray]:
     return new_lo, new_up
 
 
-def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: bool = True) -> np.ndarray:
+def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: bool = True,
+                    paper_only: bool = False, rounds: int | None = None) -> np.ndarray:
     """Best-fit offsets for the blocks ``[lower, upper)`` of ``size`` bytes.
 
     ``kernel``: ``"numba"`` (compiled, cached on disk) or ``"python"`` (the reference).
     ``canonical``: run the heuristic on :func:`canonical_times` (the default: the same
     instance without the order section 4.1's counting puts on events that do not
     interact); ``False`` runs it on the times as given.
+    ``paper_only``: section 3.2's rule, one pass. Otherwise (the default) the squeaky-wheel
+    rounds of :mod:`membudget_bestfit.improve` (``rounds`` of them at most, default
+    ``improve.DEFAULT_ROUNDS``), whose first round is that pass and whose result is never
+    larger.
     """
     if kernel not in ("numba", "python"):
         raise ValueError(f"kernel must be 'numba' or 'python', got {kernel!r}")
@@ -551,8 +594,12 @@ def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: boo
     sz = np.ascontiguousarray(size, dtype=np.int64)
     if canonical:
         lo, up = canonical_times(lo, up, sz)
-    if kernel == "numba":
-        return bestfit_kernel(lo, up, sz)
-    if kernel == "python":
-        return bestfit_reference(lo, up, sz)
-    raise ValueError(f"kernel must be 'numba' or 'python', got {kernel!r}")
+    if paper_only:
+        return bestfit_kernel(lo, up, sz) if kernel == "numba" else bestfit_reference(lo, up, sz)
+    from harness.allocators.trace import IntTrace, max_live_bytes
+    from membudget_bestfit.improve import DEFAULT_ROUNDS, squeaky_wheel
+
+    bound = max_live_bytes(IntTrace(lo, up, sz))
+    offsets, _ = squeaky_wheel(lo, up, sz, lower_bound=bound, kernel=kernel,
+                               rounds=DEFAULT_ROUNDS if rounds is None else rounds)
+    return offsets

@@ -24,6 +24,11 @@ class TestBestFitReferenceConformance(AllocatorConformance):
     max_examples = 40
 
 
+class TestBestFitPaperOnlyConformance(AllocatorConformance):
+    allocator = BestFit(paper_only=True)
+    max_examples = 40
+
+
 def test_registered_by_its_entry_point():
     """The distribution names its module in the ``membudget`` group; the hook registers ``bestfit``."""
     eps = [ep for ep in entry_points(group="membudget") if ep.name == "bestfit"]
@@ -77,26 +82,27 @@ def compare_with_optimum(instances):
 
 
 def test_bestfit_vs_optimum_on_200_small_random_instances():
-    """Measured: best-fit equals the optimum on 198 of 200 (99%); worst 1.281, mean 1.002
-    (on the times as given, without ``canonical_times``: 188 of 200, worst 4/3, mean 1.007).
+    """Measured: best-fit (default rounds) equals the optimum on all 200. The paper's single
+    pass: 198 of 200 (99%), worst 1.281, mean 1.002 (on the times as given, without
+    ``canonical_times``: 188 of 200, worst 4/3, mean 1.007).
 
-    Best-fit is a heuristic: it is not always optimal. The test holds it to what was
-    measured, with a little room for the rate (>= 90%) and none for the worst case.
+    Best-fit is a heuristic; the rounds stop at max-live or after 32 tries, so optimality
+    here is measured, not guaranteed: the test allows a few misses (>= 195) and no worse
+    ratio than the paper's pass reached.
     """
     n, equal, worst, mean = compare_with_optimum(small_random_instances())
     assert n == 200
-    assert equal >= 180, f"best-fit optimal on only {equal}/200"
+    assert equal >= 195, f"best-fit optimal on only {equal}/200"
     assert worst <= 4 / 3 + 1e-12 and mean <= 1.01
 
 
 def test_bestfit_vs_optimum_on_30_small_dnn_like_traces():
-    """Measured: optimal on 29 of 30; the other is 2.3% above (the optimum is max-live there).
-
-    On the times as given (no ``canonical_times``): 28 of 30, 2.3% and 2.8% above.
+    """Measured: optimal on all 30 (the paper's single pass: 29 of 30, the other 2.3% above,
+    where the optimum is max-live; on the times as given: 28 of 30, 2.3% and 2.8% above).
     """
     n, equal, worst, mean = compare_with_optimum(small_dnn_instances())
     assert n == 30
-    assert equal >= 27 and worst <= 1.03
+    assert equal >= 29 and worst <= 1.03
 
 
 # --------------------------------------------------------------------------- DNN-like traces
@@ -116,38 +122,79 @@ def dnn_cases():
 @pytest.fixture(scope="module")
 def dnn_results():
     """(kind, layers, seed) -> (best-fit fragmentation, best-fit arena, caching arena)."""
-    best, caching = BestFit(), CachingAllocator()
+    best, caching, paper = BestFit(), CachingAllocator(), BestFit(paper_only=True)
     out = {}
     for kind, layers, seed, trace in dnn_cases():
         b = best.place(trace)
-        out[kind, layers, seed] = (b.fragmentation, b.arena_bytes, caching.place(trace).arena_bytes)
+        out[kind, layers, seed] = (b.fragmentation, b.arena_bytes, caching.place(trace).arena_bytes,
+                                   paper.place(trace).arena_bytes)
     return out
 
 
 def test_bestfit_never_needs_more_than_the_caching_model(dnn_results):
     """On all 180 DNN-like traces (measured: the caching model needs 1.5%-52% more than max-live)."""
-    worse = [key for key, (_, best, caching) in dnn_results.items() if best > caching]
+    worse = [key for key, (_, best, caching, _) in dnn_results.items() if best > caching]
     assert not worse
 
 
 def test_bestfit_within_2pct_of_max_live(dnn_results):
     """Inference traces and training traces of 40 and 80 layers: all within 2% of max-live.
 
-    Measured: inference always exactly at max-live; training at most 0.78% (40 layers)
-    and 0.30% (80 layers) above it.
+    Measured: inference always exactly at max-live; training at most 0.10% (40 layers)
+    and 0.09% (80 layers) above it (the paper's single pass: 0.32% and 0.12%).
     """
-    over = {key: frag for key, (frag, _, _) in dnn_results.items()
+    over = {key: frag for key, (frag, _, _, _) in dnn_results.items()
             if (key[0] == "dnn_inference_trace" or key[1] >= 40) and frag > 1.02}
     assert not over
 
 
 def test_bestfit_on_short_training_traces_measured(dnn_results):
-    """20-layer training traces: measured 28 of 30 within 2%; seeds 2 and 28 are 3.8% and 3.5% above.
+    """20-layer training traces: measured 29 of 30 within 2%; seed 2 is 2.3% above (the
+    paper's single pass: 28 of 30, seeds 2 and 28 at 3.2% and 3.4%).
 
     Best-fit's skyline leaves a hole when a forward-pass block lifts an offset line that
     the backward pass's blocks then sit on; in a short network that hole is a larger share
     of the total. The test records the measured rate instead of claiming 2% everywhere.
     """
     frags = np.array([dnn_results["dnn_training_trace", 20, s][0] for s in SEEDS])
-    assert (frags <= 1.02).sum() >= 28
-    assert frags.max() <= 1.04
+    assert (frags <= 1.02).sum() >= 29
+    assert frags.max() <= 1.03
+
+
+# --------------------------------------------------------------------------- the extension
+
+
+def test_rounds_never_worse_than_the_papers_pass(dnn_results):
+    """The squeaky-wheel rounds keep the smallest arena; round 1 is the paper's pass."""
+    worse = [key for key, (_, best, _, paper) in dnn_results.items() if best > paper]
+    assert not worse
+
+
+def test_one_round_is_the_papers_pass():
+    t = to_int_trace(dnn_training_trace(2, layers=20))
+    assert np.array_equal(BestFit(rounds=1).offsets(t), BestFit(paper_only=True).offsets(t))
+
+
+def test_rounds_close_the_gap_the_papers_pass_leaves():
+    """20-layer training trace, seed 2: the paper's pass leaves a hole (arena above
+    max-live); the rounds place it lower. Numba kernel and Python reference agree."""
+    t = to_int_trace(dnn_training_trace(2, layers=20))
+    paper = BestFit(paper_only=True).place(t).arena_bytes
+    rounds = BestFit().offsets(t)
+    assert paper > t.max_live_bytes
+    assert int((rounds + t.size).max()) < paper
+    assert np.array_equal(rounds, BestFit(kernel="python").offsets(t))
+
+
+def test_rounds_stop_at_max_live():
+    """A trace the paper's pass already places at max-live takes one round."""
+    from membudget_bestfit import squeaky_wheel
+
+    t = to_int_trace(dnn_inference_trace(0, layers=10))
+    off, done = squeaky_wheel(t.lower, t.upper, t.size, lower_bound=t.max_live_bytes)
+    assert done == 1 and int((off + t.size).max()) == t.max_live_bytes
+
+
+def test_rejects_no_rounds():
+    with pytest.raises(ValueError):
+        BestFit(rounds=0)

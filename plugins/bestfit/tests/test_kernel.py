@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.allocators.trace import IntTrace, max_live_bytes, to_int_trace
 from harness.allocators.validate import violations
 from harness.testing_allocators import dnn_inference_trace, dnn_training_trace, memory_traces
 from membudget_bestfit import bestfit_kernel, bestfit_offsets, bestfit_reference
-from membudget_bestfit._kernels import canonical_times
+from membudget_bestfit._kernels import active_blocks, canonical_times, paper_priority
 
 
 def both(lower, upper, size):
@@ -119,18 +120,19 @@ def test_bestfit_offsets_picks_the_implementation():
 
 
 def test_canonical_times_merge_runs_of_allocations_and_of_frees():
-    """A,C,E allocated at one instant and ordered by trace position: best-fit lifts a line
-    over nothing (arena 12) unless the order, which changes no overlap, is taken away (11).
+    """A,C,E allocated at one instant and ordered by trace position: best-fit (the paper's
+    single pass) lifts a line over nothing (arena 12) unless the order, which changes no
+    overlap, is taken away (11).
 
     Float trace: A 3 [0,1), B 1 [1,3), C 5 [0,3), D 3 [2,3), E 3 [0,2); max-live 11.
     """
     lower, upper, size = [1, 5, 2, 7, 3], [4, 8, 9, 10, 6], [3, 1, 5, 3, 3]  # to_int_trace's times
     lo, up = canonical_times(lower, upper, size)
     assert lo.tolist() == [0, 1, 0, 2, 0] and up.tolist() == [1, 3, 3, 3, 2]
-    raw = bestfit_offsets(lower, upper, size, canonical=False)
+    raw = bestfit_offsets(lower, upper, size, canonical=False, paper_only=True)
     assert int((raw + size).max()) == 12
     for kernel in ("numba", "python"):
-        off = bestfit_offsets(lower, upper, size, kernel=kernel)
+        off = bestfit_offsets(lower, upper, size, kernel=kernel, paper_only=True)
         assert int((off + size).max()) == 11 == max_live_bytes(IntTrace(lower, upper, size))
 
 
@@ -148,3 +150,53 @@ def test_canonical_times_keep_every_overlap(blocks):
     k = bestfit_offsets(t.lower, t.upper, t.size)
     assert k.tolist() == bestfit_offsets(t.lower, t.upper, t.size, kernel="python").tolist()
     assert not violations(t, k.tolist())
+
+
+# --------------------------------------------------------------------------- other orders of preference
+
+
+@st.composite
+def trace_and_priority(draw):
+    """A random trace and a random order of its active blocks (the extension's priorities)."""
+    blocks = draw(memory_traces(max_blocks=30))
+    t = to_int_trace(blocks)
+    lo, up = canonical_times(t.lower, t.upper, t.size)
+    active = [int(i) for i in active_blocks(lo, up, t.size)]
+    return lo, up, t.size, draw(st.permutations(active))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=trace_and_priority())
+def test_kernel_and_reference_agree_on_any_order_of_preference(case):
+    """Any order of preference (not only the paper's): the same offsets, a valid placement."""
+    lo, up, sz, priority = case
+    k = bestfit_kernel(lo, up, sz, np.asarray(priority, dtype=np.int64))
+    r = bestfit_reference(lo, up, sz, priority)
+    assert k.tolist() == r.tolist()
+    assert not violations(IntTrace(lo, up, sz), k)
+
+
+def test_paper_priority_is_the_default_order():
+    """Passing :func:`paper_priority` explicitly changes nothing, on a DNN-like trace too."""
+    t = to_int_trace(dnn_training_trace(3, layers=12))
+    lo, up = canonical_times(t.lower, t.upper, t.size)
+    prio = paper_priority(lo, up, t.size)
+    assert np.array_equal(bestfit_kernel(lo, up, t.size, prio), bestfit_kernel(lo, up, t.size))
+    assert np.array_equal(bestfit_reference(lo, up, t.size, prio), bestfit_reference(lo, up, t.size))
+
+
+def test_an_order_of_preference_changes_which_block_a_line_takes():
+    """[0,4) can take B [0,2) or D [1,4): the paper takes D (longer); preferring B takes B."""
+    lo, up, sz = (np.asarray(a, dtype=np.int64) for a in ([0, 0, 4, 1], [8, 2, 8, 4], [1, 2, 4, 1]))
+    assert bestfit_kernel(lo, up, sz).tolist() == [0, 2, 1, 1]
+    prefer_b = np.asarray([0, 1, 2, 3], dtype=np.int64)
+    assert bestfit_kernel(lo, up, sz, prefer_b).tolist() == bestfit_reference(lo, up, sz, prefer_b).tolist()
+    assert bestfit_kernel(lo, up, sz, prefer_b)[1] == 1 and bestfit_kernel(lo, up, sz, prefer_b)[3] == 3
+
+
+def test_a_priority_must_hold_every_active_block_once():
+    lo, up, sz = (np.asarray(a, dtype=np.int64) for a in ([0, 1, 2], [4, 3, 3], [5, 7, 0]))
+    with pytest.raises(ValueError):
+        bestfit_kernel(lo, up, sz, np.asarray([0], dtype=np.int64))
+    with pytest.raises(ValueError):
+        bestfit_reference(lo, up, sz, [0, 0])

@@ -138,40 +138,110 @@ class Profile:
         return sum(s.fwd_time + s.bwd_time for s in self.stages)
 
     def at_batch(self, batch_size: int) -> Profile:
-        """This workload at another batch size: a measured variant if there is one, else scaled.
+        """This workload at another batch size: measured where it can be, else interpolated or scaled.
 
-        Scaling is linear in the batch for sizes and times; the result says so in its notes
-        (``derived_from``), so a measured profile can be told apart from an extrapolated one.
+        - a batch that was measured (this profile or one of its ``variants``): that profile,
+          with this profile's host link (the device's, measured once);
+        - a batch between two measured ones: every per-stage time, size and FLOP count, the
+          output size and the weights interpolated piecewise-linearly in the batch between
+          the two nearest measured batches (small batches run less efficiently on a real
+          GPU, so time is not proportional to the batch; sizes of activations are affine in
+          it, which the interpolation reproduces exactly, and measured workspaces are not,
+          which it follows). A stage's algorithm alternatives are interpolated when both
+          neighbours list the same ones, else taken from the nearer neighbour scaled
+          linearly. Neighbours whose chains differ (stage names) are not interpolated: the
+          linear rule below applies;
+        - outside the measured range: this profile scaled linearly in the batch (sizes and
+          times).
+
+        The result says where it came from in its notes (``derived_from``), so a measured
+        profile can be told apart from an interpolated or extrapolated one.
         """
         if batch_size == self.batch_size:
             return self
+        # the host link belongs to the device, not to the batch: a variant's own (noisy)
+        # measurement of it would make one schedule's copies differ from pass to pass
+        link = {"d2h_bandwidth": self.d2h_bandwidth, "h2d_bandwidth": self.h2d_bandwidth}
         for variant in self.variants:
             if variant.batch_size == batch_size:
-                return variant
-        r = batch_size / self.batch_size
+                return replace(variant, **link)
+        measured = sorted({p.batch_size: replace(p, **link) for p in (self, *self.variants)}.items())
+        below = [p for b, p in measured if b < batch_size]
+        above = [p for b, p in measured if b > batch_size]
+        if below and above and _same_chain(below[-1], above[0]):
+            return _interpolate(self, below[-1], above[0], batch_size)
+        return _scaled(self, self, batch_size, "scaled linearly")
 
-        def b(n: int) -> int:
-            return int(round(n * r))
 
-        stages = tuple(
-            replace(
-                s,
-                fwd_time=s.fwd_time * r, bwd_time=s.bwd_time * r,
-                input_bytes=b(s.input_bytes), saved_bytes=b(s.saved_bytes), grad_bytes=b(s.grad_bytes),
-                fwd_workspace=b(s.fwd_workspace), bwd_workspace=b(s.bwd_workspace), flops=s.flops * r,
-                algorithms=tuple(
-                    replace(a, fwd_time=a.fwd_time * r, bwd_time=a.bwd_time * r,
-                            fwd_workspace=b(a.fwd_workspace), bwd_workspace=b(a.bwd_workspace))
-                    for a in s.algorithms
-                ),
-            )
-            for s in self.stages
+def _same_chain(a: Profile, b: Profile) -> bool:
+    return a.n_stages == b.n_stages and all(s.name == t.name for s, t in zip(a.stages, b.stages))
+
+
+def _scaled(base: Profile, source: Profile, batch_size: int, how: str) -> Profile:
+    """``source`` scaled linearly to ``batch_size`` (sizes and times), with ``base``'s metadata."""
+    r = batch_size / source.batch_size
+
+    def b(n: int) -> int:
+        return int(round(n * r))
+
+    stages = tuple(
+        replace(
+            s,
+            fwd_time=s.fwd_time * r, bwd_time=s.bwd_time * r,
+            input_bytes=b(s.input_bytes), saved_bytes=b(s.saved_bytes), grad_bytes=b(s.grad_bytes),
+            fwd_workspace=b(s.fwd_workspace), bwd_workspace=b(s.bwd_workspace), flops=s.flops * r,
+            algorithms=_scaled_algorithms(s.algorithms, r),
         )
-        return replace(
-            self, batch_size=batch_size, stages=stages, output_bytes=b(self.output_bytes),
-            measured=False, variants=(),
-            notes={**self.notes, "derived_from": f"batch {self.batch_size}, scaled linearly"},
-        )
+        for s in source.stages
+    )
+    return replace(
+        base, batch_size=batch_size, stages=stages, output_bytes=b(source.output_bytes),
+        weight_bytes=source.weight_bytes, measured=False, variants=(),
+        notes={**base.notes, "derived_from": f"batch {source.batch_size}, {how}"},
+    )
+
+
+def _scaled_algorithms(algorithms: tuple[Algorithm, ...], r: float) -> tuple[Algorithm, ...]:
+    return tuple(replace(a, fwd_time=a.fwd_time * r, bwd_time=a.bwd_time * r,
+                         fwd_workspace=int(round(a.fwd_workspace * r)), bwd_workspace=int(round(a.bwd_workspace * r)))
+                 for a in algorithms)
+
+
+_STAGE_TIMES = ("fwd_time", "bwd_time", "flops")
+_STAGE_BYTES = ("input_bytes", "saved_bytes", "grad_bytes", "fwd_workspace", "bwd_workspace")
+
+
+def _interpolate(base: Profile, lo: Profile, hi: Profile, batch_size: int) -> Profile:
+    """Piecewise-linear interpolation between the measured ``lo`` and ``hi`` (``Profile.at_batch``)."""
+    w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
+    nearer, r_nearer = (lo, batch_size / lo.batch_size) if w <= 0.5 else (hi, batch_size / hi.batch_size)
+
+    def t(x: float, y: float) -> float:
+        return x + (y - x) * w
+
+    def n(x: int, y: int) -> int:
+        return int(round(x + (y - x) * w))
+
+    def algorithms(i: int) -> tuple[Algorithm, ...]:
+        a, b = lo.stages[i].algorithms, hi.stages[i].algorithms
+        if [x.name for x in a] == [y.name for y in b]:
+            return tuple(replace(x, fwd_time=t(x.fwd_time, y.fwd_time), bwd_time=t(x.bwd_time, y.bwd_time),
+                                 fwd_workspace=n(x.fwd_workspace, y.fwd_workspace),
+                                 bwd_workspace=n(x.bwd_workspace, y.bwd_workspace))
+                         for x, y in zip(a, b))
+        return _scaled_algorithms(nearer.stages[i].algorithms, r_nearer)
+
+    stages = tuple(
+        replace(s, **{k: t(getattr(s, k), getattr(u, k)) for k in _STAGE_TIMES},
+                **{k: n(getattr(s, k), getattr(u, k)) for k in _STAGE_BYTES}, algorithms=algorithms(i))
+        for i, (s, u) in enumerate(zip(lo.stages, hi.stages))
+    )
+    return replace(
+        base, batch_size=batch_size, stages=stages, output_bytes=n(lo.output_bytes, hi.output_bytes),
+        weight_bytes=n(lo.weight_bytes, hi.weight_bytes), measured=False, variants=(),
+        notes={**base.notes, "derived_from": f"batches {lo.batch_size} and {hi.batch_size} (profiled), "
+                                              f"interpolated piecewise-linearly"},
+    )
 
 
 # --------------------------------------------------------------------------- schedule

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from harness.model import (
-    MemoryBlock, ModelError, Placement, Profile, Run, Schedule, Stage, TimelineEvent, Transfer,
-    from_dict, from_json, to_json, training_ops,
+    Algorithm, MemoryBlock, ModelError, Placement, Profile, Run, Schedule, Stage, TimelineEvent, Transfer,
+    from_dict, from_json, load, to_json, training_ops,
 )
 from harness.testing import chains
 from harness.units import format_bytes, parse_bytes
@@ -63,11 +65,103 @@ def test_at_batch_prefers_a_measured_variant_and_else_scales() -> None:
     stage = Stage("a", "conv", 2.0, 4.0, 100, 200, 100, 10, 20)
     small = Profile("m", 2, (3,), "d", 1, 1.0, 1.0, 5, 8, (Stage("a", "conv", 1.5, 3.0, 25, 50, 25),), measured=True)
     profile = Profile("m", 8, (3,), "d", 1, 1.0, 1.0, 5, 32, (stage,), variants=(small,))
-    assert profile.at_batch(2) is small
-    half = profile.at_batch(4)
-    assert half.stages[0].saved_bytes == 100 and half.stages[0].fwd_time == 1.0
-    assert half.weight_bytes == 5 and half.output_bytes == 16
-    assert "scaled" in half.notes["derived_from"]
+    assert profile.at_batch(2) == small
+    double = profile.at_batch(16)  # above every measured batch: this profile scaled linearly
+    assert double.stages[0].saved_bytes == 400 and double.stages[0].fwd_time == 4.0
+    assert double.weight_bytes == 5 and double.output_bytes == 64 and not double.measured
+    assert double.notes["derived_from"] == "batch 8, scaled linearly"
+    one = profile.at_batch(1)  # below every measured batch: the same rule
+    assert one.stages[0].fwd_time == 0.25 and "scaled" in one.notes["derived_from"]
+
+
+def test_at_batch_keeps_the_device_host_link_for_every_batch() -> None:
+    """Each measured variant measured the host link again; the device has one link."""
+    stage = Stage("a", "conv", 2.0, 4.0, 100, 200, 100)
+    noisy = Profile("m", 2, (3,), "d", 1, 0.5, 0.6, 5, 8, (Stage("a", "conv", 1.5, 3.0, 25, 50, 25),), measured=True)
+    other = Profile("m", 4, (3,), "d", 1, 0.7, 0.8, 5, 16, (Stage("a", "conv", 1.6, 3.2, 50, 100, 50),), measured=True)
+    profile = Profile("m", 8, (3,), "d", 1, 1.0, 2.0, 5, 32, (stage,), variants=(noisy, other))
+    for batch in (1, 2, 3, 4, 6, 16):
+        p = profile.at_batch(batch)
+        assert (p.d2h_bandwidth, p.h2d_bandwidth) == (1.0, 2.0), batch
+    assert profile.at_batch(2).stages == noisy.stages
+
+
+def test_at_batch_interpolates_between_the_two_nearest_measured_batches() -> None:
+    def at(batch: int, fwd: float, bwd: float, ws: int, algorithms=()) -> Profile:
+        s = Stage("a", "conv", fwd, bwd, 10 * batch, 20 * batch + 4, 10 * batch, ws, 0, algorithms)
+        return Profile("m", batch, (3,), "d", 1, 1.0, 1.0, 5, 4 * batch, (s,), measured=True)
+
+    b2, b6 = at(2, 1.0, 2.0, 100), at(6, 2.0, 3.0, 300)
+    profile = replace(at(10, 10.0, 20.0, 900), variants=(b6, b2))  # variants in any order
+    four = profile.at_batch(4)
+    s = four.stages[0]
+    assert s.fwd_time == pytest.approx(1.5) and s.bwd_time == pytest.approx(2.5)  # not 4/10 of batch 10's
+    assert s.fwd_workspace == 200
+    assert (s.input_bytes, s.saved_bytes, s.grad_bytes, four.output_bytes) == (40, 84, 40, 16)  # affine: exact
+    assert four.notes["derived_from"].startswith("batches 2 and 6") and not four.measured and not four.variants
+    eight = profile.at_batch(8).stages[0]  # between the last variant and the profile itself
+    assert eight.fwd_time == pytest.approx(6.0) and eight.fwd_workspace == 600
+
+
+def test_at_batch_interpolates_algorithms_only_when_both_neighbours_list_them() -> None:
+    def at(batch: int, algorithms) -> Profile:
+        s = Stage("a", "conv", 1.0 * batch, 1.0 * batch, batch, batch, batch, 0, 0, algorithms)
+        return Profile("m", batch, (3,), "d", 1, 1.0, 1.0, 0, batch, (s,))
+
+    fast = lambda b, t, ws: Algorithm("fast", t, t, ws, ws)  # noqa: E731
+    lo, hi = at(2, (fast(2, 1.0, 10),)), at(4, (fast(4, 3.0, 30),))
+    alg = replace(hi, variants=(lo,)).at_batch(3).stages[0].algorithms
+    assert alg == (Algorithm("fast", 2.0, 2.0, 20, 20),)
+    other = at(4, (Algorithm("other", 3.0, 3.0, 30, 30),))
+    mixed = replace(other, variants=(lo,))  # names differ: the nearer neighbour's, scaled linearly
+    assert mixed.at_batch(3).stages[0].algorithms == (Algorithm("fast", 1.5, 1.5, 15, 15),)  # halfway: the lower
+    assert mixed.at_batch(4).stages[0].algorithms == other.stages[0].algorithms
+
+
+def test_at_batch_does_not_interpolate_between_different_chains() -> None:
+    one = Profile("m", 2, (3,), "d", 1, 1.0, 1.0, 0, 2, (Stage("x", "conv", 9.0, 9.0, 2, 2, 2),))
+    profile = Profile("m", 4, (3,), "d", 1, 1.0, 1.0, 0, 4, (Stage("a", "conv", 4.0, 4.0, 4, 4, 4),), variants=(one,))
+    three = profile.at_batch(3)
+    assert three.stages[0].name == "a" and three.stages[0].fwd_time == 3.0
+    assert "scaled" in three.notes["derived_from"]
+
+
+SCALING = Path(__file__).resolve().parents[1] / "results" / "profiles"
+
+
+@pytest.fixture(scope="module")
+def vgg16_h100() -> Profile:
+    """VGG-16 at batch 256 measured on an H100 with variants at 1..192 (results/profiles)."""
+    path = SCALING / "vgg16-b256-h100-scaling.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not in this checkout")
+    return load(Profile, path)
+
+
+def test_at_batch_on_measured_scaling_data(vgg16_h100: Profile) -> None:
+    p = vgg16_h100
+    measured = sorted([p.batch_size, *(v.batch_size for v in p.variants)])
+    for v in p.variants:
+        assert p.at_batch(v.batch_size).stages == v.stages  # exact at a measured batch
+    for lo, hi in zip(measured, measured[1:]):
+        if hi - lo < 2:
+            continue
+        mid = p.at_batch((lo + hi) // 2)
+        a, b = p.at_batch(lo), p.at_batch(hi)
+        assert mid.notes["derived_from"].startswith(f"batches {lo} and {hi}")
+        for s, x, y in zip(mid.stages, a.stages, b.stages):  # every figure between the neighbours'
+            for k in ("fwd_time", "bwd_time", "flops", "saved_bytes", "fwd_workspace", "bwd_workspace"):
+                assert min(getattr(x, k), getattr(y, k)) <= getattr(s, k) <= max(getattr(x, k), getattr(y, k))
+    # the data: per-sample time falls with the batch; interpolation keeps it falling at every batch,
+    # where linear scaling from batch 256 would make it flat
+    per_sample = [p.at_batch(b).compute_time / b for b in range(1, p.batch_size + 1)]
+    assert all(x >= y for x, y in zip(per_sample, per_sample[1:]))
+    assert per_sample[2] > 2 * per_sample[-1]  # batch 3 runs well below batch 256's efficiency
+    # the activations of the measured variants are linear in the batch, so interpolated ones agree with them
+    for b in (3, 100, 200):
+        scaled = p.at_batch(b).stages
+        for s, base in zip(scaled, p.stages):
+            assert abs(s.input_bytes - base.input_bytes * b / p.batch_size) <= 1
 
 
 def test_training_ops_order() -> None:

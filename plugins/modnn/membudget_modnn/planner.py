@@ -116,6 +116,17 @@ class MoDNN:
             plan, fallback = None, f"Algorithm 1 failed ({exc})"
         schedule = self._schedule(profile, budget, sb, plan, duplex, select_algorithms)
         makespan = makespan_of(schedule, profile, duplex) if plan is not None else None
+        if sb.sub_batches > 1 and peak_memory(sb.profile) <= budget:
+            # papers/000 III.A: moDNN steps in when the memory cannot hold everything, and IV.B's
+            # objective (2) is to minimise offloading: when a whole pass fits the budget there is
+            # nothing to offload. Algorithm 1's linked list can still offload there, to undo the
+            # fragmentation of its address model, which eq. (3)'s sub-batch (the largest whose
+            # heaviest task fits, so little headroom) makes likely; the simulator counts bytes.
+            # The pass without transfers is kept when it is not slower.
+            plain = self._schedule(profile, budget, sb, None, duplex, select_algorithms, keep_all=True)
+            plain_time = makespan_of(plain, profile, duplex)
+            if plain_time is not None and (makespan is None or plain_time <= makespan):
+                return plain, plain_time
         if makespan is None:
             fallback = fallback or "the simulator could not run Algorithm 1's plan"
             schedule = self._schedule(profile, budget, sb, None, duplex, select_algorithms, fallback)
@@ -132,9 +143,11 @@ class MoDNN:
         return SubBatching(sub, forced, (), profile.at_batch(sub))
 
     def _schedule(self, profile: Profile, budget: int, sb: SubBatching, plan: SubBatchPlan | None, duplex: bool,
-                  select_algorithms: bool, fallback: str = "") -> Schedule:
+                  select_algorithms: bool, fallback: str = "", keep_all: bool = False) -> Schedule:
         p, n = sb.profile, profile.n_stages
-        if plan is None:
+        if keep_all:  # every pass holds all its data: no transfers, the stages' default algorithms
+            transfers, algorithms, estimate, defrags = [], (-1,) * n, None, 0
+        elif plan is None:
             transfers = safe_transfers(p)
             algorithms = tuple(baseline_algorithm(p, i) for i in range(n))
             estimate, defrags = None, 0  # no estimate (None, not NaN: schedules must compare equal)
@@ -145,6 +158,8 @@ class MoDNN:
                  f"M_min {format_bytes(m_min(profile))}", f"defragmentations per pass: {defrags}"]
         if "derived_from" in p.notes and sb.sub_batches > 1:
             notes.append(f"sub-batch profile {p.notes['derived_from']}")
+        if keep_all:
+            notes.append("a whole pass fits the budget: no transfers (papers/000 III.A)")
         if fallback:
             notes.append(f"fallback to offload-all, just-in-time prefetch: {fallback}")
         return Schedule(
@@ -153,7 +168,7 @@ class MoDNN:
             algorithms=algorithms if any(a != -1 for a in algorithms) else (),
             sub_batches=sb.sub_batches,
             options={"duplex": duplex, "sub_batch": sb.sub_batch, "estimated_makespan": estimate,
-                     "select_algorithms": select_algorithms, "fallback": bool(fallback)},
+                     "select_algorithms": select_algorithms, "fallback": bool(fallback), "keep_all_passes": keep_all},
             notes="; ".join(notes),
         )
 

@@ -126,7 +126,12 @@ def select_sub_batch(profile: Profile, budget: int, planner: str = "modnn") -> S
             b = min(seen[seen.index(nxt):])
             break
         b = nxt
-    sub = math.ceil(batch / math.ceil(batch / b))
+    n = math.ceil(batch / b)
+    # the fixed point can stop below the largest fitting size (a cycle, or sizes that round
+    # to nothing at small b): take fewer passes while the larger sub-batch still fits
+    while n > 1 and max_task_bytes(profile.at_batch(math.ceil(batch / (n - 1))), fastest=True) <= room:
+        n -= 1
+    sub = math.ceil(batch / n)
     while sub > 1 and max_task_bytes(profile.at_batch(sub), fastest=False) > room:
         sub -= 1
     n = math.ceil(batch / sub)

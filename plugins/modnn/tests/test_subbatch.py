@@ -90,8 +90,8 @@ def test_iteration_reprofiles_at_each_candidate() -> None:
 
     Room 3,800 bytes. Batch 8 needs 7,600 (c1's backward with its 4,000-byte workspace):
     b = 4. The measured batch-4 profile has a 1,000-byte workspace, not 2,000: 2,800
-    bytes, so b = 5; batch 5 (scaled: workspace 2,500) needs 4,750, so b = 4 again: a
-    cycle, which ends at its smallest size.
+    bytes, so b = 5; batch 5 (interpolated between the measured 4 and 8: workspace 1,750)
+    needs 4,000, so b = 4 again: a cycle, which ends at its smallest size.
     """
     base = _chain()
     v4 = base.at_batch(4)
@@ -103,4 +103,4 @@ def test_iteration_reprofiles_at_each_candidate() -> None:
     assert task_bytes(profile.at_batch(4), 1, fast4)[1] == 800 + 200 + 800 + 1000
     sb = select_sub_batch(profile, 1000 + 3800)
     assert sb.iterations == (8, 4, 5)
-    assert sb.sub_batch == 4 and sb.profile is v4
+    assert sb.sub_batch == 4 and sb.profile == v4

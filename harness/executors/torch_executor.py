@@ -161,7 +161,10 @@ class TorchExecutor:
     Options: ``device`` (default: the workload's torch device, else cuda if available,
     else cpu), ``warmup`` and ``iterations`` (untimed and timed iterations), ``duplex``
     (one copy stream per direction), ``enforce_budget`` (CUDA memory cap),
-    ``emulate_budget`` (CPU check), ``seed`` (reseeded at every iteration, so that each
+    ``cap_bytes`` (CUDA: the cap to enforce instead of the schedule's budget, e.g. the budget
+    plus what the framework holds beyond the chain model), ``expandable_segments`` (CUDA: the caching allocator maps memory in expandable segments
+    during the run, as ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that
+    less of the budget is lost to fragmentation), ``emulate_budget`` (CPU check), ``seed`` (reseeded at every iteration, so that each
     iteration computes the same gradients), ``record`` (keep the bytes held after every
     operation in ``last_record``).
     """
@@ -170,9 +173,11 @@ class TorchExecutor:
     description = "Runs the schedule on the real model: saved-tensor hooks, side CUDA streams, pinned buffers"
 
     def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool = False,
-                 enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False):
+                 enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False,
+                 expandable_segments: bool = False, cap_bytes: int | None = None):
         self.device, self.warmup, self.iterations = device, warmup, iterations
         self.duplex, self.enforce_budget, self.emulate_budget = duplex, enforce_budget, emulate_budget
+        self.expandable_segments, self.cap_bytes = expandable_segments, cap_bytes
         self.seed, self.record = seed, record
         self.last_record = ExecutionRecord()
         self._chain: TorchChain | None = None
@@ -318,15 +323,20 @@ class _Execution:
         return self._report(times, moved, stall, prediction)
 
     def _set_cap(self) -> None:
+        if self.cuda and self.ex.expandable_segments:
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
         if not (self.cuda and self.ex.enforce_budget):
             return
         gc.collect()
         torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(self.chain.device).total_memory
-        self.cap = min(1.0, self.schedule.budget_bytes / total)
+        cap = self.ex.cap_bytes if self.ex.cap_bytes is not None else self.schedule.budget_bytes
+        self.cap = min(1.0, cap / total)
         torch.cuda.set_per_process_memory_fraction(self.cap, self.chain.device)
 
     def _release_cap(self) -> None:
+        if self.cuda and self.ex.expandable_segments:
+            torch.cuda.memory._set_allocator_settings("expandable_segments:False")
         if self.cap is not None:
             torch.cuda.set_per_process_memory_fraction(1.0, self.chain.device)
 
@@ -526,6 +536,8 @@ class _Execution:
         if prediction is not None:
             compute = prediction.compute_time
             metrics["predicted_peak_bytes"] = float(prediction.peak_bytes)
+            if self.cuda:  # what the device held beyond the chain model (workspaces, handles' buffers)
+                metrics["unmodelled_bytes"] = metrics["max_memory_allocated"] - float(prediction.peak_bytes)
             if prediction.feasible:
                 metrics["predicted_s"] = prediction.makespan
                 metrics["prediction_error"] = median / prediction.makespan - 1 if prediction.makespan > 0 else math.nan

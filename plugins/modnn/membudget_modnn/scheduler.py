@@ -25,9 +25,11 @@ How the chain model maps onto moDNN's task graph:
 - an offload is issued at the start of F_j (the earliest moment the simulator allows,
   so the copy overlaps every task since then when the copy engine is idle, Figure 3b)
   and queued behind the transfers already decided; the memory it frees is released
-  when the copy ends (the simulator's rule);
+  when the copy ends (the simulator's rule), and the task it makes room for waits for
+  it (``Transfer.wait_op``, lines 7-8 and 13-14; see ``offload``);
 - a prefetch decided before task t is issued at the start of t; the load of t's own
-  input (line 6) at the end of the task before it;
+  input (line 6) at the end of the task before it; eq. (4) decides it before t only when
+  deciding it after t would start it later (see ``should_start_now``);
 - ``Schedule.algorithms`` keeps one algorithm per stage, so the choice is made at F_i
   for both F_i and B_i, and its gain counts both times.
 
@@ -65,6 +67,7 @@ class Copy:
     issue_at: str
     start: float
     end: float
+    wait_op: int | None = None  # the task that waits for this offload (lines 7-8, 13-14)
 
 
 @dataclass
@@ -81,7 +84,7 @@ class SubBatchPlan:
         """The copies as ``harness`` transfers of sub-batch ``sub_batch``."""
         return [
             Transfer(c.stage, "prefetch" if c.prefetch else "offload", c.issue_op + op_offset, c.issue_at,
-                     None, sub_batch)
+                     None if c.wait_op is None else c.wait_op + op_offset, sub_batch)
             for c in self.copies
         ]
 
@@ -190,14 +193,24 @@ class Algorithm1:
                       and not math.isnan(self.f_end[j]))
         return can
 
-    def offload(self, j: int) -> float:
-        """Offload block j (issued at the start of F_j, queued on the copy engine); its release time."""
+    def offload(self, j: int, waiter: int | None = None) -> float:
+        """Offload block j (issued at the start of F_j, queued on the copy engine); its release time.
+
+        ``waiter`` is the task whose allocation the offload makes room for: Algorithm 1
+        delays it until the memory is free (lines 7-8 and 13-14), and the schedule says so
+        (the transfer's ``wait_op``), as generated code synchronises the compute stream
+        with the copy whose space it reuses. Without it the task could start on memory
+        that Algorithm 1's model holds for a prefetch decided earlier (line 20), which a
+        simulator that reserves a prefetch's memory when its copy starts lends to the
+        compute stream; the offloads that would return it can be queued behind that
+        prefetch on the copy engine, and the run could not go on.
+        """
         start = max(self.engine[0], self.f_start[j])
         end = start + self.saved[j] / self.p.d2h_bandwidth
         self.engine[0] = end
         if not self.duplex:
             self.engine[1] = end
-        self.copies.append(Copy(j, False, j, "start", start, end))
+        self.copies.append(Copy(j, False, j, "start", start, end, waiter))
         self.mem.free(j)
         self.state[j] = HOST
         self.off_end[j] = end
@@ -238,14 +251,15 @@ class Algorithm1:
             return now
         found = self.scheme(nbytes, k, protect, now if deadline is None else deadline)
         release = now
+        waiter = k if deadline is None else None  # a prefetch's room (line 23): its task waits for the prefetch
         if found is not None:
             for j in found[0]:
-                release = max(release, self.offload(j))
+                release = max(release, self.offload(j, waiter))
         elif defragment:
             self.defrags += 1
             can = self.offloadable(k, protect)
             for j in sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j)):
-                release = max(release, self.offload(j))
+                release = max(release, self.offload(j, waiter))
             self.mem.compact()
         else:
             return None
@@ -296,16 +310,28 @@ class Algorithm1:
             out[s] = (times[s], bound)
         return out
 
-    def should_start_now(self, s: int, finish_t: float, latest: float) -> bool:
+    def should_start_now(self, s: int, start_t: float, finish_t: float, latest: float) -> bool:
         """eq. (4): would a prefetch for s that starts after task t ends delay s?
 
         "After task t" is also after the copies already queued on the prefetch engine, and
         "delay s" includes making a later prefetch late (``latest`` is LST(s), see
         ``latest_starts``); for the last pending prefetch this is eq. (4) as printed.
+
+        The delay is the one that waiting causes: when the copy could not start before t
+        ends anyway (the engine is busy, or the block's offload runs, until then), a
+        prefetch decided after t starts no later than one decided now, so it is not due
+        yet (papers/000 IV.B.2: "prefetching should not start too early, since the
+        prefetched data block consumes memory that is unnecessary for tasks executed
+        before s"). Deciding it now would reserve its memory (line 20) long before the
+        copy can run, which the tasks in between then lack; the simulator reserves a
+        prefetch's memory when its copy starts, and the offloads those tasks need, queued
+        behind the early prefetch, could not free it.
         """
         _, j = self.op(s)
         e = 1 if self.duplex else 0
-        return max(finish_t, self.engine[e], self.off_end[j]) > latest
+        late = max(finish_t, self.engine[e], self.off_end[j])
+        now = max(start_t, self.engine[e], self.off_end[j])
+        return late > latest and late > now
 
     def prefetch_ahead(self, k: int, start: float, finish: float) -> None:
         """Lines 15-27: prefetch for the next tasks while it is useful and due now."""
@@ -319,7 +345,7 @@ class Algorithm1:
                 _, latest = times[s]
                 if not self.fits(k, s, extra=j):  # line 16
                     break
-                if not self.should_start_now(s, finish, latest):  # line 19 / 27
+                if not self.should_start_now(s, start, finish, latest):  # line 19 / 27
                     break
                 # blocks needed before s would have to come back before the prefetched one is used
                 released = self.place(self.saved[j], j, k, protect_t + tuple(range(j, self.n)), start,
@@ -358,7 +384,7 @@ class Algorithm1:
             return 0.0
         _, j = self.op(s)
         _, latest = self.latest_starts(k, finish)[s]
-        if not self.should_start_now(s, finish, latest):
+        if not self.should_start_now(s, start, finish, latest):
             return 0.0
         room = (self.arena - self.fixed_live(k) - self.op_alloc(k, a.fwd_workspace) - self.pinned_prefetched(k))
         if room >= self.saved[j]:

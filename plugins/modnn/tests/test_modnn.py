@@ -31,9 +31,8 @@ class _ModnnChecks:
     def minimum_budget(self, profile: Profile) -> int:
         return m_min(profile)
 
-    # The kit's checks apply to whatever moDNN returns, its fallback included: on some random
-    # chains Algorithm 1's plan does not run in the simulator and moDNN falls back to
-    # offload-all (a known defect, pinned by test_zero_time_chain_falls_back below).
+    # The kit's checks apply to whatever moDNN returns, its fallback included; that
+    # Algorithm 1's own plan runs (no fallback) is test_algorithm_1s_own_plan_runs below.
 
 
 class TestModnnConformance(_ModnnChecks, PlannerConformance):
@@ -229,12 +228,57 @@ def test_defragmentation_when_no_scheme_exists() -> None:
     assert defragmented >= 3
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: on some random chains (this one: every operation "
-                   "takes zero time) Algorithm 1's plan does not run in the simulator and moDNN falls back "
-                   "to offload-all")
-def test_zero_time_chain_falls_back() -> None:
-    """A counterexample Hypothesis found (pinned): Algorithm 1 should plan it without the fallback."""
+def test_zero_time_chain_runs_algorithm_1s_plan() -> None:
+    """A counterexample Hypothesis found (once pinned as a strict xfail): Algorithm 1 plans it without the fallback."""
     profile = Profile(model='random-chain',batch_size=1,input_shape=(3, 32, 32),device='synthetic',device_memory=10**9,d2h_bandwidth=100000.0,h2d_bandwidth=100000.0,weight_bytes=0,output_bytes=9,stages=(Stage(name='act0',kind='act',fwd_time=0.0,bwd_time=0.0,input_bytes=0,saved_bytes=10,grad_bytes=0,fwd_workspace=0,bwd_workspace=0,algorithms=(),flops=0.0),Stage(name='conv1',kind='conv',fwd_time=0.0,bwd_time=0.0,input_bytes=0,saved_bytes=13,grad_bytes=0,fwd_workspace=0,bwd_workspace=0,algorithms=(),flops=0.0),Stage(name='conv2',kind='conv',fwd_time=0.0,bwd_time=0.0,input_bytes=0,saved_bytes=34,grad_bytes=0,fwd_workspace=0,bwd_workspace=0,algorithms=(),flops=0.0),Stage(name='conv3',kind='conv',fwd_time=0.0,bwd_time=0.0,input_bytes=2,saved_bytes=0,grad_bytes=0,fwd_workspace=0,bwd_workspace=0,algorithms=(),flops=0.0),Stage(name='conv4',kind='conv',fwd_time=0.0,bwd_time=0.0,input_bytes=0,saved_bytes=14,grad_bytes=0,fwd_workspace=0,bwd_workspace=33,algorithms=(),flops=0.0),Stage(name='conv5',kind='conv',fwd_time=0.0,bwd_time=0.0,input_bytes=3,saved_bytes=0,grad_bytes=0,fwd_workspace=0,bwd_workspace=0,algorithms=(),flops=0.0)),dtype='float32',profiler='hypothesis',measured=False,variants=(),notes={})
     schedule = MoDNN().plan(profile, 75)
-    assert not validate(schedule, profile)  # the fallback is valid...
-    assert not schedule.options.get("fallback"), schedule.notes  # ...but Algorithm 1's plan should be
+    assert not validate(schedule, profile)
+    assert not schedule.options.get("fallback"), schedule.notes
+
+
+def _algorithm_1_schedule(profile: Profile, budget: int, duplex: bool = False):
+    """Algorithm 1's own plan for eq. (3)'s sub-batch as a schedule (no fallback, no keep-all pass)."""
+    from membudget_modnn.subbatch import select_sub_batch
+
+    sb = select_sub_batch(profile, budget, "modnn")
+    plan = Algorithm1(sb.profile, budget, duplex).run()
+    return MoDNN()._schedule(profile, budget, sb, plan, duplex, True)
+
+
+def test_tasks_wait_for_the_offloads_that_make_their_room() -> None:
+    """Algorithm 1 lines 7-8 / 13-14: a task that had to offload starts when the offload has freed its room.
+
+    A counterexample Hypothesis found: the prefetch of stage 3 is decided at F5 (line 20, its
+    memory held from then on in Algorithm 1's model) and queued on the one copy engine
+    behind the offload of stage 1; F6 needs the offload of stage 5, queued behind that
+    prefetch. Had F6 not waited for it, the simulator's compute stream would have run on
+    into the memory held for the prefetch (the simulator reserves it when the copy starts),
+    and the run would have stuck: the prefetch waiting for memory, B6 for the offloads
+    queued behind it. The schedule makes each such task wait for its offloads.
+    """
+    profile = Profile(model='random-chain', batch_size=1, input_shape=(3, 32, 32), device='synthetic', device_memory=1000000000, d2h_bandwidth=100000.0, h2d_bandwidth=100000.0, weight_bytes=1, output_bytes=0, stages=(Stage(name='norm0', kind='norm', fwd_time=0.003, bwd_time=0.005118253166591455, input_bytes=0, saved_bytes=1919, grad_bytes=300, fwd_workspace=588, bwd_workspace=224, algorithms=(), flops=0.0), Stage(name='block1', kind='block', fwd_time=0.0, bwd_time=1.175494351e-38, input_bytes=524, saved_bytes=809, grad_bytes=50, fwd_workspace=111, bwd_workspace=31, algorithms=(), flops=0.0), Stage(name='conv2', kind='conv', fwd_time=1.175494351e-38, bwd_time=0.005843764708533504, input_bytes=315, saved_bytes=75, grad_bytes=649, fwd_workspace=674, bwd_workspace=184, algorithms=(), flops=0.0), Stage(name='conv3', kind='conv', fwd_time=0.00040436888789416125, bwd_time=0.0027174136331804366, input_bytes=1482, saved_bytes=2364, grad_bytes=2369, fwd_workspace=685, bwd_workspace=147, algorithms=(), flops=0.0), Stage(name='norm4', kind='norm', fwd_time=0.003, bwd_time=0.0010788644363341645, input_bytes=201, saved_bytes=224, grad_bytes=510, fwd_workspace=88, bwd_workspace=195, algorithms=(), flops=0.0), Stage(name='conv5', kind='conv', fwd_time=0.0013074608718768167, bwd_time=2.2250738585072014e-308, input_bytes=238, saved_bytes=1589, grad_bytes=713, fwd_workspace=256, bwd_workspace=132, algorithms=(), flops=0.0), Stage(name='conv6', kind='conv', fwd_time=0.00026024670911875954, bwd_time=0.000520842050493017, input_bytes=14, saved_bytes=748, grad_bytes=224, fwd_workspace=628, bwd_workspace=532, algorithms=(Algorithm(name='algo0', fwd_time=0.0006506167727968989, bwd_time=0.0013021051262325424, fwd_workspace=0, bwd_workspace=0), Algorithm(name='algo1', fwd_time=0.0005204934182375191, bwd_time=0.001041684100986034, fwd_workspace=172, bwd_workspace=234), Algorithm(name='algo2', fwd_time=0.0003903700636781393, bwd_time=0.0007812630757395255, fwd_workspace=368, bwd_workspace=24)), flops=0.0), Stage(name='block7', kind='block', fwd_time=1e-15, bwd_time=1e-15, input_bytes=409, saved_bytes=256, grad_bytes=532, fwd_workspace=427, bwd_workspace=0, algorithms=(), flops=0.0), Stage(name='conv8', kind='conv', fwd_time=0.0014755206824977269, bwd_time=6.103515625e-05, input_bytes=1, saved_bytes=75, grad_bytes=3, fwd_workspace=541, bwd_workspace=794, algorithms=(), flops=0.0), Stage(name='conv9', kind='conv', fwd_time=1.175494351e-38, bwd_time=0.005843764708533504, input_bytes=315, saved_bytes=75, grad_bytes=649, fwd_workspace=674, bwd_workspace=184, algorithms=(), flops=0.0), Stage(name='conv10', kind='conv', fwd_time=0.0014755206824977269, bwd_time=6.103515625e-05, input_bytes=1, saved_bytes=75, grad_bytes=3, fwd_workspace=541, bwd_workspace=794, algorithms=(), flops=0.0)), dtype='float32', profiler='hypothesis', measured=False, variants=(), notes={})
+    budget = 5391
+    schedule = _algorithm_1_schedule(profile, budget)
+    waits = {(t.stage, t.wait_op) for t in schedule.transfers if t.direction == "offload" and t.wait_op is not None}
+    assert (5, 6) in waits  # F6 (operation 6) waits for the offload of stage 5
+    run = simulate(schedule, profile, budget=budget)
+    assert run.feasible, run.message
+    assert not validate(schedule, profile, budget)
+    # the simulator agrees with Algorithm 1's clock: nothing ran on memory the plan had not given it
+    assert math.isclose(run.makespan, schedule.options["estimated_makespan"], rel_tol=1e-9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(profile=chains(min_stages=1, max_stages=12), duplex=st.booleans(), fraction=st.floats(0.0, 0.999))
+def test_algorithm_1s_own_plan_runs(profile: Profile, duplex: bool, fraction: float) -> None:
+    """Algorithm 1's plan itself (not the offload-all fallback, not a keep-all pass) runs in the
+    simulator and validates, on any budget from M_min up to the keep-all peak."""
+    low, high = m_min(profile), peak_memory(profile)
+    budget = int(low + fraction * (high - low))
+    if budget >= high:
+        return  # keep-all: nothing for Algorithm 1 to schedule
+    schedule = _algorithm_1_schedule(profile, budget, duplex)
+    run = simulate(schedule, profile, budget=budget, duplex=duplex, with_trace=False)
+    assert run.feasible, run.message
+    assert not validate(schedule, profile, budget, duplex=duplex), schedule.notes
+    assert not MoDNN().plan(profile, budget, duplex=duplex).options["fallback"]

@@ -6,6 +6,12 @@ with ``torch.export`` (aten-level nodes: models with data-dependent Python such 
 HuggingFace transformers). ``Graph`` wraps the result: the nodes in execution order,
 the users of each, and ``run(first, last, env)`` to execute a contiguous range of them,
 which is how a chain stage is run on its own.
+
+``trace`` also rewrites growing concatenations into a chain (``chain_concatenations``):
+``cat([a, b, c])`` after ``p = cat([a, b])`` becomes ``cat([p, c])``, the same value from
+fewer live tensors, so that a DenseNet dense block can be cut after every dense layer
+(papers/004 section 6.1: the paper's chains came from sequential models, where a dense
+layer returns ``cat([x, new])``).
 """
 
 from __future__ import annotations
@@ -50,16 +56,104 @@ def trace(model: torch.nn.Module, example: torch.Tensor, label: str = "model") -
     if isinstance(model, fx.GraphModule):
         return model
     try:
-        return fx.symbolic_trace(model)
+        return chain_concatenations(fx.symbolic_trace(model))
     except Exception as fx_error:  # noqa: BLE001 - any tracing failure means: try export
         try:
-            return torch.export.export(model, (example,), strict=False).module()
+            return chain_concatenations(torch.export.export(model, (example,), strict=False).module())
         except Exception as export_error:  # noqa: BLE001
             raise ProfilingError(
                 f"cannot trace {label} into a graph: torch.fx said {_short(fx_error)}; "
                 f"torch.export said {_short(export_error)}. The profilers need a model whose "
                 "forward can be traced with one of the two (no data-dependent control flow)."
             ) from None
+
+
+_CATS = {torch.cat, torch.concat, torch.concatenate, torch.ops.aten.cat.default}
+
+
+def _cat_operands(n: fx.Node) -> tuple[tuple[fx.Node, ...], Any] | None:
+    """``(operands, dim)`` of a concatenation node whose operands are all graph values, else None."""
+    if n.op != "call_function" or n.target not in _CATS or not n.args:
+        return None
+    operands = n.args[0]
+    if not isinstance(operands, (list, tuple)) or not operands or not all(isinstance(a, fx.Node) for a in operands):
+        return None
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", n.kwargs.get("axis", 0))
+    if isinstance(dim, fx.Node) or len(n.args) > 2 or set(n.kwargs) - {"dim", "axis"}:
+        return None  # an out= or a computed dim: leave it alone
+    return tuple(operands), dim
+
+
+def is_concatenation(n: fx.Node) -> bool:
+    """Whether ``n`` concatenates graph values (``torch.cat`` and its aliases, ``aten.cat``)."""
+    return _cat_operands(n) is not None
+
+
+def _mutates(user: fx.Node, value: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``user`` may write into ``value`` (or into memory it shares): in-place or out= ops.
+
+    Conservative: an unknown module or function counts as writing when it says ``inplace``,
+    a method or function whose name ends with ``_`` does, and an aten op with a mutable schema.
+    """
+    if user.op == "call_method":
+        return str(user.target).endswith("_") and user.args[:1] == (value,)
+    if user.op == "call_module":
+        return bool(getattr(gm.get_submodule(str(user.target)), "inplace", False))
+    if user.op == "call_function":
+        t = user.target
+        if isinstance(t, torch._ops.OpOverload):
+            return t._schema.is_mutable
+        if user.kwargs.get("inplace") or "out" in user.kwargs:
+            return True
+        return getattr(t, "__name__", "").endswith("_")
+    return False
+
+
+def _aliases(value: fx.Node) -> list[fx.Node]:
+    """``value`` and the nodes that may view its memory (any user that is not itself a concatenation)."""
+    found, todo = [value], [value]
+    while todo:
+        for u in todo.pop().users:
+            if u not in found and u.op in ("call_method", "call_function") and _cat_operands(u) is None:
+                found.append(u)
+                todo.append(u)
+    return found
+
+
+def _never_written(value: fx.Node, gm: fx.GraphModule) -> bool:
+    return not any(_mutates(u, a, gm) for a in _aliases(value) for u in a.users)
+
+
+def chain_concatenations(gm: fx.GraphModule) -> fx.GraphModule:
+    """Rewrite ``cat([a_0..a_k, b..])`` as ``cat([p, b..])`` where ``p = cat([a_0..a_k])`` ran before.
+
+    Both compute the same tensor (concatenation along one dim is associative), and every
+    concatenation keeps its size, so the tensors autograd saves are the same ones (a
+    concatenation saves none). What changes is which tensors the forward keeps alive: the
+    pieces ``a_i`` are no longer needed after ``p``, so where a model grows a concatenation
+    piece by piece (a DenseNet dense block: layer k concatenates the block input and the
+    k - 1 previous outputs) the one live tensor between two layers is ``p``, and the chain
+    can be cut there. The longest earlier prefix is used; the rewrite is skipped when ``p``
+    or any piece may be written in place (then the two would differ). Returns ``gm``.
+    """
+    seen: dict[tuple[tuple[fx.Node, ...], Any], fx.Node] = {}
+    changed = False
+    for n in gm.graph.nodes:
+        parsed = _cat_operands(n)
+        if parsed is None:
+            continue
+        operands, dim = parsed
+        for k in range(len(operands) - 1, 0, -1):
+            p = seen.get((operands[:k], dim))
+            if p is not None and all(_never_written(v, gm) for v in (p, *operands[:k])):
+                n.args = ([p, *operands[k:]], *n.args[1:])
+                changed = True
+                break
+        seen.setdefault((operands, dim), n)
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
 
 
 def _short(exc: BaseException) -> str:

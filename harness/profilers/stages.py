@@ -5,17 +5,24 @@ one tensor computed from the input at or before k is still needed after k (param
 buffers and tensors that do not depend on the input, such as a causal mask, do not
 count: they are resident all along; plain Python values such as shapes may cross a
 cut and are carried along). Between two consecutive cuts lies a stage, so
-every non-linear part of a network (a residual block, a dense block, an inception
-module, a transformer layer) becomes one "virtual" stage and every layer of a plain
-sequence its own.
+every non-linear part of a network (a residual block, an inception module, a
+transformer layer) becomes one "virtual" stage and every layer of a plain sequence its
+own. A dense block is cut after every dense layer: ``graph.trace`` rewrites its growing
+concatenation into a chain (``chain_concatenations``), so that the one live tensor
+between two dense layers is the concatenation of all earlier features, as in the
+sequential DenseNet the paper's chains were built from (a dense layer returning
+``cat([x, new])``). The tensors autograd saves are the same ones, so the stages' saved
+bytes still add up to what the unsplit model saves.
 
-Two refinements keep the chain faithful to what the model really holds in memory:
+Three refinements keep the chain faithful to what the model really holds in memory:
 
 - a cut whose tensor is modified in place after the cut (an in-place ReLU after a
   BatchNorm) is dropped: the in-place operation joins the stage that produced its input;
 - a stage whose output is stored in the same memory as its input (a flatten, a view, an
   in-place operation) is merged into the previous stage (into the next one for the first
   stage), so that x_i and x_{i+1} never name the same storage.
+- a stage that only concatenates (``cat([x])``, the copy that starts a growing
+  concatenation) joins the stage that consumes it.
 
 The cut points come from one forward pass on the ``meta`` device (``plan_stages``);
 ``StagePlan`` refers to graph positions, so the plan applies to any trace of the same
@@ -31,7 +38,7 @@ import torch
 
 from harness.models.metafast import meta_modes
 from harness.profilers.errors import ProfilingError
-from harness.profilers.graph import Graph, iter_nodes, op_name, tensors_in
+from harness.profilers.graph import Graph, is_concatenation, iter_nodes, op_name, tensors_in
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,20 @@ def plan_stages(graph: Graph, example: torch.Tensor) -> StagePlan:
         else:
             runs.append([c])
     cuts = [run[0] if run is runs[0] or run is not runs[-1] else run[-1] for run in runs]
+    computes = {i for i, v in env.items() if tensors_in(v)}
+    # A stage that only concatenates (a copy: cat of the one live tensor, the first step
+    # of a growing concatenation) joins the stage that consumes it.
+    cuts = [b for a, b in zip([None, *cuts], cuts)
+            if a is None or b is cuts[-1] or not _only_concatenates(graph, a.position + 1, b.position, computes)]
     if len(cuts) < 2:
         raise ProfilingError("the model computes nothing from its input that can form a stage")
     spans = [(a.live, a.position + 1, b.position, b.live) for a, b in pairwise(cuts)]
-    computes = {i for i, v in env.items() if tensors_in(v)}
     return StagePlan(_name_stages(graph, spans, computes), tuple(n.name for n in graph.nodes))
+
+
+def _only_concatenates(graph: Graph, first: int, last: int, computes: set[int]) -> bool:
+    tensors = [i for i in iter_nodes(graph, first, last) if i in computes]
+    return bool(tensors) and all(is_concatenation(graph.nodes[i]) for i in tensors)
 
 
 # --------------------------------------------------------------------------- kinds and names
@@ -204,9 +220,38 @@ def _stage_names(graph: Graph, positions: list[int]) -> tuple[str, str]:
     base = ".".join(common)
     sep = "." if base else ""
     long = f"{base}{sep}{kids[0]}..{kids[-1]}" if len(kids) >= 2 else (f"{base}{sep}{kids[0]}" if kids else base)
+    if base and len(kids) >= 2 and _holds_module(graph, base, positions):
+        return base, long  # the stage runs every submodule of ``base``: name it after that module
     if not base or (len(kids) >= 2 and all(len(p) > len(common) for p in nonempty)):
         return long, long
     return base, long
+
+
+def _holds_module(graph: Graph, path: str, positions: list[int]) -> bool:
+    inside = set(positions)
+    calls = [i for i, n in enumerate(graph.nodes)
+             if n.op == "call_module" and (str(n.target) == path or str(n.target).startswith(path + "."))]
+    return bool(calls) and all(i in inside for i in calls)
+
+
+def _naming_positions(graph: Graph, positions: list[int]) -> list[int]:
+    """The nodes a stage is named after: all but concatenations from outside the others' module.
+
+    A growing concatenation (``chain_concatenations``) ends the stage of dense layer k with
+    the concatenation that sits in the module of layer k + 1 (and the first layer's stage
+    starts with the copy that begins it): the stage is named after layer k.
+    """
+    rest = [i for i in positions if not is_concatenation(graph.nodes[i])]
+    if not rest or len(rest) == len(positions):
+        return positions
+    paths = [graph.module_path(i).split(".") for i in rest]
+    common: list[str] = []
+    for parts in zip(*paths):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return [i for i in positions
+            if i in rest or (common and graph.module_path(i).split(".")[:len(common)] == common)]
 
 
 def _name_stages(
@@ -218,7 +263,7 @@ def _name_stages(
     for inp, first, last, result in spans:
         positions = [i for i in iter_nodes(graph, first, last) if i in computes] or [last]
         kinds = [k for k in (node_kind(graph, i) for i in positions) if k]
-        name, long = _stage_names(graph, positions)
+        name, long = _stage_names(graph, _naming_positions(graph, positions))
         if name in seen:
             name = long if long not in seen else f"{name}.{graph.nodes[positions[-1]].name}"
         seen[name] = seen.get(name, 0) + 1

@@ -3,15 +3,25 @@
 Eight torchvision models at 224x224, batch 32, eleven budgets from the minimum memory to
 M_peak. The paper reports DYNPROG below 1.2 LB throughout and better than GREEDY.
 
-What our chains allow: the analytic profiler cuts a chain only where a single tensor is live,
-so a whole DenseNet dense block is one stage (19 stages, up to 1.25 GB saved in one) and
-ResNet-18 has 13 stages. On such coarse chains the table's own optimum, which bounds every
-ordered no-wait schedule from below up to the rounding E (test_dynprog), is itself above
-1.2 LB at some budgets, so no ordered schedule reaches the paper's ratio there; those
-models are expected failures of the 1.2 check, and ``test_coarse_chains_cannot_reach_1_2``
-asserts the reason. The 1.2 and the GREEDY checks use ``candidates=64`` (the table's 64
-best sets run in the simulator); the paper's single set is checked for what the relaxation
-guarantees.
+The chains: the profiler cuts where one activation is live (section 6.1, "grouping each
+non-linear part of the graph in a virtual layer"), after rewriting DenseNet's growing
+concatenation into a chain (``harness.profilers.graph.chain_concatenations``), so that every
+dense layer is a stage whose boundary is the concatenation of all previous features, as in
+the sequential models the paper's chains came from. DenseNet-121/169/201 have 73/97/113 stages
+(19 each when a dense block was one stage, up to 1.3 GB saved in one stage and max
+makespan/LB 2.18/1.88/1.82; now at most 1.12).
+
+ResNet-18 still misses 1.2: its BasicBlocks cannot be cut (the skip connection keeps two
+tensors live), and its stem (conv1, bn1..relu, maxpool with its int64 indices) saves 276 MB
+of its 710 MB in 2.1 of 18.9 ms of forward compute (at the minimum, B1's own need, the
+DYNPROG schedule idles 20.5 ms before F3 for the stem's offloads and 22.6 ms before B2..B0
+for its prefetches, which no memory is free to start earlier). From the minimum to 30% of the range
+the table's own optimum, which bounds every ordered no-wait schedule from below up to the
+rounding E (test_dynprog), is 1.28-1.39 LB, so no ordered schedule reaches the paper's
+ratio there; it is an expected failure of the 1.2 check, and
+``test_coarse_chains_cannot_reach_1_2`` asserts the reason. The 1.2 and the GREEDY checks
+use ``candidates=64`` (the table's 64 best sets run in the simulator); the paper's single
+set is checked for what the relaxation guarantees.
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ pytestmark = pytest.mark.slow
 
 MODELS = ["resnet18", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
           "inception_v3"]
-COARSE = {"resnet18", "densenet121", "densenet169", "densenet201"}
+COARSE = {"resnet18"}
+DENSENETS = ["densenet121", "densenet169", "densenet201"]
 FRACTIONS = [k / 10 for k in range(11)]
 SLOTS = 500
 
@@ -93,12 +104,24 @@ def figure_5(model: str) -> tuple[Point, ...]:
 
 @pytest.mark.parametrize("model", [
     pytest.param(m, marks=pytest.mark.xfail(
-        strict=True, reason="coarse analytic chain: the relaxation itself exceeds 1.2 LB at some budget"))
+        strict=True, reason="ResNet-18's stem saves 39% of the bytes in 4% of the compute: the DP's own optimum "
+                                "(a lower bound of ordered no-wait schedules) is above 1.2 LB near the minimum"))
     if m in COARSE else m for m in MODELS])
 def test_dynprog_stays_under_1_2_lb(model: str) -> None:
     """Section 6.2: "DYNPROG is able to consistently achieve a ratio below 1.2"."""
     worst = max(p.dynprog_k64 for p in figure_5(model))
     assert worst < 1.2, [(p.fraction, round(p.dynprog_k64, 3)) for p in figure_5(model)]
+
+
+@pytest.mark.parametrize("model", DENSENETS)
+def test_paper_dynprog_is_almost_optimal_on_densenet(model: str) -> None:
+    """Section 6.2: "except for the DenseNet networks where DYNPROG is able to consistently obtain
+    almost optimal solutions": with one stage per dense layer the paper's own set (k = 1) stays
+    under 1.2 LB at every budget, and its worst budget is better than GREEDY's worst."""
+    points = figure_5(model)
+    worst = max(p.dynprog for p in points)
+    assert worst < 1.2, [(p.fraction, round(p.dynprog, 3)) for p in points]
+    assert worst < max(p.greedy for p in points)
 
 
 @pytest.mark.parametrize("model", sorted(COARSE))

@@ -140,5 +140,19 @@ def main(out: Path) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
+def scaling_only(out: Path, specs: list[str]) -> None:
+    """``--scaling MODEL:BATCH ...``: only step 2, for the given models and batches."""
+    out.mkdir(parents=True, exist_ok=True)
+    variants = (1, 2, 4, 8, 16, 32, 64, 128, 192)
+    for spec in specs:
+        model, batch = spec.rsplit(":", 1)
+        batch_scaling(model, int(batch), tuple(v for v in variants if v < int(batch)), out)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("gpu-measurements"))
+    args = sys.argv[1:]
+    target = Path(args[0]) if args and not args[0].startswith("--") else Path("gpu-measurements")
+    if "--scaling" in args:
+        scaling_only(target, args[args.index("--scaling") + 1:])
+    else:
+        main(target)

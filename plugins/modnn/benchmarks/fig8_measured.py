@@ -22,7 +22,9 @@ from membudget_modnn.planner import best_static_vdnn
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = [ROOT / "results/profiles/vgg16-b256-h100-scaling.json",
-           ROOT / "results/profiles/resnet34-b128-h100-scaling.json"]
+           ROOT / "results/profiles/vgg19-b256-h100-scaling.json",
+           ROOT / "results/profiles/resnet34-b128-h100-scaling.json",
+           ROOT / "results/profiles/resnet34-b256-h100-scaling.json"]
 FRACTIONS = (0.0, 0.05, 0.17, 0.25, 0.40, 0.50, 0.63, 0.85)
 GiB = 2**30
 

@@ -253,7 +253,9 @@ def test_fig8_moDNN_fits_every_budget_down_to_m_min(profiles) -> None:
 MEASURED = Path(__file__).resolve().parents[3] / "results" / "profiles"
 MEASURED_PROFILES = {  # torch profiler on an H100, with variants measured at smaller batches
     "vgg16": "vgg16-b256-h100-scaling.json",  # variants 1..192
+    "vgg19": "vgg19-b256-h100-scaling.json",  # variants 1..192
     "resnet34": "resnet34-b128-h100-scaling.json",  # variants 1..96
+    "resnet34-b256": "resnet34-b256-h100-scaling.json",  # variants 1..192
 }
 # Budgets as fractions of [M_min, keep-all peak]. The paper's Fig. 8 budgets for VGG-16 (2, 4, 8
 # and 12 GB on a K40m at batch 256) are 0.05, 0.17, 0.40 and 0.63 of that span on the analytic

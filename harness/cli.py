@@ -326,9 +326,12 @@ def run_table(frame) -> Any:
     allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
     lines = frame[frame["allocator"] == allocators[0]] if allocators else frame
     arenas = {a: frame[frame["allocator"] == a].set_index(UNIT_KEY) for a in allocators}
-    table = Table(*[t for t, _ in RUN_TABLE], *[f"arena {a}" for a in allocators], box=None, show_edge=False)
+    columns = list(RUN_TABLE)
+    if frame["executor"].nunique() > 1:  # else the rows of one case look like duplicates
+        columns.insert(4, ("executor", "executor"))
+    table = Table(*[t for t, _ in columns], *[f"arena {a}" for a in allocators], box=None, show_edge=False)
     for _, row in lines.iterrows():
-        cells = [_cell(col, row[col]) for _, col in RUN_TABLE]
+        cells = [_cell(col, row[col]) for _, col in columns]
         key = tuple(row[k] for k in UNIT_KEY)
         for a in allocators:
             placed = arenas[a].loc[[key]].iloc[0] if key in arenas[a].index else None
@@ -340,6 +343,22 @@ def run_table(frame) -> Any:
                 cells.append(_cell("arena_bytes", placed["arena_bytes"]))
         table.add_row(*cells)
     return table
+
+
+def failure_lines(frame, width: int = 160) -> list[str]:
+    """One line per case that did not run (oom, error, invalid...): its id and why, shortened.
+
+    Infeasible budgets are left out: the table says them and their reason is always the
+    same kind ("needs at least N bytes").
+    """
+    failed = frame[~frame["status"].isin(["ok", "infeasible"])]
+    lines = []
+    for _, row in failed.drop_duplicates("case_id").iterrows():
+        message = " ".join(str(_clean(row.get("message")) or "").split())
+        if len(message) > width:
+            message = message[: width - 3] + "..."
+        lines.append(f"{row['status']}: {row['case_id']}: {message or '(no message)'}")
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -367,6 +386,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     console.print(f"{len(frame)} rows ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
+    for line in failure_lines(frame):
+        console.print(line, markup=False, highlight=False)
     for note in outcome.notes:
         console.print(f"note: {note}")
     console.print(f"rows: {outcome.run_dir / 'rows.csv'}")

@@ -283,3 +283,52 @@ def test_ray_backend_gives_the_same_table_on_the_quick_suite(quick, capsys):
         return sorted(({k: v for k, v in r.items() if k not in TIMING} for r in rows), key=lambda r: r["case_id"])
 
     assert comparable(local) == comparable(remote)
+
+
+# --------------------------------------------------------------------------- the run table's readability
+
+
+def _rows(**overrides) -> dict:
+    row = {"model": "m", "batch_size": 8, "input_size": "3x8x8", "planner_label": "greedy", "budget_label": "f0.5",
+           "executor": "simulate", "repeat": 0, "seed": 0, "allocator": "", "status": "ok", "message": "",
+           "makespan_s": 1.0, "lower_bound_s": 1.0, "ratio_to_lb": 1.0, "peak_bytes": 10, "moved_bytes": 0,
+           "plan_time_s": 0.001, "case_id": "m/b8/3x8x8/greedy/f0.5/simulate"}
+    row.update(overrides)
+    return row
+
+
+def test_run_table_names_the_executor_when_a_suite_has_several():
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.cli import run_table
+
+    def text(frame) -> str:
+        console = Console(width=250, record=True, file=open("/dev/null", "w"))
+        console.print(run_table(frame))
+        return console.export_text()
+
+    one = pd.DataFrame([_rows()])
+    both = pd.DataFrame([_rows(), _rows(executor="torch", case_id="m/b8/3x8x8/greedy/f0.5/torch", status="oom")])
+    assert "executor" not in text(one).splitlines()[0]
+    lines = text(both).splitlines()
+    assert "executor" in lines[0] and "torch" in lines[2] and "simulate" in lines[1]
+
+
+def test_failures_are_listed_with_their_message_and_infeasible_budgets_are_not():
+    import pandas as pd
+
+    from harness.cli import failure_lines
+
+    frame = pd.DataFrame([
+        _rows(),
+        _rows(status="infeasible", message="infeasible: needs at least 5 bytes", case_id="m/infeasible"),
+        _rows(status="oom", message="out of memory under the budget of 10 bytes:\n CUDA out of memory. " + "x" * 400,
+              case_id="m/oom"),
+        _rows(status="error", message="", case_id="m/error"),
+    ])
+    lines = failure_lines(frame, width=80)
+    assert len(lines) == 2
+    assert lines[0].startswith("oom: m/oom: out of memory under the budget of 10 bytes: CUDA out of memory.")
+    assert lines[0].endswith("...") and len(lines[0]) <= len("oom: m/oom: ") + 80
+    assert lines[1] == "error: m/error: (no message)"

@@ -5,6 +5,10 @@ schedule is ordered (offloads by increasing index, prefetches by decreasing inde
 no-wait (everything as early as data and memory allow). ``ordered_schedule`` builds it;
 how early prefetches may be issued is the one free choice left, and
 ``best_ordered_schedule`` tries the candidates in the simulator and keeps the fastest.
+
+Prefetching may also begin during the last forward operations, once every offload is
+done and memory allows (papers/004 section 5.2.2, eq. (10): "schedule S can perform
+prefetching during the last forward operations"): ``prefetch_lead``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def ordered_schedule(
     *,
     planner: str,
     prefetch_window: int | None = None,
+    prefetch_lead: int | None = None,
     sync: bool = False,
     sub_batches: int = 1,
     algorithms: tuple[int, ...] = (),
@@ -57,7 +62,11 @@ def ordered_schedule(
     (vDNN's end-of-layer synchronisation), else nothing waits but memory (no-wait).
     Prefetches run by decreasing stage; prefetch i is issued when B_{i+w} starts for
     window w (``None``: as soon as the backward pass starts), or when the last forward
-    ends if there is no such backward operation.
+    ends if there is no such backward operation. With ``prefetch_lead`` a >= 1, the
+    prefetches that would be issued when the backward pass starts (all of them for window
+    None) are issued at the start of F_{L-a} instead (F_{i+1} if that is later, the end of
+    the last forward for the last stage): the copy engine runs them as soon as the offloads
+    before them are done and the memory they reserve fits (papers/004 eq. (10)).
     """
     amounts = dict.fromkeys(offload) if not isinstance(offload, Mapping) else dict(offload)
     n = profile.n_stages
@@ -71,7 +80,11 @@ def ordered_schedule(
             transfers.append(Transfer(i, "offload", where[("F", i, sb)], "start", wait, sb, amounts[i]))
         for i in reversed(stages):
             j = n - 1 if prefetch_window is None else i + prefetch_window
-            if j <= n - 1 and j > i:
+            if j < n - 1 and j > i:
+                issue, at = where[("B", j, sb)], "start"
+            elif prefetch_lead is not None and i < n - 1:
+                issue, at = where[("F", max(n - prefetch_lead, i + 1), sb)], "start"
+            elif j == n - 1 and j > i:
                 issue, at = where[("B", j, sb)], "start"
             else:
                 issue, at = where[("F", n - 1, sb)], "end"
@@ -83,27 +96,42 @@ def ordered_schedule(
 
 
 def best_ordered_schedule(profile: Profile, budget: int, offload, *, planner: str, duplex: bool = False,
-                          **kwargs) -> Schedule | None:
+                          prefetch_during_forward: bool = False, **kwargs) -> Schedule | None:
     """The fastest feasible ``ordered_schedule`` over prefetch windows (None if none is feasible).
 
     Windows tried: as early as possible, then L/2, L/4, ... down to 1 (just in time, which
-    is always feasible when the offloaded set leaves room for every operation).
+    is always feasible when the offloaded set leaves room for every operation). With
+    ``prefetch_during_forward`` each window is also tried with prefetch leads L, L/2, ...,
+    1 (``ordered_schedule``'s ``prefetch_lead``); ties keep the earlier candidate, so
+    the schedules without a lead win unless a lead is strictly faster.
     """
     from harness.simulate.executor import timing
 
     n = profile.n_stages
-    windows: list[int | None] = [None]
+    windows: list[int | None] = [None, *_halvings(n)]
+    leads: list[int | None] = [None, n, *_halvings(n)] if prefetch_during_forward else [None]
+    best, best_time = None, float("inf")
+    seen: set = set()
+    for window in windows:
+        for lead in leads:
+            schedule = ordered_schedule(profile, budget, offload, planner=planner, prefetch_window=window,
+                                        prefetch_lead=lead, **kwargs)
+            if schedule.transfers in seen:
+                continue
+            seen.add(schedule.transfers)
+            _, tm = timing(schedule, profile, duplex=duplex)
+            if tm.status == 0:
+                makespan = max(tm.op_end.max(), (tm.tr_end.max() if len(tm.tr_end) else 0.0))
+                if makespan < best_time:
+                    best, best_time = schedule, makespan
+    return best
+
+
+def _halvings(n: int) -> list[int]:
+    """L/2, L/4, ... (each above 1), then 1."""
+    out = []
     w = n // 2
     while w > 1:
-        windows.append(w)
+        out.append(w)
         w //= 2
-    windows.append(1)
-    best, best_time = None, float("inf")
-    for window in windows:
-        schedule = ordered_schedule(profile, budget, offload, planner=planner, prefetch_window=window, **kwargs)
-        _, tm = timing(schedule, profile, duplex=duplex)
-        if tm.status == 0:
-            makespan = max(tm.op_end.max(), (tm.tr_end.max() if len(tm.tr_end) else 0.0))
-            if makespan < best_time:
-                best, best_time = schedule, makespan
-    return best
+    return [*out, 1]

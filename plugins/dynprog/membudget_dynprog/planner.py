@@ -28,9 +28,17 @@ Idle between the phases, eqs. (9) and (10), is evaluated as
 maximum over every B_j of eq. (9)'s R_j-terms. Eq. (9) takes that maximum only over the
 B_j that start before the first prefetch; a later B_j runs once every offload is done, so
 its term is below Delta_F / beta - Av_B, the second one, and the maximum over all j is the
-same number, O(1) per state and non-decreasing in Delta_F and Delta_B. Our ordered
-schedules issue no prefetch before the last forward has ended, so by default eq. (10) is
-taken with Av_F = 0; ``prefetch_during_forward=True`` evaluates it as the paper writes it.
+same number, O(1) per state and non-decreasing in Delta_F and Delta_B. By default eq. (10)
+is taken with Av_F = 0 and the schedule issues no prefetch before the last forward has
+ended; ``prefetch_during_forward=True`` evaluates eq. (10) as the paper writes it and lets
+the schedule issue prefetches during the last forward operations (``harness.schedules``'
+``prefetch_lead``, searched in the simulator), which realises it. On the Figure 5 chains
+(analytic V100 profiles, 224x224, batch 32) it changes no set and no makespan: at every
+budget the memory is full when the forward pass ends, so no prefetch can start before the
+backward frees some; it pays where an early operation's workspace forced data out
+(test_prefetch_during_forward_is_realised_by_the_schedule). It stays off by default: it
+costs 1.7-5x the planning time there (a larger table: only states of equal Delta_F
+compare) for no gain.
 
 Every step and eps_G are non-decreasing in Delta_F and Delta_B, so a state that another
 state of the same K dominates (no larger Delta_F, Delta_B, idle) is dropped: the optimum
@@ -274,8 +282,8 @@ class Dynprog:
 
     Options: ``slots`` (S of section 5.3.2, default 500), ``time_limit`` (seconds for the
     DP; past it the planner falls back to GREEDY's set and says so in the schedule's notes),
-    ``prefetch_during_forward`` (eq. (10) as in the paper; our ordered schedules prefetch
-    only after the forward phase, so the default is False), ``candidates`` (k > 1: run the
+    ``prefetch_during_forward`` (eq. (10) as in the paper, and prefetches issued during the
+    last forward operations to realise it; default False, see the module docstring), ``candidates`` (k > 1: run the
     table's k best sets in the simulator and keep the fastest, an extension; default 1, the
     paper), ``engine`` (``kernel`` or ``reference``), ``duplex`` (passed to the simulator
     that picks the prefetch window).
@@ -326,8 +334,10 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
             raise MembudgetError(f"dynprog: no DP state survived for a budget of {budget} bytes (S={slots})")
         states += solution.states
         if solution.timed_out:
-            return _greedy_fallback(profile, budget, planner, options, rounds, states, time_limit, duplex)
-        chosen = _fastest(profile, budget, solution, planner, options, duplex, simulate_all=candidates > 1)
+            return _greedy_fallback(profile, budget, planner, options, rounds, states, time_limit, duplex,
+                                    prefetch_during_forward)
+        chosen = _fastest(profile, budget, solution, planner, options, duplex, simulate_all=candidates > 1,
+                          prefetch_during_forward=prefetch_during_forward)
         if chosen is not None:
             offload, idle, schedule = chosen
             note = (f"dynprog: S={slots}, slot {disc.slot_bytes:.0f} B, predicted idle {idle:.6g} s, "
@@ -344,14 +354,14 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
 
 
 def _fastest(profile: Profile, budget: int, solution: Solution, planner: str, options: dict, duplex: bool,
-             simulate_all: bool):
+             simulate_all: bool, prefetch_during_forward: bool = False):
     """The first candidate set that runs (or, with ``simulate_all``, the fastest): (set, idle, schedule)."""
     from harness.simulate.executor import simulate
 
     best, best_time = None, math.inf
     for offload, idle in solution.candidates:
         schedule = best_ordered_schedule(profile, budget, set(offload), planner=planner, duplex=duplex,
-                                         options=options)
+                                         prefetch_during_forward=prefetch_during_forward, options=options)
         if schedule is None:
             continue
         if not simulate_all:
@@ -363,13 +373,14 @@ def _fastest(profile: Profile, budget: int, solution: Solution, planner: str, op
 
 
 def _greedy_fallback(profile: Profile, budget: int, planner: str, options: dict, rounds: int, states: int,
-                     time_limit: float | None, duplex: bool) -> Plan:
+                     time_limit: float | None, duplex: bool, prefetch_during_forward: bool = False) -> Plan:
     """GREEDY's set (papers/004 Theorem 2, rounded up) when the DP ran out of time."""
     from membudget_greedy import greedy_amounts
 
     offload = tuple(sorted(greedy_amounts(profile, budget)))
     note = f"dynprog: time limit of {time_limit} s exceeded after {states} states; fell back to GREEDY's set"
     schedule = best_ordered_schedule(profile, budget, set(offload), planner=planner, duplex=duplex,
+                                     prefetch_during_forward=prefetch_during_forward,
                                      options={**options, "fallback": "greedy"})
     if schedule is None:
         raise InfeasibleBudget(f"infeasible: dynprog timed out and GREEDY's set does not fit {budget} bytes")

@@ -325,6 +325,43 @@ def test_two_partition_instance(values: list[int], exists: bool) -> None:
         assert all((m := simulated(profile, budget, s)) is None or m > 2.0 + 1e-9 for s in all_sets(profile))
 
 
+# --------------------------------------------------------------------------- eq. (10) realised
+
+
+def eq10_chain() -> Profile:
+    """x_0 must leave for F_1's workspace and fits again during F_2 (10 s), before a 0.2 s backward
+    reaches B_0: the case eq. (10) prices, prefetching during the last forward operations."""
+
+    def stage(name, fwd, bwd, size, ws=0):
+        return Stage(name, "conv", fwd, bwd, size, size, 0, fwd_workspace=ws)
+
+    return Profile("eq10", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0,
+                   (stage("big", 0.1, 0.1, 100), stage("wide", 1.0, 0.1, 10, ws=200), stage("long", 10.0, 0.1, 10)))
+
+
+def test_prefetch_during_forward_is_realised_by_the_schedule() -> None:
+    """With ``prefetch_during_forward`` the table prices eq. (10) and the schedule issues the
+    prefetch of x_0 in the forward pass: B_0 no longer waits 0.8 s for it. Without it the
+    prefetch starts with the backward pass, as the table (Av_F = 0) predicts."""
+    profile = eq10_chain()
+    budget = 230  # F_1 needs 100 + 10 + 10 + 200 = 320 with x_0 kept
+    plain = plan_offload(profile, budget, slots=500)
+    during = plan_offload(profile, budget, slots=500, prefetch_during_forward=True)
+    assert plain.offload == during.offload == (0,)
+    err = error_bound(profile, budget, 500)
+    for plan, makespan in ((plain, 13.1), (during, 12.3)):
+        assert validate(plan.schedule, profile, budget) == []
+        run = simulate(plan.schedule, profile)
+        assert run.makespan == pytest.approx(makespan, abs=1e-9)
+        assert profile.compute_time + plan.idle <= run.makespan + err  # the table stays a relaxation
+    # the table sees the 0.8 s eq. (10) saves (its F_1 wait is 0.1 s shorter than the simulator's
+    # in both: the fractional model frees x_0 as its bytes leave)
+    assert plain.idle - during.idle == pytest.approx(0.8, abs=err)
+    prefetch = next(t for t in during.schedule.transfers if t.direction == "prefetch")
+    assert during.schedule.ops[prefetch.issue_op].kind == "F"
+    assert during.schedule.options["prefetch_during_forward"] is True
+
+
 # --------------------------------------------------------------------------- options
 
 

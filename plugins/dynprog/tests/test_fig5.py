@@ -20,8 +20,16 @@ the table's own optimum, which bounds every ordered no-wait schedule from below 
 rounding E (test_dynprog), is 1.28-1.39 LB, so no ordered schedule reaches the paper's
 ratio there; it is an expected failure of the 1.2 check, and
 ``test_coarse_chains_cannot_reach_1_2`` asserts the reason. The 1.2 and the GREEDY checks
-use ``candidates=64`` (the table's 64 best sets run in the simulator); the paper's single
-set is checked for what the relaxation guarantees.
+use ``candidates=64`` (the table's 64 best sets run in the simulator).
+
+The paper's own DYNPROG (one set, ``candidates=1``) stays under 1.2 LB on ResNet-101/152 and
+the DenseNets. On ResNet-50 (1.231 at 60 %) and Inception-v3 (1.207 at 50 %) it does not,
+although the table's optimum there is 1.13 and 1.08 LB: that optimum is shared by many sets
+(31 and 27 of them), the tie-break (most bytes kept, then the smaller Delta_F, Delta_B)
+picks one that whole-tensor copies (assumption E: a prefetch reserves its whole tensor when
+it starts) slow down, and the best of the tied sets runs at 1.182 and 1.135 LB. Prefetching
+during the last forward operations (eq. (10), ``prefetch_during_forward``) changes no set and
+no makespan on these chains: memory is full when every forward pass ends.
 """
 
 from __future__ import annotations
@@ -111,6 +119,34 @@ def test_dynprog_stays_under_1_2_lb(model: str) -> None:
     """Section 6.2: "DYNPROG is able to consistently achieve a ratio below 1.2"."""
     worst = max(p.dynprog_k64 for p in figure_5(model))
     assert worst < 1.2, [(p.fraction, round(p.dynprog_k64, 3)) for p in figure_5(model)]
+
+
+TIE_BROKEN = {"resnet50", "inception_v3"}
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=(
+        "ResNet-18: the DP's own optimum is above 1.2 LB near the minimum" if m in COARSE else
+        "the table's optimum (below 1.2 LB) is tied between dozens of sets and the tie-break picks one "
+        "that whole-tensor copies make 1.231 (ResNet-50) / 1.207 (Inception-v3) LB")))
+    if m in COARSE | TIE_BROKEN else m for m in MODELS if m not in DENSENETS])
+def test_paper_dynprog_stays_under_1_2_lb(model: str) -> None:
+    """Section 6.2's 1.2 for the paper's DYNPROG itself: the table's best set (k = 1)."""
+    points = figure_5(model)
+    worst = max(p.dynprog for p in points)
+    assert worst < 1.2, [(p.fraction, round(p.dynprog, 3)) for p in points]
+
+
+@pytest.mark.parametrize("model", sorted(TIE_BROKEN))
+def test_paper_set_misses_1_2_only_through_its_tie_break(model: str) -> None:
+    """Why the paper's single set misses 1.2 on these chains: wherever it does, the table's own
+    optimum is below 1.2 LB (so the fractional model is not the limit) and another of the
+    table's best sets, run in the simulator, is under 1.2 too."""
+    missed = [p for p in figure_5(model) if p.dynprog >= 1.2]
+    assert missed
+    for p in missed:
+        assert p.predicted < 1.2, p
+        assert p.dynprog_k64 < 1.2, p
 
 
 @pytest.mark.parametrize("model", DENSENETS)

@@ -1,0 +1,88 @@
+"""``harness.schedules``: the ordered no-wait schedule and its prefetch issue points.
+
+Prefetching during the last forward operations (``prefetch_lead``) is the case papers/004
+section 5.2.2 prices with eq. (10): once every offload is done, the copy engine may bring
+data back before the backward pass starts if memory allows.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.model import Profile, Stage
+from harness.schedules import best_ordered_schedule, ordered_schedule
+from harness.simulate.executor import simulate
+from harness.testing import budgets, chains
+from harness.validate import check_structure, validate
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def eq10_chain() -> Profile:
+    """Three stages at 100 B/s: F_1's 200-byte workspace forces x_0 out; once F_1 is done there
+    is room for x_0 again, and F_2 runs 10 s while B_2 and B_1 take 0.1 s each."""
+
+    def stage(name, fwd, bwd, size, ws=0):
+        return Stage(name, "conv", fwd, bwd, size, size, 0, fwd_workspace=ws)
+
+    return Profile("eq10", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0,
+                   (stage("big", 0.1, 0.1, 100), stage("wide", 1.0, 0.1, 10, ws=200), stage("long", 10.0, 0.1, 10)))
+
+
+def _prefetch_issue_ops(schedule):
+    return [schedule.ops[t.issue_op] for t in schedule.transfers if t.direction == "prefetch"]
+
+
+def test_without_a_lead_no_prefetch_is_issued_in_the_forward_pass() -> None:
+    profile = eq10_chain()
+    schedule = ordered_schedule(profile, 230, {0}, planner="t")
+    (op,) = _prefetch_issue_ops(schedule)
+    assert op.kind == "B"
+    run = simulate(schedule, profile)
+    assert run.feasible
+    prefetch = next(e for e in run.timeline if e.label == "prefetch 0")
+    b2 = next(e for e in run.timeline if e.label == "B2")
+    assert prefetch.start >= b2.start
+    assert abs(run.makespan - 13.1) < 1e-9  # B0 waits 0.8 s for x_0
+
+
+def test_a_lead_prefetches_during_the_last_forwards_and_saves_the_wait() -> None:
+    """The prefetch of x_0 runs during F_2 (it cannot during F_1: the workspace fills memory),
+    so the backward pass never waits: compute 11.4 s + the 0.9 s F_1 waits for the offload."""
+    profile = eq10_chain()
+    schedule = ordered_schedule(profile, 230, {0}, planner="t", prefetch_lead=3)
+    (op,) = _prefetch_issue_ops(schedule)
+    assert (op.kind, op.stage) == ("F", 1)  # F_{L-3} = F_0 is before x_0 exists: F_1
+    assert validate(schedule, profile) == []
+    run = simulate(schedule, profile)
+    prefetch = next(e for e in run.timeline if e.label == "prefetch 0")
+    f1, f2 = (next(e for e in run.timeline if e.label == k) for k in ("F1", "F2"))
+    assert f1.end <= prefetch.start < f2.end
+    assert abs(run.makespan - 12.3) < 1e-9
+    best = best_ordered_schedule(profile, 230, {0}, planner="t", prefetch_during_forward=True)
+    assert abs(simulate(best, profile).makespan - 12.3) < 1e-9
+    plain = best_ordered_schedule(profile, 230, {0}, planner="t")
+    assert abs(simulate(plain, profile).makespan - 13.1) < 1e-9
+
+
+@SETTINGS
+@given(profile=chains(max_stages=8), data=st.data())
+def test_lead_schedules_are_valid_and_the_search_never_loses(profile: Profile, data) -> None:
+    """Any lead gives a structurally valid schedule, which ``validate`` accepts whenever it runs;
+    searching the leads too is never slower than the windows alone (they are still candidates)."""
+    n = profile.n_stages
+    offload = set(data.draw(st.lists(st.integers(0, n - 1), unique=True)))
+    budget = data.draw(st.sampled_from(budgets(profile)))
+    lead = data.draw(st.integers(1, n))
+    window = data.draw(st.one_of(st.none(), st.integers(1, n)))
+    schedule = ordered_schedule(profile, budget, offload, planner="t", prefetch_window=window, prefetch_lead=lead)
+    assert check_structure(schedule, profile) == []
+    if simulate(schedule, profile, with_trace=False).feasible:
+        assert validate(schedule, profile) == []
+    plain = best_ordered_schedule(profile, budget, offload, planner="t")
+    led = best_ordered_schedule(profile, budget, offload, planner="t", prefetch_during_forward=True)
+    if plain is not None:
+        assert led is not None
+        assert (simulate(led, profile, with_trace=False).makespan
+                <= simulate(plain, profile, with_trace=False).makespan * (1 + 1e-12))

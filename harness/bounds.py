@@ -39,8 +39,8 @@ def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple
     """Bytes each operation needs on the device when everything offloadable is offloaded.
 
     F_i holds x_i, the rest of its saved data, its output and workspace; B_i holds its
-    saved data, y_{i+1}, y_i and workspace (the last stage also the output and its
-    gradient); the weights are always there. ``algorithm`` gives each stage's algorithm
+    saved data, the part of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and
+    workspace (the last stage also the output and its gradient); the weights are always there. ``algorithm`` gives each stage's algorithm
     index (default: the stage defaults).
     """
     n = profile.n_stages
@@ -50,7 +50,7 @@ def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple
         out = profile.stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
         f = profile.weight_bytes + max(s.input_bytes, s.saved_bytes) + out + a.fwd_workspace
         grad_in = profile.stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
-        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace
+        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace + s.output_saved_bytes
         needs += [(f"F{i}", f), (f"B{i}", b)]
     return needs
 

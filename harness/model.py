@@ -65,6 +65,11 @@ class Stage:
     ``grad_bytes`` is |y_i|, the gradient of the input. The default times and workspaces
     are those of the algorithm a framework picks; ``algorithms`` lists alternatives, the
     first being the memory-optimal one.
+
+    ``output_saved_bytes``: the bytes of the stage's own output x_{i+1} that B_i needs (a
+    trailing ReLU keeps its result). One storage with what stage i+1 saves of its input, so
+    they are counted once, in stage i+1's ``saved_bytes``; but they stay on the device until
+    B_i ends, after B_{i+1} (papers/004 section 3.1: "B_i requires x_{i+1}, x_i and y_{i+1}").
     """
 
     name: str
@@ -78,11 +83,12 @@ class Stage:
     bwd_workspace: int = 0
     algorithms: tuple[Algorithm, ...] = ()
     flops: float = 0.0
+    output_saved_bytes: int = 0
 
     def __post_init__(self) -> None:
         _non_negative(
             self, "fwd_time", "bwd_time", "input_bytes", "saved_bytes", "grad_bytes",
-            "fwd_workspace", "bwd_workspace", "flops",
+            "fwd_workspace", "bwd_workspace", "flops", "output_saved_bytes",
         )
 
     def algorithm(self, index: int) -> Algorithm:
@@ -126,6 +132,11 @@ class Profile:
         if not (0 < self.d2h_bandwidth < math.inf and 0 < self.h2d_bandwidth < math.inf):
             raise ValueError("d2h_bandwidth and h2d_bandwidth must be finite and > 0 (bytes/s)")
         _non_negative(self, "device_memory", "weight_bytes", "output_bytes")
+        for i, (s, nxt) in enumerate(zip(self.stages, (*self.stages[1:], None))):
+            room = nxt.saved_bytes if nxt is not None else 0
+            if s.output_saved_bytes > room:
+                raise ValueError(f"stages.{i}: output_saved_bytes ({s.output_saved_bytes}) is part of the next "
+                                 f"stage's saved_bytes ({room}) and cannot exceed it")
 
     @property
     def n_stages(self) -> int:
@@ -189,6 +200,7 @@ def _scaled(base: Profile, source: Profile, batch_size: int, how: str) -> Profil
             s,
             fwd_time=s.fwd_time * r, bwd_time=s.bwd_time * r,
             input_bytes=b(s.input_bytes), saved_bytes=b(s.saved_bytes), grad_bytes=b(s.grad_bytes),
+            output_saved_bytes=b(s.output_saved_bytes),
             fwd_workspace=b(s.fwd_workspace), bwd_workspace=b(s.bwd_workspace), flops=s.flops * r,
             algorithms=_scaled_algorithms(s.algorithms, r),
         )
@@ -208,7 +220,7 @@ def _scaled_algorithms(algorithms: tuple[Algorithm, ...], r: float) -> tuple[Alg
 
 
 _STAGE_TIMES = ("fwd_time", "bwd_time", "flops")
-_STAGE_BYTES = ("input_bytes", "saved_bytes", "grad_bytes", "fwd_workspace", "bwd_workspace")
+_STAGE_BYTES = ("input_bytes", "saved_bytes", "grad_bytes", "fwd_workspace", "bwd_workspace", "output_saved_bytes")
 
 
 def _interpolate(base: Profile, lo: Profile, hi: Profile, batch_size: int) -> Profile:

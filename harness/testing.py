@@ -59,7 +59,11 @@ def chains(draw, min_stages: int = 1, max_stages: int = 12, with_algorithms: boo
     """A random chain profile (papers/004's model with random sizes, times and bandwidths)."""
     n = draw(st.integers(min_stages, max_stages))
     chain = tuple(draw(stages(with_algorithms)) for _ in range(n))
-    chain = tuple(s.__class__(**{**s.__dict__, "name": f"{s.kind}{i}"}) for i, s in enumerate(chain))
+    # a stage may need part of its output for its backward (a trailing ReLU): at most what the
+    # next stage saves (one storage), nothing for the last stage
+    held = [draw(st.integers(0, nxt.saved_bytes)) if draw(st.booleans()) else 0 for nxt in chain[1:]] + [0]
+    chain = tuple(s.__class__(**{**s.__dict__, "name": f"{s.kind}{i}", "output_saved_bytes": h})
+                  for i, (s, h) in enumerate(zip(chain, held)))
     return Profile(
         model="random-chain", batch_size=draw(st.sampled_from([1, 2, 4, 8])), input_shape=(3, 32, 32),
         device="synthetic", device_memory=10**9,

@@ -42,7 +42,7 @@ def analytic(model: str, batch: int = 2, size=(3, 32, 32), device: str = "V100-P
 
 def sizes(p: Profile) -> list:
     """Everything about a profile that must not depend on the device or on timing."""
-    return [(s.name, s.kind, s.input_bytes, s.saved_bytes, s.grad_bytes) for s in p.stages] + [
+    return [(s.name, s.kind, s.input_bytes, s.saved_bytes, s.grad_bytes, s.output_saved_bytes) for s in p.stages] + [
         ("output", p.output_bytes), ("weights", p.weight_bytes)]
 
 

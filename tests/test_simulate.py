@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from harness.bounds import lower_bound, min_memory, peak_memory
+from harness.bounds import lower_bound, min_memory, op_needs, peak_memory
 from harness.model import Profile, Schedule, Stage, Transfer, training_ops
 from harness.schedules import best_ordered_schedule, keep_all_schedule, ordered_schedule
 from harness.simulate.executor import simulate, timing
 
 
 def random_chain(rng: random.Random, n: int) -> Profile:
-    stages = tuple(
+    stages = [
         Stage(f"s{i}", rng.choice(["conv", "act", "pool"]), rng.uniform(0, 2e-3), rng.uniform(0, 4e-3),
               rng.randint(0, 4000), rng.randint(0, 5000), rng.randint(0, 4000),
               rng.choice([0, rng.randint(0, 900)]), rng.randint(0, 500))
         for i in range(n)
-    )
+    ]
+    for i in range(n - 1):  # some stages need part of their output for their backward (a trailing ReLU)
+        if rng.random() < 0.5:
+            stages[i] = replace(stages[i], output_saved_bytes=rng.randint(0, stages[i + 1].saved_bytes))
+    stages = tuple(stages)
     return Profile("random", 4, (3, 8, 8), "synthetic", 10**9, rng.uniform(1e5, 1e7), rng.uniform(1e5, 1e7),
                    rng.randint(0, 500), rng.randint(0, 300), stages)
 
@@ -139,3 +144,33 @@ def test_trace_blocks_sum_to_the_reported_peak(engine) -> None:
     times = sorted({b.alloc for b in run.trace})
     live = max(sum(b.size for b in run.trace if b.alloc <= t < b.free) for t in times)
     assert live == run.peak_bytes
+
+
+def test_backward_keeps_the_part_of_its_output_it_needs_until_it_ends() -> None:
+    """papers/004 3.1: B_i requires x_{i+1}. A stage whose backward needs its output (a trailing
+    ReLU) keeps that part of the next stage's saved data after B_{i+1} frees the rest."""
+    stages = (
+        Stage("conv", "conv", 1.0, 1.0, 100, 100, 100),
+        Stage("relu-then-conv", "conv", 1.0, 1.0, 300, 300, 300, output_saved_bytes=0),
+        Stage("head", "linear", 1.0, 1.0, 50, 50, 50),
+    )
+    base = Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 10, stages)
+    held = replace(base, stages=(replace(stages[0], output_saved_bytes=300), *stages[1:]))
+    schedule = keep_all_schedule(base, 10**9)
+    plain, kept = simulate(schedule, base), simulate(schedule, held)
+    # during B_0 the model now holds x_1 (300 bytes) on top of what it held before
+    b0 = [e for e in kept.timeline if e.label.startswith("B0")][0]
+    live = sum(b.size for b in kept.trace if b.alloc <= (b0.start + b0.end) / 2 < b.free)
+    live_plain = sum(b.size for b in plain.trace if b.alloc <= (b0.start + b0.end) / 2 < b.free)
+    assert live - live_plain == 300
+    assert kept.peak_bytes >= plain.peak_bytes
+    # and the minimum memory says so: B_0 needs the 300 bytes too
+    assert dict(op_needs(held))["B0"] - dict(op_needs(base))["B0"] == 300
+    # the kernel, the reference and the trace agree on it
+    assert timing(schedule, held, engine="reference")[1].peak == timing(schedule, held)[1].peak == kept.peak_bytes
+
+
+def test_a_stage_cannot_keep_more_of_its_output_than_the_next_stage_saves() -> None:
+    with pytest.raises(ValueError, match="output_saved_bytes"):
+        Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 10,
+                (Stage("a", "conv", 1.0, 1.0, 10, 10, 10, output_saved_bytes=11), Stage("b", "act", 1.0, 1.0, 10, 10, 10)))

@@ -24,8 +24,9 @@ How each figure is obtained (papers/004 section 3.1 notation):
 ATTRIBUTION RULE (no storage is counted in two stages): a boundary tensor x_{i+1} that
 stage i saves for its own backward (a trailing ReLU keeps its output) is counted in
 stage i+1's ``saved_bytes``, not in stage i's, together with whatever stage i+1 itself
-saves of it. The simulator keeps min(input, saved) of x_{i+1} from F_i until B_{i+1}
-ends, which is exactly "x_{i+1} is saved". Only the last stage keeps a saved output of
+saves of it; stage i's ``output_saved_bytes`` says how much of it B_i needs, and the
+simulator holds that much from the end of B_{i+1} until B_i ends (in PyTorch the storage
+lives until both backward steps are done). Only the last stage keeps a saved output of
 its own (there is no stage after it).
 
 Stages run in isolation: each receives its input as a detached leaf tensor (requiring a
@@ -129,6 +130,7 @@ class StageRecord:
     im2col_bytes: int
     fwd: OpStats
     bwd: OpStats
+    output_saved_bytes: int = 0
 
 
 @dataclass
@@ -244,6 +246,7 @@ class _Iteration:
         self.leaves: list[torch.Tensor] = []
         self.outs: list[torch.Tensor | None] = []
         self.saved: list[dict[int, int]] = [{} for _ in range(n)]
+        self.output_saved: list[int] = [0] * n
         self.in_keys: list[int] = []
         self.out_keys: list[int] = []
         self.input_bytes: list[int] = []
@@ -307,9 +310,11 @@ class _Iteration:
         for record in self.saved:
             for k in [k for k in record if k in self.constants]:
                 self.constant_saved[k] = record.pop(k)
+        self.output_saved = [0] * len(self.saved)
         for s in range(len(self.saved) - 1):
             k = self.out_keys[s]
             if k in self.saved[s]:
+                self.output_saved[s] = self.saved[s][k]  # B_s still needs it: held until B_s ends
                 self.saved[s + 1][k] = self.saved[s].pop(k)
 
     def backward(self) -> None:
@@ -339,6 +344,7 @@ class _Iteration:
                 span=span, input_bytes=self.input_bytes[s], saved_bytes=sum(self.saved[s].values()),
                 grad_bytes=self.grad_bytes[s], fwd_workspace=self.fwd_ws[s], bwd_workspace=self.bwd_ws[s],
                 im2col_bytes=self.im2col[s], fwd=self.fwd_stats[s], bwd=self.bwd_stats[s],
+                output_saved_bytes=self.output_saved[s],
             )
             for s, span in enumerate(self.plan.stages)
         ]

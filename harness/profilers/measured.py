@@ -157,7 +157,7 @@ class TorchProfiler:
                     name=r.span.name, kind=r.span.kind, fwd_time=fwd, bwd_time=bwd,
                     input_bytes=r.input_bytes, saved_bytes=r.saved_bytes, grad_bytes=r.grad_bytes,
                     fwd_workspace=fwd_ws, bwd_workspace=bwd_ws, algorithms=algorithms,
-                    flops=r.fwd.total_flops + r.bwd.total_flops,
+                    flops=r.fwd.total_flops + r.bwd.total_flops, output_saved_bytes=r.output_saved_bytes,
                 ))
         except ProfilingError:
             raise

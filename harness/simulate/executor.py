@@ -140,6 +140,8 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
                     blocks.append((f"saved{i}.back{tag}", moved, float(tm.tr_start[q]), b_end))
             blocks.append((f"x{i}{tag}", kept, born, gone))
             blocks.append((f"saved{i}.extra{tag}", extra, start("F", i, sb), gone))
+            if i:  # the part of x_i that B_{i-1} needs outlives saved_i (lowering's rule)
+                blocks.append((f"x{i}.held{tag}", p.stages[i - 1].output_saved_bytes, b_end, end("B", i - 1, sb)))
         blocks.append((f"out{tag}", p.output_bytes, start("F", n - 1, sb), end("B", n - 1, sb)))
         blocks.append((f"grad_out{tag}", p.output_bytes, start("B", n - 1, sb), end("B", n - 1, sb)))
     return tuple(

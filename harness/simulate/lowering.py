@@ -12,6 +12,9 @@ input): for stage i of a sub-batch,
 - B_i allocates y_i (``grad_bytes``) and its workspace (and, for the last stage, the
   gradient of the output) and frees at its end the workspace, y_{i+1}, saved_i (and the
   last stage's output; B_0 frees y_0 too);
+- the part of x_{i+1} that B_i needs (``output_saved_bytes`` of stage i, counted in
+  saved_{i+1}) stays when B_{i+1} frees saved_{i+1}, and is freed when B_i ends
+  (papers/004 section 3.1: B_i requires x_{i+1});
 - the weights stay resident throughout.
 """
 
@@ -109,6 +112,9 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
                 a.bwd_workspace
                 + (2 * p.output_bytes if last else stages[i + 1].grad_bytes)
                 + (stages[0].grad_bytes if i == 0 else 0)
+                # x_{i+1}'s part B_i needed, held since B_{i+1}; the part of x_i that B_{i-1}
+                # needs stays when saved_i goes (a negative free: net, B_i still frees)
+                + stages[i].output_saved_bytes - (stages[i - 1].output_saved_bytes if i else 0)
             )
 
     t_size = np.array([s.saved_bytes for p in passes for s in p.stages], dtype=np.int64)

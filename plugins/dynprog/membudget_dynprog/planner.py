@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -72,6 +72,7 @@ from harness.model import Profile, Schedule
 from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule
 
 DEFAULT_SLOTS = 500
+TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
 ENGINES = ("kernel", "reference")
 
 
@@ -142,7 +143,8 @@ def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps:
     grad_in = [stages[i + 1].grad_bytes for i in range(n - 1)] + [2 * profile.output_bytes]
     cf = np.array([up(max(s.input_bytes, s.saved_bytes) + out[i] + s.fwd_workspace)
                    for i, s in enumerate(stages)], dtype=np.int64)
-    cb = np.array([up(s.saved_bytes + grad_in[i] + s.grad_bytes + s.bwd_workspace)
+    # B_i also holds the part of x_{i+1} it needs, left by B_{i+1} (harness.simulate.lowering)
+    cb = np.array([up(s.saved_bytes + s.output_saved_bytes + grad_in[i] + s.grad_bytes + s.bwd_workspace)
                    for i, s in enumerate(stages)], dtype=np.int64)
     # optimistic rounding of |x_i|: the partial sums rounded up
     prefix = np.array([up(v) for v in np.concatenate([[0], np.cumsum(saved, dtype=np.int64)])], dtype=np.int64)
@@ -285,8 +287,10 @@ class Dynprog:
     ``prefetch_during_forward`` (eq. (10) as in the paper, and prefetches issued during the
     last forward operations to realise it; default False, see the module docstring), ``candidates`` (k > 1: run the
     table's k best sets in the simulator and keep the fastest, an extension; default 1, the
-    paper), ``engine`` (``kernel`` or ``reference``), ``duplex`` (passed to the simulator
-    that picks the prefetch window).
+    paper), ``ties`` (default True: when several sets share the table's smallest idle
+    time, the fastest of them in the simulator; False: the first one backtracked),
+    ``engine`` (``kernel`` or ``reference``), ``duplex`` (passed to the simulator that picks
+    the prefetch window).
     """
 
     name = "dynprog"
@@ -294,21 +298,28 @@ class Dynprog:
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, time_limit: float | None = None,
              prefetch_during_forward: bool = False, candidates: int = 1, engine: str = "kernel",
-             duplex: bool = False, **options) -> Schedule:
+             duplex: bool = False, ties: bool = True, **options) -> Schedule:
         """The ordered no-wait schedule offloading the DP's set; raises ``InfeasibleBudget`` below the minimum."""
         return plan_offload(profile, budget_bytes, slots=slots, time_limit=time_limit,
                             prefetch_during_forward=prefetch_during_forward, candidates=candidates,
-                            engine=engine, duplex=duplex).schedule
+                            engine=engine, duplex=duplex, ties=ties).schedule
 
 
 def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, time_limit: float | None = None,
                  prefetch_during_forward: bool = False, candidates: int = 1, engine: str = "kernel",
-                 duplex: bool = False, planner: str = "dynprog") -> Plan:
+                 duplex: bool = False, planner: str = "dynprog", ties: bool = True) -> Plan:
     """DYNPROG with its details: Algorithm 1 inside the feasibility loop of section 5.3.2.
 
     With ``candidates`` = k > 1 the k best sets of the table (by predicted idle) are each
     run in the simulator and the fastest is kept (an extension: the paper outputs the best
     one, k = 1, which is always among them).
+
+    ``ties``: the paper outputs "the" set of the smallest value in TOTALIDLE (section
+    5.3.1) and leaves ties open; on real chains dozens of sets often share it (ResNet-50 at
+    batch 32: 31), and whole-tensor copies (assumption E) make them differ in the
+    simulator. With ``ties`` (the default) every set tied for the optimum (up to
+    ``TIE_CANDIDATES``) is run in the simulator and the fastest kept; without, the first
+    one backtracked.
     """
     check_budget(profile, budget, planner)
     options: dict = {"slots": int(slots)}
@@ -316,6 +327,8 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
         options["prefetch_during_forward"] = True
     if candidates > 1:
         options["candidates"] = int(candidates)
+    if not ties:
+        options["ties"] = False
     if budget >= peak_memory(profile):
         return Plan((), keep_all_schedule(profile, budget, planner), 0.0, 0, 0)
     if engine == "kernel":
@@ -327,7 +340,8 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
     rounds = states = 0
     while True:
         disc = discretise(profile, budget, slots, bumps, prefetch_during_forward)
-        solution = solve(disc, engine, deadline, candidates)
+        tied = ties and candidates <= 1
+        solution = solve(disc, engine, deadline, TIE_CANDIDATES if tied else candidates)
         rounds += 1
         if solution is None:
             # the all-offload path always survives from min_memory up; say so if it did not
@@ -336,7 +350,12 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
         if solution.timed_out:
             return _greedy_fallback(profile, budget, planner, options, rounds, states, time_limit, duplex,
                                     prefetch_during_forward)
-        chosen = _fastest(profile, budget, solution, planner, options, duplex, simulate_all=candidates > 1,
+        if tied and solution is not None and solution.candidates:
+            best = solution.candidates[0][1]
+            solution = replace(solution, candidates=tuple(
+                c for c in solution.candidates if c[1] <= best + 1e-12 * max(1.0, abs(best))))
+        chosen = _fastest(profile, budget, solution, planner, options, duplex,
+                          simulate_all=candidates > 1 or (tied and len(solution.candidates) > 1),
                           prefetch_during_forward=prefetch_during_forward)
         if chosen is not None:
             offload, idle, schedule = chosen

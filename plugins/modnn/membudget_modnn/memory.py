@@ -67,6 +67,37 @@ class LinkedListMemory:
             self._grow()
         k.ll_shrink(*self._arrays, nodes[0], keep)
 
+    def keep(self, owner: int, nbytes: int) -> None:
+        """Keep the first ``nbytes`` of ``owner`` over all its segments, in allocation order; free the rest.
+
+        ``shrink`` touches the first segment only, which is enough for F_i's dropped input; a
+        block that must come down to a part of itself at B_i's end (the part of x_i that B_{i-1}
+        still needs) may own two segments (x_i, then the extra saved data).
+        """
+        nodes = self.nodes.get(owner)
+        if not nodes:
+            return
+        size = self._arrays[1]
+        left, kept = max(0, int(nbytes)), []
+        for node in nodes:
+            have = int(size[node])
+            if left >= have:
+                kept.append(node)
+                left -= have
+            elif left > 0:
+                if self._arrays[5][1] == 0:
+                    self._grow()
+                    size = self._arrays[1]
+                k.ll_shrink(*self._arrays, node, left)
+                kept.append(node)
+                left = 0
+            else:
+                k.ll_free(*self._arrays, node)
+        if kept:
+            self.nodes[owner] = kept
+        else:
+            del self.nodes[owner]
+
     def compact(self) -> None:
         """Defragmentation: every resident segment slides down, leaving one free segment."""
         if self._arrays[5][1] == 0:

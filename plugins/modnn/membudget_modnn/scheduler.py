@@ -156,7 +156,9 @@ class Algorithm1:
         kind, i = self.op(k)
         if kind == "F":
             return self.inp[i] if i else 0
-        return self.saved[i] + (self.p.output_bytes if i == self.n - 1 else self.grad[i + 1])
+        # B_i also holds the part of x_{i+1} it needs (kept since B_{i+1}: output_saved_bytes)
+        held = self.p.stages[i].output_saved_bytes if i + 1 < self.n else 0
+        return self.saved[i] + held + (self.p.output_bytes if i == self.n - 1 else self.grad[i + 1])
 
     def op_alloc(self, k: int, ws: int) -> int:
         """Bytes task k allocates at its start (harness.simulate.lowering's model)."""
@@ -456,7 +458,16 @@ class Algorithm1:
                 if drop > 0:
                     self.mem.shrink(i, self.inp[i] - drop)
             else:
-                self.mem.free(i)
+                # the part of x_i that B_{i-1} needs is one storage with saved_i: it stays
+                # (kept in place, over all of block i's segments) until B_{i-1} ends
+                # (harness.simulate.lowering's rule)
+                held = self.p.stages[i - 1].output_saved_bytes if i else 0
+                if held > 0:
+                    self.mem.keep(i, held)
+                else:
+                    self.mem.free(i)
+                if i + 1 < n and self.p.stages[i].output_saved_bytes > 0:
+                    self.mem.free(i + 1)
                 self.state[i] = DEAD
                 if i == n - 1:
                     self.mem.free(self.OUT)

@@ -38,7 +38,7 @@ def task_bytes(profile: Profile, i: int, algorithm: Algorithm) -> tuple[int, int
     out = stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
     grad_in = stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
     f = max(s.input_bytes, s.saved_bytes) + out + algorithm.fwd_workspace
-    b = s.saved_bytes + grad_in + s.grad_bytes + algorithm.bwd_workspace
+    b = s.saved_bytes + s.output_saved_bytes + grad_in + s.grad_bytes + algorithm.bwd_workspace
     return f, b
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,20 @@ from membudget_modnn.planner import best_static_vdnn
 from membudget_modnn.scheduler import Algorithm1
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def held_chains(draw, min_stages: int = 1, max_stages: int = 12) -> Profile:
+    """``harness.testing.chains`` with ``output_saved_bytes`` set: the part of x_{i+1} that B_i
+    needs, held from the end of B_{i+1} until B_i ends (part of stage i+1's saved data, so at
+    most its ``saved_bytes``; none for the last stage). Often all of it, often none."""
+    profile = draw(chains(min_stages=min_stages, max_stages=max_stages))
+    stages = list(profile.stages)
+    for i in range(len(stages) - 1):
+        room = stages[i + 1].saved_bytes
+        held = draw(st.one_of(st.just(room), st.just(0), st.integers(0, room)))
+        stages[i] = replace(stages[i], output_saved_bytes=held)
+    return replace(profile, stages=tuple(stages))
 
 
 class _ModnnChecks:
@@ -269,7 +284,7 @@ def test_tasks_wait_for_the_offloads_that_make_their_room() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(profile=chains(min_stages=1, max_stages=12), duplex=st.booleans(), fraction=st.floats(0.0, 0.999))
+@given(profile=held_chains(min_stages=1, max_stages=12), duplex=st.booleans(), fraction=st.floats(0.0, 0.999))
 def test_algorithm_1s_own_plan_runs(profile: Profile, duplex: bool, fraction: float) -> None:
     """Algorithm 1's plan itself (not the offload-all fallback, not a keep-all pass) runs in the
     simulator and validates, on any budget from M_min up to the keep-all peak."""
@@ -282,3 +297,55 @@ def test_algorithm_1s_own_plan_runs(profile: Profile, duplex: bool, fraction: fl
     assert run.feasible, run.message
     assert not validate(schedule, profile, budget, duplex=duplex), schedule.notes
     assert not MoDNN().plan(profile, budget, duplex=duplex).options["fallback"]
+
+
+def _held_chain(stage0: Stage, saved1: int, input1: int, held: int) -> Profile:
+    """Two stages; B_0 needs ``held`` bytes of x_1 (stage 0's ``output_saved_bytes``)."""
+    s1 = Stage("act1", "act", 0.0, 0.0, input1, saved1, 0)
+    return Profile("random-chain", 1, (3, 32, 32), "synthetic", 10**9, 1e5, 1e5, 0, 0,
+                   (replace(stage0, output_saved_bytes=held), s1))
+
+
+def test_the_held_part_of_x_i_comes_down_over_both_of_its_segments() -> None:
+    """Counterexample Hypothesis found on held_chains: block 1 is x_1 (1 byte, F_0's output) plus the
+    extra saved by F_1 (1 byte); at B_1's end only the 1 byte B_0 needs may stay. Shrinking only
+    the first segment left 2 bytes, and B_0's load of saved_0 found no room at M_min."""
+    profile = _held_chain(Stage("act0", "act", 0.0, 0.0, 0, 1, 0), saved1=2, input1=1, held=1)
+    budget = m_min(profile)
+    assert budget == 2
+    plan = Algorithm1(profile, budget).run()
+    assert plan.copies  # saved_0 goes to the host during F_1 and comes back for B_0
+    schedule = MoDNN().plan(profile, budget)
+    assert not schedule.options["fallback"], schedule.notes
+    assert not validate(schedule, profile, budget)
+    run = simulate(schedule, profile, budget=budget)
+    assert run.feasible and run.peak_bytes <= budget
+
+
+def test_b_i_counts_the_held_part_of_x_i_plus_1_when_choosing_its_algorithm() -> None:
+    """Counterexample Hypothesis found on held_chains: at F_0 the default algorithm's backward
+    workspace (1 byte) seemed to fit B_0, but B_0 also holds x_1 (1 byte) and the budget is 1.
+    Algorithm 1 must pick the memory-optimal algo0 (no workspace) for stage 0."""
+    stage0 = Stage("conv0", "conv", 0.0, 0.0, 0, 0, 0, 0, 1, algorithms=(Algorithm("algo0", 0.0, 0.0, 0, 0),))
+    profile = _held_chain(stage0, saved1=1, input1=0, held=1)
+    budget = m_min(profile)
+    assert budget == 1
+    plan = Algorithm1(profile, budget).run()
+    assert plan.algorithms[0] == 0
+    schedule = MoDNN().plan(profile, budget)
+    assert not schedule.options["fallback"], schedule.notes
+    assert not validate(schedule, profile, budget)
+
+
+def test_linked_list_keep_spans_segments() -> None:
+    """LinkedListMemory.keep: the first bytes over all of a block's segments stay, the rest is freed."""
+    from membudget_modnn.memory import LinkedListMemory
+
+    mem = LinkedListMemory(100)
+    assert mem.alloc(10, 1) and mem.alloc(20, 2) and mem.alloc(30, 1)
+    mem.keep(1, 25)  # all of the first segment, 15 of the second
+    assert mem.resident(1) == 25 and mem.resident(2) == 20 and mem.used() == 45
+    mem.keep(1, 5)
+    assert mem.resident(1) == 5 and len(mem.nodes[1]) == 1
+    mem.keep(1, 0)
+    assert mem.resident(1) == 0 and 1 not in mem.nodes

@@ -307,7 +307,16 @@ def _budget(profile, fraction: float) -> int:
 # the offloads that made their room. Both are fixed in membudget_modnn.scheduler
 # (Algorithm1.should_start_now, Algorithm1.offload); each fix alone is not enough here (without
 # the first, the plan runs but takes 161.5 ms).
-FIG8_MEASURED_CASES = [(key, f) for key in MEASURED_PROFILES for f in FIG8_FRACTIONS]
+# ResNet-34 at half the span: eq. (3) takes the largest sub-batch whose heaviest task fits
+# (the whole batch), and moDNN must then move 7.9 GB (batch 128) where vDNN+'s smaller
+# sub-batch (64 x 2) keeps almost everything (0.15 GB moved): 154 vs 62 ms, 288 vs 102 ms at
+# batch 256. Measured with B_i holding the part of x_{i+1} it needs (the profiles' output_saved_bytes).
+EQ3_TAKES_TOO_LARGE_A_SUB_BATCH = {("resnet34", 0.50), ("resnet34-b256", 0.50)}
+FIG8_MEASURED_CASES = [
+    pytest.param(key, f, marks=pytest.mark.xfail(strict=True, reason=(
+        "eq. (3)'s sub-batch (the whole batch) must offload most saved data (7.9 GB at batch 128) where vDNN+'s half-size sub-batch "
+        "keeps nearly everything")) if (key, f) in EQ3_TAKES_TOO_LARGE_A_SUB_BATCH else ())
+    for key in MEASURED_PROFILES for f in FIG8_FRACTIONS]
 
 
 @pytest.mark.parametrize("key,fraction", FIG8_MEASURED_CASES)

@@ -323,8 +323,8 @@ FIG8_MEASURED_CASES = [
 def test_fig8_eq3_on_measured_h100_profiles(key: str, fraction: float) -> None:
     """Fig. 8 with the paper's eq. (3) on measured profiles: moDNN <= vDNN+ <= vDNN (where vDNN fits).
 
-    On a real GPU small batches run less efficiently (VGG-16 on the H100: 6.3 ms a sample at
-    batch 1, 1.2 at 16, 0.79 at 256), which is what eq. (3)'s "large enough to fully utilize the
+    On a real GPU small batches run less efficiently (VGG-16 on the H100: 12.1 ms a sample at
+    batch 1, 1.36 at 16, 0.80 at 256), which is what eq. (3)'s "large enough to fully utilize the
     GPU resources" (IV.A) counts on; ``Profile.at_batch`` interpolates between the measured
     batches. Wall-clock against wall-clock, every moDNN schedule checked by the validator.
     """

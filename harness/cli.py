@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from harness.errors import MembudgetError
 from harness.model import ModelError
+from harness.options import check_planner_options
 
 EXIT_USAGE = 2
 
@@ -185,10 +186,12 @@ def _plan(args: argparse.Namespace):
     profile = _load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
     planner = registry().planner(args.planner)
+    options = _options(args.option)
+    check_planner_options(args.planner, planner, options)
     warm_up(planner)
     started = time.perf_counter()
     try:
-        schedule = planner.plan(profile, budget, **_options(args.option))
+        schedule = planner.plan(profile, budget, **options)
     except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
         raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
     plan_time = time.perf_counter() - started

@@ -25,3 +25,7 @@ class InfeasibleBudget(MembudgetError):
     def __init__(self, message: str, needed_bytes: int | None = None):
         self.needed_bytes = needed_bytes
         super().__init__(message)
+
+
+class UnknownOption(MembudgetError, ValueError):
+    """A planner was given an option its ``plan`` does not take (a typo would otherwise be ignored)."""

@@ -40,7 +40,8 @@ from pydantic import (
     StrictStr, ValidationError, field_validator, model_validator,
 )
 
-from harness.errors import MembudgetError, UnknownPlugin
+from harness.errors import MembudgetError, UnknownOption, UnknownPlugin
+from harness.options import check_planner_options
 from harness.units import parse_bytes
 
 MATCH_KEYS = ("model", "batch_size", "input_size", "planner", "executor", "allocator", "budget", "repeat", "seed")
@@ -577,7 +578,7 @@ def _check_names(suite: Suite) -> None:
     for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
         for k, entry in enumerate(getattr(spec, key)):
             try:
-                reg.get(kind, entry.name)
+                plugin = reg.get(kind, entry.name)
             except UnknownPlugin as exc:
                 if entry.optional:
                     suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped")
@@ -588,6 +589,13 @@ def _check_names(suite: Suite) -> None:
                 source, line = suite.line_of(key, k)
                 raise SuiteError(f"{source}:{line}: {key}[{k}]: {kind}s take no options, got "
                                  f"{sorted(entry.options)}", source=source, line=line, field=f"{key}[{k}]")
+            if key == "planners" and entry.options:
+                try:
+                    check_planner_options(entry.name, plugin, entry.options)
+                except UnknownOption as exc:
+                    source, line = suite.line_of(key, k)
+                    raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
+                                     field=f"{key}[{k}]") from None
 
 
 def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:

@@ -114,6 +114,8 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
     (["--planner", "nope", "--budget", "1GiB"], "unknown planner 'nope'; available: "),
     (["--planner", "prefix", "--budget", "lots"], "budget: not a byte quantity: 'lots'"),
     (["--planner", "prefix", "--budget", "1GiB", "--option", "slots"], "--option 'slots': write KEY=VALUE"),
+    (["--planner", "keep-all", "--budget", "50%", "--option", "slots=5"],
+     "planner 'keep-all' has no option 'slots'; it takes no options"),
 ])
 def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv, needle):
     profile, path = profile_file

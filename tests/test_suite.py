@@ -113,6 +113,22 @@ def test_unknown_plugins_name_the_choices(tmp_path, old, new, kind, bad, field):
         assert choice in str(err)
 
 
+@pytest.mark.parametrize("entry,words", [
+    ("{name: greedy, fractionnal: true}", "planner 'greedy' has no option 'fractionnal'; its options: fractional, duplex"),
+    ("{name: keep-all, window: 2}", "planner 'keep-all' has no option 'window'; it takes no options"),
+])
+def test_a_misspelt_planner_option_is_an_error_naming_the_options(tmp_path, entry, words):
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]", f"planners: [prefix, {entry}]"))
+    err = _error(path)
+    assert f"{path}:{_line_of(path, 'planners:')}: planners[1]: {words}" in str(err), str(err)
+
+
+def test_planner_options_it_takes_load(tmp_path):
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                         "planners: [prefix, {name: greedy, fractional: true}]"))
+    assert load_suite(path).spec.planners[1].options == {"fractional": True}
+
+
 def test_unknown_model_names_the_line_and_some_choices(tmp_path):
     path = _suite(tmp_path, BASE.replace("synthetic:chain4", "synthetic:chain5"))
     err = _error(path)

@@ -1,0 +1,35 @@
+"""The options a planner takes, so that a misspelt one is an error instead of being ignored.
+
+A planner's options are the keyword parameters of its ``plan`` after the profile and the
+budget, plus any names it lists in an ``extra_options`` attribute (for options it reads
+from ``**options``). Planners keep ``**options`` in their signature so that one call
+shape serves them all; this check is what stops ``{name: dynprog, slot: 500}`` from
+planning silently with the default.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Iterable
+
+from harness.errors import UnknownOption
+from harness.lazy import resolve
+
+_FIXED = 2  # profile, budget_bytes
+
+
+def planner_options(planner: Any) -> tuple[str, ...]:
+    """The option names ``planner.plan`` accepts, in signature order."""
+    obj = resolve(planner)
+    params = list(inspect.signature(obj.plan).parameters.values())[_FIXED:]
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return tuple(dict.fromkeys([*named, *getattr(obj, "extra_options", ())]))
+
+
+def check_planner_options(name: str, planner: Any, options: Iterable[str]) -> None:
+    """Raise ``UnknownOption`` naming the planner's options if ``options`` has one it does not take."""
+    known = planner_options(planner)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"its options: {', '.join(known)}" if known else "it takes no options"
+        raise UnknownOption(f"planner {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")

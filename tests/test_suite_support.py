@@ -79,6 +79,7 @@ class Prefix:
 
     name = "prefix"
     description = "GREEDY-like prefix offloading (test plugin)"
+    extra_options = ("depth",)  # accepted and ignored: the suite tests label cases with it
 
     def plan(self, profile, budget_bytes, **options):
         """The fastest ordered no-wait schedule offloading the shortest sufficient prefix."""

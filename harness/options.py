@@ -2,9 +2,11 @@
 
 A planner's options are the keyword parameters of its ``plan`` after the profile and the
 budget, plus any names it lists in an ``extra_options`` attribute (for options it reads
-from ``**options``). Planners keep ``**options`` in their signature so that one call
-shape serves them all; this check is what stops ``{name: dynprog, slot: 500}`` from
-planning silently with the default.
+from ``**options``; ``extra_options = ()`` declares that it takes no others). Planners keep
+``**options`` in their signature so that one call shape serves them all; this check is
+what stops ``{name: dynprog, slot: 500}`` from planning silently with the default. A
+planner whose ``plan`` takes only ``**options`` and declares nothing is not checked: it
+reads its options itself (the protocol allows it).
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from harness.lazy import resolve
 _FIXED = 2  # profile, budget_bytes
 
 
-def planner_options(planner: Any) -> tuple[str, ...]:
-    """The option names ``planner.plan`` accepts, in signature order."""
+def planner_options(planner: Any) -> tuple[str, ...] | None:
+    """The option names ``planner.plan`` accepts, in signature order; None when it does not say."""
     obj = resolve(planner)
     params = list(inspect.signature(obj.plan).parameters.values())[_FIXED:]
     named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return tuple(dict.fromkeys([*named, *getattr(obj, "extra_options", ())]))
+    extra = getattr(obj, "extra_options", None)
+    if not named and extra is None and any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(dict.fromkeys([*named, *(extra or ())]))
 
 
 def check_planner_options(name: str, planner: Any, options: Iterable[str]) -> None:
     """Raise ``UnknownOption`` naming the planner's options if ``options`` has one it does not take."""
     known = planner_options(planner)
+    if known is None:
+        return
     unknown = sorted(set(options) - set(known))
     if unknown:
         takes = f"its options: {', '.join(known)}" if known else "it takes no options"

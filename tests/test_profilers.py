@@ -147,6 +147,28 @@ def test_concatenations_of_pieces_written_in_place_stay_as_they_are():
     assert [s.kind for s in plan_stages(graph, x).stages] == ["block", "other"]
 
 
+class _WritesThroughAModuleView(torch.nn.Module):
+    """Writes into a concatenation's piece through a view a module returns (nn.Flatten)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flat = torch.nn.Flatten(0)
+
+    def forward(self, x):
+        a, b = x * 2, x * 3
+        p = torch.cat([a, b], 1)
+        self.flat(a).mul_(10)
+        return torch.cat([a, b, x * 4], 1) + p.sum()
+
+
+def test_a_piece_written_through_a_module_view_is_not_taken_from_an_earlier_concatenation():
+    model, x = _WritesThroughAModuleView(), torch.randn(2, 3)
+    expected = model(x)
+    gm = trace(model, x)
+    assert torch.equal(gm(x), expected)
+    assert all(len(n.args[0]) == (2 if i == 0 else 3) for i, n in enumerate(_cats(Graph(gm))))
+
+
 def test_densenet_is_cut_after_every_dense_layer():
     # papers/004 section 6.1: its chains came from sequential models, where a dense layer
     # returns cat([x, new]); the stage boundary is the concatenation of all earlier features

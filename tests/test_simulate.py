@@ -174,3 +174,25 @@ def test_a_stage_cannot_keep_more_of_its_output_than_the_next_stage_saves() -> N
     with pytest.raises(ValueError, match="output_saved_bytes"):
         Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 10,
                 (Stage("a", "conv", 1.0, 1.0, 10, 10, 10, output_saved_bytes=11), Stage("b", "act", 1.0, 1.0, 10, 10, 10)))
+
+
+def test_a_checkpointed_segment_does_not_hold_the_original_output_of_its_last_stage() -> None:
+    """With a non-reentrant checkpoint of [0, 2), B_1 reads the recomputed x_2 (charged in its
+    recompute transient), so the x_2 share stage 1 would otherwise keep after B_2 is not held."""
+    from harness.planners.torch_peers import checkpoint_schedule
+
+    stages = (
+        Stage("a", "conv", 1.0, 1.0, 100, 100, 100),
+        Stage("b", "conv", 1.0, 1.0, 200, 200, 200, output_saved_bytes=300),
+        Stage("c", "conv", 1.0, 1.0, 300, 300, 300),
+        Stage("d", "linear", 1.0, 1.0, 50, 50, 50),
+    )
+    held = Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 10, stages)
+    plain = replace(held, stages=(stages[0], replace(stages[1], output_saved_bytes=0), *stages[2:]))
+    schedule = checkpoint_schedule(held, 10**9, every=2)
+    assert simulate(schedule, held).peak_bytes == simulate(schedule, plain).peak_bytes
+    # without the checkpoint the held bytes do count
+    keep = keep_all_schedule(held, 10**9)
+    b1 = lambda run: [e for e in run.timeline if e.label.startswith("B1")][0]  # noqa: E731
+    live = lambda run, e: sum(b.size for b in run.trace if b.alloc <= (e.start + e.end) / 2 < b.free)  # noqa: E731
+    assert live(simulate(keep, held), b1(simulate(keep, held))) - live(simulate(keep, plain), b1(simulate(keep, plain))) == 300

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UnknownPlugin
+from harness.errors import UnknownOption, UnknownPlugin
 from harness.suite import Budget, SuiteError, load_suite
 from tests.test_suite_support import SUITE, install, write_suite
 
@@ -242,3 +242,21 @@ def test_unknown_device_spec_is_an_error_at_load_time(tmp_path):
     err = _error(path)
     assert f"{path}:{_line_of(path, 'V100-FOO')}: device: no device spec 'V100-FOO'" in str(err)
     assert "V100-PCIe" in err.choices
+
+
+def test_a_planner_that_reads_its_own_options_is_not_checked():
+    """The protocol allows plan(profile, budget, **options) reading options itself: no check then."""
+    from harness.options import check_planner_options, planner_options
+
+    class ReadsItsOwn:
+        def plan(self, profile, budget_bytes, **options):
+            return options.get("depth", 1)
+
+    class Declares(ReadsItsOwn):
+        extra_options = ("depth",)
+
+    assert planner_options(ReadsItsOwn()) is None
+    check_planner_options("mine", ReadsItsOwn(), {"depth": 3, "anything": 1})
+    assert planner_options(Declares()) == ("depth",)
+    with pytest.raises(UnknownOption, match="planner 'mine' has no option 'dept'; its options: depth"):
+        check_planner_options("mine", Declares(), {"dept": 3})

@@ -14,6 +14,8 @@ class KeepAll:
     name = "keep-all"
     description = "No offloading (feasible only at or above the peak memory)"
 
+    extra_options = ()  # none: a misspelt option is an error
+
     def plan(self, profile: Profile, budget_bytes: int, **options) -> Schedule:
         from harness.bounds import peak_memory
 

@@ -48,6 +48,7 @@ class TorchSaveOnCpu:
 
     name = "torch-save-on-cpu"
     description = "PyTorch's save_on_cpu: offload everything, compute waits for every copy (no overlap)"
+    extra_options = ()
 
     def plan(self, profile: Profile, budget_bytes: int, **options) -> Schedule:
         """The save_on_cpu schedule; ``InfeasibleBudget`` if even that does not fit."""

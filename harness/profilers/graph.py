@@ -109,19 +109,27 @@ def _mutates(user: fx.Node, value: fx.Node, gm: fx.GraphModule) -> bool:
     return False
 
 
-def _aliases(value: fx.Node) -> list[fx.Node]:
-    """``value`` and the nodes that may view its memory (any user that is not itself a concatenation)."""
+# Modules whose output may be (a view of) their input.
+_VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten)
+
+
+def _aliases(value: fx.Node, gm: fx.GraphModule) -> list[fx.Node]:
+    """``value`` and the nodes that may view its memory: function and method users that are not
+    concatenations, and the modules that can return their input or a view of it."""
     found, todo = [value], [value]
     while todo:
         for u in todo.pop().users:
-            if u not in found and u.op in ("call_method", "call_function") and _cat_operands(u) is None:
+            if u in found or _cat_operands(u) is not None:
+                continue
+            if u.op in ("call_method", "call_function") or (
+                    u.op == "call_module" and isinstance(gm.get_submodule(u.target), _VIEW_MODULES)):
                 found.append(u)
                 todo.append(u)
     return found
 
 
 def _never_written(value: fx.Node, gm: fx.GraphModule) -> bool:
-    return not any(_mutates(u, a, gm) for a in _aliases(value) for u in a.users)
+    return not any(_mutates(u, a, gm) for a in _aliases(value, gm) for u in a.users)
 
 
 def chain_concatenations(gm: fx.GraphModule) -> fx.GraphModule:

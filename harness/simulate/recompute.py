@@ -19,7 +19,8 @@ as one it already runs, with the same memory and time (``simulate``, ``timing`` 
   the operation before B_{b-1}, so they are resident when B_{b-1} starts;
 - recompute time: B_{b-1} lasts the segment's forward times longer, and its workspace
   is at least the largest F_i workspace plus output of the segment (the transient of
-  the recomputation, which happens before B_{b-1} proper).
+  the recomputation, which happens before B_{b-1} proper); that transient holds the
+  recomputed x_b, so the original x_b is not held for B_{b-1} (``output_saved_bytes``).
 
 The only approximation is that transient (it is held for all of B_{b-1}); the exact
 version is a recompute operation in the core's operations (a planned extension).
@@ -63,7 +64,10 @@ def equivalent(schedule: Schedule, profile: Profile) -> tuple[Schedule, Profile]
         extra_time = sum(al.fwd_time for al in algos)
         outputs = [stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes for i in range(a, b)]
         transient = max(al.fwd_workspace + out for al, out in zip(algos, outputs))
-        stages[b - 1] = _slower_backward(stages[b - 1], schedule.algorithm_of(b - 1), extra_time, transient)
+        # B_{b-1} reads the recomputed x_b (in the transient), not the original: a non-reentrant
+        # checkpoint does not keep it past B_b, so nothing of x_b is held for B_{b-1}
+        stages[b - 1] = replace(_slower_backward(stages[b - 1], schedule.algorithm_of(b - 1), extra_time, transient),
+                                output_saved_bytes=0)
         back = where[("B", b - 1, 0)] - 1
         for i in range(a, b):
             drop = stages[i].saved_bytes - (stages[a].input_bytes if i == a else 0)

@@ -11,9 +11,10 @@ time, so the DP works in the usable memory M' = budget - W):
   ``C^F_i = max(|x_i|, s_i) + |x_{i+1}| + ex^F_i`` (its input, the saved part beyond its
   input, its output, its workspace): the paper's ``|x_i| + ex^F_i + |x_{i+1}|`` of eq. (1);
 - B_i holds, at its end (its peak: prefetches issued during B_i reserve memory while B_i's
-  buffers are still allocated), ``C^B_i = s_i + |y_{i+1}| + |y_i| + ex^B_i`` (for the last
-  stage ``|y_{i+1}|`` is twice the output: the output and its gradient), the paper's
-  ``x_{i+1}, |y_{i+1}|, ex^B_i`` terms of eq. (6).
+  buffers are still allocated), ``C^B_i = s_i + h_i + |y_{i+1}| + |y_i| + ex^B_i`` (for the
+  last stage ``|y_{i+1}|`` is twice the output: the output and its gradient; ``h_i`` is
+  ``output_saved_bytes``, the part of x_{i+1} that B_i needs, held after B_{i+1}), the
+  paper's ``x_{i+1}, |y_{i+1}|, ex^B_i`` terms of eq. (6).
 
 The DP state after deciding stages 0..i-1 is (K, Delta_F, Delta_B): K the saved bytes of the
 kept (not offloaded) stages, so that M_F = K + Delta_F^+ (+ |x_i|, inside C^F_i) and
@@ -350,6 +351,8 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
         if solution.timed_out:
             return _greedy_fallback(profile, budget, planner, options, rounds, states, time_limit, duplex,
                                     prefetch_during_forward)
+        in_time = deadline is None or time.perf_counter() < deadline  # time_limit bounds the ties' trials too
+        tied = tied and in_time
         if tied and solution is not None and solution.candidates:
             best = solution.candidates[0][1]
             solution = replace(solution, candidates=tuple(

@@ -11,7 +11,7 @@ from harness.schedules import keep_all_schedule
 from harness.simulate.executor import timing
 from harness.units import format_bytes
 from membudget_modnn.scheduler import Algorithm1, PlanningError, SubBatchPlan
-from membudget_modnn.subbatch import SubBatching, baseline_algorithm, m_min, select_sub_batch
+from membudget_modnn.subbatch import SubBatching, baseline_algorithm, m_min, max_task_bytes, select_sub_batch
 
 
 def replicate(plan_transfers: list[Transfer], n_stages: int, sub_batches: int) -> tuple[Transfer, ...]:
@@ -140,6 +140,12 @@ class MoDNN:
             raise ValueError(f"sub_batches must be between 1 and the batch size {profile.batch_size}, got {forced}")
         select_sub_batch(profile, budget, self.name)  # the M_min check
         sub = math.ceil(profile.batch_size / forced)
+        need = profile.weight_bytes + max_task_bytes(profile.at_batch(sub), fastest=False)  # eq. (1), baseline
+        if need > budget:
+            raise InfeasibleBudget(
+                f"infeasible: {self.name} with {forced} passes of {sub} needs at least {need} bytes "
+                f"({format_bytes(need)}) for its heaviest task (papers/000 eq. 1); the budget is {budget} bytes",
+                needed_bytes=need)
         return SubBatching(sub, forced, (), profile.at_batch(sub))
 
     def _schedule(self, profile: Profile, budget: int, sb: SubBatching, plan: SubBatchPlan | None, duplex: bool,

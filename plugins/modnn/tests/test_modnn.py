@@ -349,3 +349,21 @@ def test_linked_list_keep_spans_segments() -> None:
     assert mem.resident(1) == 5 and len(mem.nodes[1]) == 1
     mem.keep(1, 0)
     assert mem.resident(1) == 0 and 1 not in mem.nodes
+
+
+def test_forced_passes_too_large_for_the_budget_are_refused_with_the_number() -> None:
+    """``sub_batches=n`` whose passes' heaviest task (eq. 1) exceeds the budget: InfeasibleBudget,
+    not a schedule that cannot run."""
+    from harness.errors import InfeasibleBudget
+    from harness.model import Profile, Stage
+    from membudget_modnn.subbatch import m_min, max_task_bytes
+
+    stages = tuple(Stage(f"s{i}", "conv", 1e-3, 2e-3, 400, 400, 400) for i in range(4))
+    profile = Profile("toy", 32, (1,), "synthetic", 10**9, 1e9, 1e9, 100, 100, stages)
+    budget = m_min(profile) + 10  # room for sub-batch 1, far from 16
+    need = profile.weight_bytes + max_task_bytes(profile.at_batch(16), fastest=False)
+    with pytest.raises(InfeasibleBudget, match=f"2 passes of 16 needs at least {need} bytes") as info:
+        MoDNN().plan(profile, budget, sub_batches=2)
+    assert info.value.needed_bytes == need > budget
+    schedule = MoDNN().plan(profile, budget, sub_batches=32)  # passes of 1 fit
+    assert simulate(schedule, profile, with_trace=False).feasible

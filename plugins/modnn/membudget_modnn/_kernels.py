@@ -8,8 +8,8 @@ Numba can work on it:
 - ``off``, ``size``, ``owner`` (-1: free), ``nxt``, ``prv`` (-1: none) per node slot;
 - ``meta = [head, free_slots, arena_bytes]``; ``stack[:free_slots]`` the unused slots.
 
-Allocation is best fit from the bottom for long-lived data and from the top for
-short-lived data (gradients, workspaces), freeing coalesces with free neighbours, ``ll_compact`` is the
+Allocation is best fit, at the low end of the hole for long-lived data and at its high
+end for short-lived data (gradients, workspaces), freeing coalesces with free neighbours, ``ll_compact`` is the
 defragmentation (every occupied segment slides to the lowest addresses, in order).
 ``find_scheme`` is the search of Figure 4: every node may start a run of contiguous
 segments, each free or of an offloadable block, grown until it covers the request; the
@@ -86,10 +86,11 @@ def _insert_after(off, size, owner, nxt, prv, meta, stack, k, offset, nbytes, wh
 def ll_alloc(off, size, owner, nxt, prv, meta, stack, req, who, top):
     """Place ``req`` bytes for ``who``; the node now holding them, or -1 when no free segment is big enough.
 
-    Long-lived data (``top`` False) goes best fit, at the low end of the smallest free
-    segment that holds it (the lowest address on ties); short-lived data (``top`` True)
-    goes to the high end of the highest free segment that holds it, so that the two
-    kinds do not interleave and the middle of the arena stays contiguous.
+    Both kinds go best fit, into the smallest free segment that holds them: long-lived
+    data (``top`` False) at its low end (the lowest address on ties), short-lived data
+    (``top`` True) at its high end (the highest address on ties). Within a hole the two
+    kinds grow from opposite ends, and short-lived blocks do not cut a large hole (such as
+    the one offloads leave for the prefetches) when a smaller one holds them.
     """
     if meta[1] == 0:
         return -2  # out of node slots (the caller sized the arrays too small)
@@ -97,7 +98,7 @@ def ll_alloc(off, size, owner, nxt, prv, meta, stack, req, who, top):
     best = -1
     while k >= 0:
         if owner[k] == FREE and size[k] >= req:
-            if top or best < 0 or size[k] < size[best]:
+            if best < 0 or size[k] < size[best] or (top and size[k] == size[best]):
                 best = k
         k = nxt[k]
     if best < 0:

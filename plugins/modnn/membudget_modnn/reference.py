@@ -34,15 +34,15 @@ class ReferenceMemory:
     def alloc(self, req: int, who: int, top: bool = False) -> int | None:
         """Place ``req`` bytes; the new segment's offset, or None.
 
-        Long-lived (``top`` False): best fit, at the low end of the smallest free segment
-        that holds it (lowest address on ties). Short-lived: the high end of the highest
-        free segment that holds it.
+        Best fit: the smallest free segment that holds it. Long-lived (``top`` False): at
+        its low end, the lowest address on ties. Short-lived: at its high end, the highest
+        address on ties.
         """
         fitting = [i for i, s in enumerate(self.segments) if s.owner == FREE and s.size >= req]
         if not fitting:
             return None
         if top:
-            i = fitting[-1]
+            i = min(fitting, key=lambda i: (self.segments[i].size, -i))
             s = self.segments[i]
             if s.size > req:
                 s.size -= req

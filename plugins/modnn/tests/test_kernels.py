@@ -89,6 +89,20 @@ def test_short_lived_data_goes_to_the_top() -> None:
     assert list(zip(off, size, owner)) == [(0, 30, 0), (30, 60, -1), (90, 10, 1)]
 
 
+def test_short_lived_data_goes_best_fit_at_the_high_end() -> None:
+    mem = LinkedListMemory(100)
+    for owner in range(4):
+        assert mem.alloc(20, owner)
+    mem.free(1)  # two 20-byte holes: at 20 and at 80 (the top)
+    mem.alloc(10, 7, short_lived=True)  # the smallest hole holding it, the highest on ties
+    off, size, owner = mem.segments()
+    assert list(zip(off, size, owner)) == [(0, 20, 0), (20, 20, -1), (40, 20, 2), (60, 20, 3), (80, 10, -1), (90, 10, 7)]
+    mem.free(3)  # a 30-byte hole at 60..90 and the 20-byte one at 20
+    mem.alloc(15, 8, short_lived=True)
+    off, size, owner = mem.segments()
+    assert list(zip(off, size, owner))[:3] == [(0, 20, 0), (20, 5, -1), (25, 15, 8)]
+
+
 def _random_layout(rng: random.Random):
     n = rng.randint(1, 12)
     blocks = rng.randint(1, 6)

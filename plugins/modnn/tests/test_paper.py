@@ -140,27 +140,28 @@ def test_fig8_moDNN_schedules_are_not_slower_than_vdnn_plus(profiles) -> None:
 # (Stage.output_saved_bytes: for VGG, x_1 and x_2 are held whole until B_0 and B_1 end). Loss vs
 # the ideal case, moDNN eq. (3) against vDNN+ (sub-batch x passes):
 #             2 GiB                   4 GiB              8 GiB               12 GiB
-#   VGG-16  +2.15% vs +28.2% (20x13)  +2.04% vs +0.08%   +2.04% vs +0.08%    +0.00% vs +0.08% (128x2)
-#   VGG-19  +1.62% vs +0.06% (19x14)  +1.62% vs +0.06%   +1.62% vs +0.06%    +0.00% vs +0.06% (128x2)
+#   VGG-16  +2.15% vs +28.2% (20x13)  +0.00% vs +0.08%   +2.04% vs +0.08%    +0.00% vs +0.08% (128x2)
+#   VGG-19  +1.62% vs +0.06% (19x14)  +0.00% vs +0.06%   +0.00% vs +0.06%    +0.00% vs +0.06% (128x2)
 # (4 GiB: 52x5 both, 8 GiB: 128x2 both). vDNN+'s 28% on VGG-16 at 2 GiB is in its own compute
 # time (its stalls add 8 ms), not in waiting. At 12 GiB moDNN's passes fit whole (nothing moves).
-# moDNN's loss elsewhere is one stall per pass, before B_1 (conv1_2's backward): the prefetch of
-# x_1 (stage 1's saved data) is issued only at B_2's start (B_2, the first pooling's backward, is
-# short) - test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch. At B_3's start Algorithm 1 wants
-# it (line 16 fits, eq. 4 says start now) but the linked list has no contiguous hole of x_1's
-# size and lines 20-25 find no scheme ("else Break"); the free bytes would hold it (fragmentation
-# only) except for VGG-16 at 2 GiB, where they fall short by a hair. vDNN+ is judged by the
-# byte-counting simulator, which charges nothing for fragmentation. Placement inside the list is
-# not the paper's (it cites an OS textbook, [23]): membudget_modnn._kernels.ll_alloc's two-ended
-# best fit is ours. Not a departure from the paper's text, but a loss the paper does not report.
+# moDNN's loss at VGG-16 2/8 GiB and VGG-19 2 GiB is one stall per pass, before B_1 (conv1_2's
+# backward): the prefetch of x_1 (stage 1's saved data) is issued only at B_2's start (B_2, the
+# first pooling's backward, is short) - test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch. At
+# B_3's start Algorithm 1 wants it (line 16 fits, eq. 4 says start now) but the linked list has
+# no contiguous hole of x_1's size and lines 20-25 find no scheme ("else Break"); the free bytes
+# would hold it (fragmentation only) except for VGG-16 at 2 GiB, where they fall short by a hair.
+# vDNN+ is judged by the byte-counting simulator, which charges nothing for fragmentation.
+# Placement inside the list is not the paper's (it cites an OS textbook, [23]):
+# membudget_modnn._kernels.ll_alloc's best fit (long-lived data at a hole's low end, short-lived
+# at its high end) is ours. With short-lived data at the high end of the highest hole instead
+# (not best fit), VGG-16 at 4 GiB and VGG-19 at 4 and 8 GiB lost +2.04%/+1.62% the same way: the
+# gradients cut the large hole the offloads of x_1 and x_2 leave. Not a departure from the
+# paper's text, but a loss the paper does not report.
 _LATE_X1 = ("Algorithm 1's linked list has no contiguous hole for x_1 at B_3's start (no scheme: lines 20-25 "
             "break), so x_1's prefetch starts at B_2 and B_1 waits for it in every pass")
 FIG8_EQ3_VGG_XFAIL = {
-    ("vgg16", 4): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 52 x 5)",
     ("vgg16", 8): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 128 x 2)",
     ("vgg19", 2): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 19 x 14)",
-    ("vgg19", 4): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 52 x 5)",
-    ("vgg19", 8): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 128 x 2)",
 }
 FIG8_EQ3_VGG_CASES = [
     pytest.param(key, gib, id=f"{key}-{gib}GiB",
@@ -174,7 +175,8 @@ FIG8_EQ3_VGG_CASES = [
 def test_fig8_eq3_moDNN_is_not_slower_than_vdnn_plus_on_vgg(profiles, key: str, gib: int) -> None:
     """Fig. 8 with the paper's own sub-batch rule (eq. 3), wall-clock against wall-clock.
 
-    Holds at 12 GiB (both networks) and for VGG-16 at 2 GiB; strict xfails elsewhere (see above).
+    Holds at 4 and 12 GiB (both networks), for VGG-16 at 2 GiB and for VGG-19 at 8 GiB; strict
+    xfails elsewhere (see above).
     """
     profile = profiles[key]
     assert any(s.output_saved_bytes for s in profile.stages)  # the held x_{i+1} is in the model
@@ -208,14 +210,21 @@ def _at_task(algorithm, task: int, probe) -> list:
     return plan, seen
 
 
+# where x_1's prefetch comes late (B_2, not B_3): the xfails above, and VGG-16 at 2 GiB, where
+# vDNN+ loses more in its own compute time
+LATE_X1_CASES = {*FIG8_EQ3_VGG_XFAIL, ("vgg16", 2)}
+
+
 @pytest.mark.parametrize("key", ["vgg16", "vgg19"])
 def test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch(profiles, key: str) -> None:
     """Where moDNN's Fig. 8 loss on the analytic VGG profiles goes (see FIG8_EQ3_VGG_CASES).
 
-    At 2, 4 and 8 GiB B_1 stalls in every pass, and those stalls are nearly all the loss: x_1's
-    prefetch is issued at B_2's start, not at B_3's, because at B_3's start the linked list has
-    no contiguous hole of x_1's size (line 16 and eq. 4 both say prefetch now). At 12 GiB nothing
-    stalls and nothing moves.
+    Where it stalls (VGG-16 at 2 and 8 GiB, VGG-19 at 2 GiB) B_1 stalls in every pass, and those
+    stalls are nearly all the loss: x_1's prefetch is issued at B_2's start, not at B_3's, because
+    at B_3's start the linked list has no contiguous hole of x_1's size (line 16 and eq. 4 both
+    say prefetch now). Elsewhere below 12 GiB (VGG-16 at 4 GiB, VGG-19 at 4 and 8 GiB) the hole is
+    there, x_1's prefetch is issued at B_3's start and nothing stalls. At 12 GiB nothing stalls
+    and nothing moves.
     """
     from membudget_modnn.scheduler import Algorithm1
     from membudget_modnn.subbatch import select_sub_batch
@@ -229,10 +238,14 @@ def test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch(profiles, key: str) -> No
         if gib == 12:
             assert not stalls and run.moved_bytes == 0, stalls
             continue
-        ops = [label.split("/")[0] for label, _ in stalls]
-        assert ops.count("B1") == schedule.sub_batches and set(ops) <= {"B1", "B0"}, (gib, stalls)
-        b1 = sum(d for label, d in stalls if label.split("/")[0] == "B1")
-        assert b1 >= 0.9 * (run.makespan - run.compute_time) > 0, (gib, b1)
+        late = (key, gib) in LATE_X1_CASES
+        if not late:
+            assert not stalls and run.moved_bytes > 0, (gib, stalls)
+        else:
+            ops = [label.split("/")[0] for label, _ in stalls]
+            assert ops.count("B1") == schedule.sub_batches and set(ops) <= {"B1", "B0"}, (gib, stalls)
+            b1 = sum(d for label, d in stalls if label.split("/")[0] == "B1")
+            assert b1 >= 0.9 * (run.makespan - run.compute_time) > 0, (gib, b1)
         # the mechanism, in Algorithm 1 on eq. (3)'s sub-batch
         sb = select_sub_batch(profile, budget, "modnn")
         n = sb.profile.n_stages
@@ -246,13 +259,14 @@ def test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch(profiles, key: str) -> No
 
         plan, seen = _at_task(Algorithm1(sb.profile, budget), b3, probe)
         fits, due, hole, free, x1 = seen[0]
-        assert fits and due and hole < x1, (gib, seen)
-        assert (free >= x1) == ((key, gib) != ("vgg16", 2)), (gib, free, x1)  # fragmentation only but there
+        assert fits and due and (hole < x1) == late, (gib, seen)
         pre = [c for c in plan.copies if c.stage == 1 and c.prefetch]
-        assert [c.issue_op for c in pre] == [b2], (gib, pre)
-        # vDNN+ on the same passes waits only for the last stage's input
-        plus = _run(VDNNPlus().plan(profile, budget), profile)
-        assert plus.makespan - plus.compute_time < 0.1 * (run.makespan - run.compute_time), gib
+        assert [c.issue_op for c in pre] == [b2 if late else b3], (gib, pre)
+        if late:
+            assert (free >= x1) == ((key, gib) != ("vgg16", 2)), (gib, free, x1)  # fragmentation only but there
+            # vDNN+ on the same passes waits only for the last stage's input
+            plus = _run(VDNNPlus().plan(profile, budget), profile)
+            assert plus.makespan - plus.compute_time < 0.1 * (run.makespan - run.compute_time), gib
 
 
 def test_fig8_moDNN_fits_every_budget_down_to_m_min(profiles) -> None:

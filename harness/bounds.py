@@ -40,8 +40,8 @@ def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple
 
     F_i holds x_i, the rest of its saved data, its output and workspace; B_i holds its
     saved data, the part of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and
-    workspace (the last stage also the output and its gradient); the weights are always there. ``algorithm`` gives each stage's algorithm
-    index (default: the stage defaults).
+    workspace (the last stage also the output and its gradient); the weights are always
+    there. ``algorithm`` gives each stage's algorithm index (default: the stage defaults).
     """
     n = profile.n_stages
     needs = []

@@ -170,26 +170,25 @@ class Profile:
         """
         if batch_size == self.batch_size:
             return self
-        # the host link belongs to the device, not to the batch: a variant's own (noisy)
-        # measurement of it would make one schedule's copies differ from pass to pass
-        link = {"d2h_bandwidth": self.d2h_bandwidth, "h2d_bandwidth": self.h2d_bandwidth}
         for variant in self.variants:
             if variant.batch_size == batch_size:
-                return replace(variant, **link)
-        measured = sorted({p.batch_size: replace(p, **link) for p in (self, *self.variants)}.items())
-        below = [p for b, p in measured if b < batch_size]
-        above = [p for b, p in measured if b > batch_size]
-        if below and above and _same_chain(below[-1], above[0]):
-            return _interpolate(self, below[-1], above[0], batch_size)
-        return _scaled(self, self, batch_size, "scaled linearly")
+                # the host link belongs to the device, not to the batch: a variant's own (noisy)
+                # measurement of it would make one schedule's copies differ from pass to pass
+                return replace(variant, d2h_bandwidth=self.d2h_bandwidth, h2d_bandwidth=self.h2d_bandwidth)
+        measured = (self, *self.variants)
+        below = max((p for p in measured if p.batch_size < batch_size), key=lambda p: p.batch_size, default=None)
+        above = min((p for p in measured if p.batch_size > batch_size), key=lambda p: p.batch_size, default=None)
+        if below is not None and above is not None and _same_chain(below, above):
+            return _interpolate(self, below, above, batch_size)  # the result keeps this profile's link
+        return _scaled(self, batch_size)
 
 
 def _same_chain(a: Profile, b: Profile) -> bool:
     return a.n_stages == b.n_stages and all(s.name == t.name for s, t in zip(a.stages, b.stages))
 
 
-def _scaled(base: Profile, source: Profile, batch_size: int, how: str) -> Profile:
-    """``source`` scaled linearly to ``batch_size`` (sizes and times), with ``base``'s metadata."""
+def _scaled(source: Profile, batch_size: int) -> Profile:
+    """``source`` scaled linearly to ``batch_size`` (sizes and times)."""
     r = batch_size / source.batch_size
 
     def b(n: int) -> int:
@@ -207,9 +206,8 @@ def _scaled(base: Profile, source: Profile, batch_size: int, how: str) -> Profil
         for s in source.stages
     )
     return replace(
-        base, batch_size=batch_size, stages=stages, output_bytes=b(source.output_bytes),
-        weight_bytes=source.weight_bytes, measured=False, variants=(),
-        notes={**base.notes, "derived_from": f"batch {source.batch_size}, {how}"},
+        source, batch_size=batch_size, stages=stages, output_bytes=b(source.output_bytes), measured=False,
+        variants=(), notes={**source.notes, "derived_from": f"batch {source.batch_size}, scaled linearly"},
     )
 
 

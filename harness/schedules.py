@@ -97,7 +97,14 @@ def ordered_schedule(
 
 def best_ordered_schedule(profile: Profile, budget: int, offload, *, planner: str, duplex: bool = False,
                           prefetch_during_forward: bool = False, **kwargs) -> Schedule | None:
-    """The fastest feasible ``ordered_schedule`` over prefetch windows (None if none is feasible).
+    """The fastest feasible ``ordered_schedule`` over prefetch windows (None if none is feasible)."""
+    return fastest_ordered_schedule(profile, budget, offload, planner=planner, duplex=duplex,
+                                    prefetch_during_forward=prefetch_during_forward, **kwargs)[0]
+
+
+def fastest_ordered_schedule(profile: Profile, budget: int, offload, *, planner: str, duplex: bool = False,
+                             prefetch_during_forward: bool = False, **kwargs) -> tuple[Schedule | None, float]:
+    """``best_ordered_schedule`` and its simulated makespan (inf when no window is feasible).
 
     Windows tried: as early as possible, then L/2, L/4, ... down to 1 (just in time, which
     is always feasible when the offloaded set leaves room for every operation). With
@@ -124,7 +131,7 @@ def best_ordered_schedule(profile: Profile, budget: int, offload, *, planner: st
                 makespan = max(tm.op_end.max(), (tm.tr_end.max() if len(tm.tr_end) else 0.0))
                 if makespan < best_time:
                     best, best_time = schedule, makespan
-    return best
+    return best, best_time
 
 
 def _halvings(n: int) -> list[int]:

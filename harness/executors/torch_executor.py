@@ -161,11 +161,12 @@ class TorchExecutor:
     Options: ``device`` (default: the workload's torch device, else cuda if available,
     else cpu), ``warmup`` and ``iterations`` (untimed and timed iterations), ``duplex``
     (one copy stream per direction), ``enforce_budget`` (CUDA memory cap),
-    ``cap_bytes`` (CUDA: the cap to enforce instead of the schedule's budget, e.g. the budget
-    plus what the framework holds beyond the chain model), ``expandable_segments`` (CUDA: the caching allocator maps memory in expandable segments
-    during the run, as ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that
-    less of the budget is lost to fragmentation), ``emulate_budget`` (CPU check), ``seed`` (reseeded at every iteration, so that each
-    iteration computes the same gradients), ``record`` (keep the bytes held after every
+    ``cap_bytes`` (CUDA: the cap to enforce instead of the schedule's budget, e.g. the
+    budget plus what the framework holds beyond the chain model), ``expandable_segments``
+    (CUDA: the caching allocator maps memory in expandable segments during the run, as
+    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that less of the budget
+    is lost to fragmentation), ``emulate_budget`` (CPU check), ``seed`` (reseeded at every
+    iteration, so that each iteration computes the same gradients), ``record`` (keep the bytes held after every
     operation in ``last_record``).
     """
 

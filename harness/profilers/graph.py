@@ -119,7 +119,7 @@ def _aliases(value: fx.Node, gm: fx.GraphModule) -> list[fx.Node]:
     found, todo = [value], [value]
     while todo:
         for u in todo.pop().users:
-            if u in found or _cat_operands(u) is not None:
+            if u in found or is_concatenation(u):
                 continue
             if u.op in ("call_method", "call_function") or (
                     u.op == "call_module" and isinstance(gm.get_submodule(u.target), _VIEW_MODULES)):

@@ -70,7 +70,7 @@ import numpy as np
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.model import Profile, Schedule
-from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule
+from harness.schedules import best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule
 
 DEFAULT_SLOTS = 500
 TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
@@ -286,8 +286,9 @@ class Dynprog:
     Options: ``slots`` (S of section 5.3.2, default 500), ``time_limit`` (seconds for the
     DP; past it the planner falls back to GREEDY's set and says so in the schedule's notes),
     ``prefetch_during_forward`` (eq. (10) as in the paper, and prefetches issued during the
-    last forward operations to realise it; default False, see the module docstring), ``candidates`` (k > 1: run the
-    table's k best sets in the simulator and keep the fastest, an extension; default 1, the
+    last forward operations to realise it; default False, see the module docstring),
+    ``candidates`` (k > 1: run the table's k best sets in the simulator and keep the
+    fastest, an extension; default 1, the
     paper), ``ties`` (default True: when several sets share the table's smallest idle
     time, the fastest of them in the simulator; False: the first one backtracked),
     ``engine`` (``kernel`` or ``reference``), ``duplex`` (passed to the simulator that picks
@@ -351,12 +352,13 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
         if solution.timed_out:
             return _greedy_fallback(profile, budget, planner, options, rounds, states, time_limit, duplex,
                                     prefetch_during_forward)
-        in_time = deadline is None or time.perf_counter() < deadline  # time_limit bounds the ties' trials too
-        tied = tied and in_time
-        if tied and solution is not None and solution.candidates:
+        # time_limit bounds the ties' trials too: past it, the first set backtracked
+        if tied and (deadline is None or time.perf_counter() < deadline) and solution.candidates:
             best = solution.candidates[0][1]
             solution = replace(solution, candidates=tuple(
                 c for c in solution.candidates if c[1] <= best + 1e-12 * max(1.0, abs(best))))
+        else:
+            tied = False
         chosen = _fastest(profile, budget, solution, planner, options, duplex,
                           simulate_all=candidates > 1 or (tied and len(solution.candidates) > 1),
                           prefetch_during_forward=prefetch_during_forward)
@@ -378,17 +380,14 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
 def _fastest(profile: Profile, budget: int, solution: Solution, planner: str, options: dict, duplex: bool,
              simulate_all: bool, prefetch_during_forward: bool = False):
     """The first candidate set that runs (or, with ``simulate_all``, the fastest): (set, idle, schedule)."""
-    from harness.simulate.executor import simulate
-
     best, best_time = None, math.inf
     for offload, idle in solution.candidates:
-        schedule = best_ordered_schedule(profile, budget, set(offload), planner=planner, duplex=duplex,
-                                         prefetch_during_forward=prefetch_during_forward, options=options)
+        schedule, makespan = fastest_ordered_schedule(profile, budget, set(offload), planner=planner, duplex=duplex,
+                                                      prefetch_during_forward=prefetch_during_forward, options=options)
         if schedule is None:
             continue
         if not simulate_all:
             return offload, idle, schedule
-        makespan = simulate(schedule, profile, duplex=duplex, with_trace=False).makespan
         if makespan < best_time:
             best, best_time = (offload, idle, schedule), makespan
     return best

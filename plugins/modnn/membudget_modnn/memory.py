@@ -53,26 +53,12 @@ class LinkedListMemory:
         for node in self.nodes.pop(owner, []):
             k.ll_free(*self._arrays, node)
 
-    def shrink(self, owner: int, keep: int) -> None:
-        """Keep only the first ``keep`` bytes of ``owner``'s first segment (the rest is freed)."""
-        nodes = self.nodes.get(owner)
-        if not nodes:
-            return
-        if keep <= 0:
-            k.ll_free(*self._arrays, nodes.pop(0))
-            if not nodes:
-                del self.nodes[owner]
-            return
-        if self._arrays[5][1] == 0:
-            self._grow()
-        k.ll_shrink(*self._arrays, nodes[0], keep)
-
     def keep(self, owner: int, nbytes: int) -> None:
         """Keep the first ``nbytes`` of ``owner`` over all its segments, in allocation order; free the rest.
 
-        ``shrink`` touches the first segment only, which is enough for F_i's dropped input; a
-        block that must come down to a part of itself at B_i's end (the part of x_i that B_{i-1}
-        still needs) may own two segments (x_i, then the extra saved data).
+        F_i's end drops the part of x_i that B_i does not need; B_i's end keeps the part of
+        x_i that B_{i-1} still needs, of a block that may own two segments (x_i, then the
+        extra saved data).
         """
         nodes = self.nodes.get(owner)
         if not nodes:

@@ -157,7 +157,7 @@ class Algorithm1:
         if kind == "F":
             return self.inp[i] if i else 0
         # B_i also holds the part of x_{i+1} it needs (kept since B_{i+1}: output_saved_bytes)
-        held = self.p.stages[i].output_saved_bytes if i + 1 < self.n else 0
+        held = self.p.stages[i].output_saved_bytes  # 0 for the last stage (Profile checks it)
         return self.saved[i] + held + (self.p.output_bytes if i == self.n - 1 else self.grad[i + 1])
 
     def op_alloc(self, k: int, ws: int) -> int:
@@ -456,7 +456,7 @@ class Algorithm1:
                 self.f_end[i] = finish
                 drop = self.inp[i] - self.saved[i]
                 if drop > 0:
-                    self.mem.shrink(i, self.inp[i] - drop)
+                    self.mem.keep(i, self.inp[i] - drop)
             else:
                 # the part of x_i that B_{i-1} needs is one storage with saved_i: it stays
                 # (kept in place, over all of block i's segments) until B_{i-1} ends
@@ -466,7 +466,7 @@ class Algorithm1:
                     self.mem.keep(i, held)
                 else:
                     self.mem.free(i)
-                if i + 1 < n and self.p.stages[i].output_saved_bytes > 0:
+                if self.p.stages[i].output_saved_bytes > 0:  # the part of x_{i+1} held for this B_i
                     self.mem.free(i + 1)
                 self.state[i] = DEAD
                 if i == n - 1:

@@ -46,6 +46,7 @@ from torch.utils.flop_counter import flop_registry
 
 from harness.models.metafast import meta_modes
 from harness.profilers.errors import ProfilingError
+from harness.profilers.grad_liveness import GradLiveness
 from harness.profilers.graph import Graph, tensors_in
 from harness.profilers.stages import StagePlan, StageSpan, storage_bytes, storage_key
 
@@ -155,36 +156,34 @@ class _Liveness:
 
     Forward: the most bytes held at once by values of the stage that are neither saved,
     nor the stage input or output (temporaries such as a concatenation feeding a conv).
-    Backward: the most bytes of gradients of the stage's inner values alive at once,
-    taken as the gradient of a node's result plus those of its inner inputs.
+    Backward: the most bytes of the gradients of the stage's inner values alive at once
+    (``GradLiveness``, which replays autograd's order over the gradient buffers).
     """
 
     def __init__(self, graph: Graph, span: StageSpan) -> None:
         self.graph, self.span = graph, span
         self.live: list[dict[int, int]] = []
-        self.grads: list[list[tuple[int, int]]] = []
+        self.grads = GradLiveness(span.first, span.last, span.output)
         self._hold: list[Any] = []  # keeps storages alive so that their ids stay unique
 
     def on_node(self, i: int, value: Any, env: dict[int, Any]) -> None:
-        """Record what is live after node ``i`` ran, and the gradients its backward will hold."""
+        """Record what is live after node ``i`` ran, and what its backward will create."""
         self._hold.append(value)
         live: dict[int, int] = {}
         for t in tensors_in(list(env.values())):
             live[storage_key(t)] = storage_bytes(t)
         self.live.append(live)
-        grads = [(storage_key(t), _dense_bytes(t)) for t in tensors_in(value) if t.requires_grad]
-        for j in self.graph.info[i].inputs:
-            if self.span.first <= j <= self.span.last and j in env and j in self.graph.input_dependent:
-                grads += [(storage_key(t), _dense_bytes(t)) for t in tensors_in(env[j]) if t.requires_grad]
-        self.grads.append(grads)
+        if i in self.graph.input_dependent:
+            inputs = {j: env[j] for j in self.graph.info[i].inputs if j in env and j in self.graph.input_dependent}
+            self.grads.on_node(i, self.graph.nodes[i], value, inputs)
 
     def fwd_workspace(self, excluded: set[int]) -> int:
         """Peak bytes of live values whose storage is not in ``excluded``."""
         return max((sum(b for k, b in live.items() if k not in excluded) for live in self.live), default=0)
 
-    def bwd_workspace(self, boundary: set[int]) -> int:
-        """Peak bytes of inner gradients (gradients of boundary tensors are y_i, y_{i+1})."""
-        return max((sum(b for k, b in g if k not in boundary) for g in self.grads), default=0)
+    def bwd_workspace(self) -> int:
+        """Peak bytes of inner gradients (y_i and y_{i+1} are the chain model's own)."""
+        return self.grads.peak()
 
 
 def _dense_bytes(t: torch.Tensor) -> int:
@@ -300,7 +299,7 @@ class _Iteration:
         self.output_bytes = storage_bytes(out)  # the last stage's is the model's
         boundary = {self.in_keys[s], self.out_keys[s]}
         self.fwd_ws.append(liveness.fwd_workspace(set(record) | boundary | self.weight_keys))
-        self.bwd_ws.append(liveness.bwd_workspace(boundary))
+        self.bwd_ws.append(liveness.bwd_workspace())
         self.fwd_stats.append(counter.stats if counter is not None else OpStats())
         self.im2col.append(counter.im2col_bytes if counter is not None else 0)
         return out

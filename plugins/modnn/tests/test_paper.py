@@ -65,12 +65,18 @@ def _plan(planner, profile, budget, **options):
 
 def test_fig6_m_min_is_about_50x_below_the_ideal_case(profiles) -> None:
     """Fig. 6: "Compared with the ideal case, the lower bound is reduced by 50x on average";
-    every network needs more than 12 GB in the ideal case; VGG-101 "nearly 100GB"."""
+    every network needs more than 12 GB in the ideal case, the three VGGs more than 24 GB;
+    VGG-101 "requires nearly 100GB by the ideal case, the lower bound of moDNN is only 1.4GB"
+    (a ratio of about 71).
+
+    Our VGG-101 (the paper gives no layer count) needs about 1.5x the paper's sizes in both
+    figures (149 GB and 2.1 GB), so its ratio is checked, not its gigabytes."""
     ratios = {key: ideal_memory(p) / m_min(p) for key, p in profiles.items()}
     assert all(ideal_memory(p) > 12 * GiB for p in profiles.values())
+    assert all(ideal_memory(profiles[key]) > 24 * GiB for key in VGG_FAMILY)
     assert 40 <= sum(ratios.values()) / len(ratios) <= 65, ratios
     assert all(r >= 25 for r in ratios.values()), ratios
-    assert 80e9 <= ideal_memory(profiles["vgg101"]) <= 120e9
+    assert 100 / 1.4 * 0.75 <= ratios["vgg101"] <= 100 / 1.4 * 1.25, ratios
     assert m_min(profiles["vgg101"]) < 4 * GiB  # "can easily fit into almost all low-end GPUs"
 
 
@@ -154,30 +160,14 @@ def test_fig8_moDNN_schedules_are_not_slower_than_vdnn_plus(profiles) -> None:
 # Placement inside the list is not the paper's (it cites an OS textbook, [23]):
 # membudget_modnn._kernels.ll_alloc's best fit (long-lived data at a hole's low end, short-lived
 # at its high end) is ours. With short-lived data at the high end of the highest hole instead
-# (not best fit), VGG-16 at 4 GiB and VGG-19 at 4 and 8 GiB lost +2.04%/+1.62% the same way: the
-# gradients cut the large hole the offloads of x_1 and x_2 leave. Not a departure from the
-# paper's text, but a loss the paper does not report.
-_LATE_X1 = ("Algorithm 1's linked list has no contiguous hole for x_1 at B_3's start (no scheme: lines 20-25 "
-            "break), so x_1's prefetch starts at B_2 and B_1 waits for it in every pass")
-FIG8_EQ3_VGG_XFAIL = {
-    ("vgg16", 8): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 128 x 2)",
-    ("vgg19", 2): _LATE_X1 + " (the free bytes would hold it; vDNN+ runs the same 19 x 14)",
-}
-FIG8_EQ3_VGG_CASES = [
-    pytest.param(key, gib, id=f"{key}-{gib}GiB",
-                 marks=[pytest.mark.xfail(strict=True, reason=FIG8_EQ3_VGG_XFAIL[key, gib])]
-                 if (key, gib) in FIG8_EQ3_VGG_XFAIL else [])
-    for key in ("vgg16", "vgg19") for gib in FIG8_BUDGETS_GIB
-]
+# (not best fit), VGG-16 at 4 GiB and VGG-19 at 4 and 8 GiB lost +2.04%/+1.62%: the gradients
+# cut the large hole the offloads of x_1 and x_2 leave, and x_1's prefetch came late.
 
 
-@pytest.mark.parametrize("key,gib", FIG8_EQ3_VGG_CASES)
+@pytest.mark.parametrize("key,gib", [(k, g) for k in ("vgg16", "vgg19") for g in FIG8_BUDGETS_GIB],
+                         ids=lambda v: v if isinstance(v, str) else f"{v}GiB")
 def test_fig8_eq3_moDNN_is_not_slower_than_vdnn_plus_on_vgg(profiles, key: str, gib: int) -> None:
-    """Fig. 8 with the paper's own sub-batch rule (eq. 3), wall-clock against wall-clock.
-
-    Holds at 4 and 12 GiB (both networks), for VGG-16 at 2 GiB and for VGG-19 at 8 GiB; strict
-    xfails elsewhere (see above).
-    """
+    """Fig. 8 with the paper's own sub-batch rule (eq. 3), wall-clock against wall-clock."""
     profile = profiles[key]
     assert any(s.output_saved_bytes for s in profile.stages)  # the held x_{i+1} is in the model
     budget = gib * GiB
@@ -210,63 +200,52 @@ def _at_task(algorithm, task: int, probe) -> list:
     return plan, seen
 
 
-# where x_1's prefetch comes late (B_2, not B_3): the xfails above, and VGG-16 at 2 GiB, where
-# vDNN+ loses more in its own compute time
-LATE_X1_CASES = {*FIG8_EQ3_VGG_XFAIL, ("vgg16", 2)}
-
-
 @pytest.mark.parametrize("key", ["vgg16", "vgg19"])
-def test_fig8_eq3_vgg_loss_is_the_late_stage1_prefetch(profiles, key: str) -> None:
-    """Where moDNN's Fig. 8 loss on the analytic VGG profiles goes (see FIG8_EQ3_VGG_CASES).
+def test_fig8_eq3_vgg_prefetches_x1_in_time(profiles, key: str) -> None:
+    """Why moDNN loses next to nothing on the analytic VGG profiles (eq. 3's sub-batch).
 
-    Where it stalls (VGG-16 at 2 and 8 GiB, VGG-19 at 2 GiB) B_1 stalls in every pass, and those
-    stalls are nearly all the loss: x_1's prefetch is issued at B_2's start, not at B_3's, because
-    at B_3's start the linked list has no contiguous hole of x_1's size (line 16 and eq. 4 both
-    say prefetch now). Elsewhere below 12 GiB (VGG-16 at 4 GiB, VGG-19 at 4 and 8 GiB) the hole is
-    there, x_1's prefetch is issued at B_3's start and nothing stalls. At 12 GiB nothing stalls
-    and nothing moves.
+    x_1's prefetch, the largest of the last ones, is issued at B_3's start wherever x_1 is
+    offloaded: the linked list has a contiguous hole of its size there and line 16 and
+    eq. (4) both say prefetch now. No backward operation but B_0 ever waits (for the
+    image, x_0: 0.75 ms a pass at VGG-16 2 GiB, +0.1%, where vDNN+ loses 28%).
+
+    Until the profiler counted the gradient an in-place ReLU's backward creates (ex^B of
+    every conv + ReLU stage, ``harness.profilers.grad_liveness``), eq. (3) chose other
+    sub-batches, and at VGG-16 2 and 8 GiB and VGG-19 2 GiB the hole was missing: x_1's
+    prefetch came at B_2 and B_1 stalled in every pass (+2.04% and +1.62% against vDNN+).
     """
     from membudget_modnn.scheduler import Algorithm1
     from membudget_modnn.subbatch import select_sub_batch
 
     profile = profiles[key]
+    offloaded_x1 = 0
     for gib in FIG8_BUDGETS_GIB:
         budget = gib * GiB
-        schedule = MoDNN().plan(profile, budget)
-        run = simulate(schedule, profile)
+        run = simulate(MoDNN().plan(profile, budget), profile)
         stalls = _compute_stalls(run)
-        if gib == 12:
-            assert not stalls and run.moved_bytes == 0, stalls
-            continue
-        late = (key, gib) in LATE_X1_CASES
-        if not late:
-            assert not stalls and run.moved_bytes > 0, (gib, stalls)
-        else:
-            ops = [label.split("/")[0] for label, _ in stalls]
-            assert ops.count("B1") == schedule.sub_batches and set(ops) <= {"B1", "B0"}, (gib, stalls)
-            b1 = sum(d for label, d in stalls if label.split("/")[0] == "B1")
-            assert b1 >= 0.9 * (run.makespan - run.compute_time) > 0, (gib, b1)
+        assert {label.split("/")[0] for label, _ in stalls} <= {"B0"}, (gib, stalls)
+        assert sum(d for _, d in stalls) < 0.002 * run.makespan, (gib, stalls)
         # the mechanism, in Algorithm 1 on eq. (3)'s sub-batch
         sb = select_sub_batch(profile, budget, "modnn")
         n = sb.profile.n_stages
-        b3, b2 = 2 * n - 4, 2 * n - 3  # operation indices of B_3 and B_2
+        b3 = 2 * n - 4  # operation index of B_3
 
         def probe(a, start, finish):
             s = 2 * n - 2  # B_1
-            latest = a.latest_starts(b3, finish)[s][1]
-            return (a.fits(b3, s, extra=1), a.should_start_now(s, start, finish, latest),
-                    a.mem.largest_free(), a.arena - a.mem.used(), a.saved[1])
+            waiting = a.latest_starts(b3, finish)  # the tasks with data still to prefetch
+            if s not in waiting:
+                return None
+            return (a.fits(b3, s, extra=1), a.should_start_now(s, start, finish, waiting[s][1]),
+                    a.mem.largest_free(), a.saved[1])
 
         plan, seen = _at_task(Algorithm1(sb.profile, budget), b3, probe)
-        fits, due, hole, free, x1 = seen[0]
-        assert fits and due and (hole < x1) == late, (gib, seen)
         pre = [c for c in plan.copies if c.stage == 1 and c.prefetch]
-        assert [c.issue_op for c in pre] == [b2 if late else b3], (gib, pre)
-        if late:
-            assert (free >= x1) == ((key, gib) != ("vgg16", 2)), (gib, free, x1)  # fragmentation only but there
-            # vDNN+ on the same passes waits only for the last stage's input
-            plus = _run(VDNNPlus().plan(profile, budget), profile)
-            assert plus.makespan - plus.compute_time < 0.1 * (run.makespan - run.compute_time), gib
+        if pre and seen[0] is not None:
+            offloaded_x1 += 1
+            fits, due, hole, x1 = seen[0]
+            assert fits and due and hole >= x1, (gib, seen)
+            assert [c.issue_op for c in pre] == [b3], (gib, pre)
+    assert offloaded_x1  # the mechanism ran at some budget
 
 
 def test_fig8_moDNN_fits_every_budget_down_to_m_min(profiles) -> None:

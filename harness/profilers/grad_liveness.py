@@ -1,0 +1,167 @@
+"""The temporary gradient memory of one stage's backward B_i, from its forward graph.
+
+papers/004 section 3.1 holds y_{i+1} (the gradient that enters B_i) and y_i (the one it
+produces) for the whole of B_i; ``ex^B_i`` is what B_i needs on top of them: the
+gradients of the stage's inner values. ``GradLiveness`` replays autograd's order (the
+stage's nodes in reverse) over the buffers those gradients occupy:
+
+- every node k whose result needs a gradient receives one buffer g_k (the accumulated
+  gradient of its result); running B of k creates a contribution for each of its inputs
+  and then releases g_k;
+- a contribution is a **new** buffer of the input's size, except where autograd hands
+  g_k itself on (an addition passes its gradient to both operands, a concatenation gives
+  each operand a slice of it, a reshape-like view and a tuple item reuse it);
+- an **in-place** operation (``relu_``, ``x += y`` aside) has a result that is its input
+  object, yet the gradients of its result and of its input are two tensors: ReLU's
+  backward writes a new one. Keying gradients by storage (as the forward liveness keys
+  values) would merge them; here they are keyed by node;
+- a second contribution to the same value is added out of place (what autograd's input
+  buffers do here): for a moment the old sum, the contribution and the new sum all live.
+  This is the residual block's peak: the skip connection's gradient waits for the main
+  branch, then both become y_i.
+
+The peak is taken while a node's contributions exist beside the gradients still pending,
+without the buffers of y_{i+1} and y_i, which the chain model counts already.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+
+from harness.profilers.graph import tensors_in
+from harness.profilers.stages import storage_key
+
+_ADDITIONS = {operator.add, operator.iadd, operator.sub, operator.isub, torch.add, torch.sub}
+_ADDITION_METHODS = {"add", "add_", "sub", "sub_"}
+_CONCATENATIONS = {torch.cat, torch.concat}
+
+
+@dataclass
+class _NodeGrad:
+    """What B of one node creates: per differentiable input, its bytes and whether it gets the node's own buffer."""
+
+    contributions: list[tuple[int, int, bool]] = field(default_factory=list)
+
+
+def _grad_bytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in(value) if t.requires_grad)
+
+
+def _passes_gradient_on(node: fx.Node, value: Any, operand: Any) -> bool:
+    """Whether autograd gives ``operand`` the node's own gradient buffer (no new memory)."""
+    if not isinstance(operand, torch.Tensor):
+        return True  # an item of a tuple result: its gradient is the tuple's
+    if node.op == "call_function" and node.target is operator.getitem:
+        return not isinstance(operand, torch.Tensor)
+    if not isinstance(value, torch.Tensor):
+        return False
+    same_size = operand.numel() == value.numel()
+    if node.op == "call_function" and node.target in _ADDITIONS or (
+        node.op == "call_method" and node.target in _ADDITION_METHODS
+    ):
+        return same_size
+    if node.op == "call_function" and node.target in _CONCATENATIONS:
+        return True
+    is_view = value is not operand and storage_key(value) == storage_key(operand)
+    return is_view and same_size
+
+
+class GradLiveness:
+    """Peak bytes of a stage's inner gradients during its backward (see the module docstring)."""
+
+    def __init__(self, first: int, last: int, output: int) -> None:
+        self.first, self.last, self.output = first, last, output
+        self.nodes: dict[int, _NodeGrad] = {}
+
+    def on_node(self, i: int, node: fx.Node, value: Any, inputs: dict[int, Any]) -> None:
+        """Record node ``i``'s differentiable inputs (position -> value) and how B of ``i`` feeds them."""
+        if _grad_bytes(value) == 0:
+            return
+        record = _NodeGrad()
+        for j, operand in inputs.items():
+            size = _grad_bytes(operand)
+            if size:
+                record.contributions.append((j, size, _passes_gradient_on(node, value, operand)))
+        self.nodes[i] = record
+
+    def peak(self) -> int:
+        """The most bytes of inner gradients alive at once in B of the stage."""
+        replay = _Replay(self.output)
+        for k in range(self.last, self.first - 1, -1):
+            if k in self.nodes and replay.has(k):
+                inner = [(j if self.first <= j <= self.last else _INPUT, size, alias)
+                         for j, size, alias in self.nodes[k].contributions]
+                replay.backward(k, inner)
+        return replay.peak()
+
+
+_OUTPUT, _INPUT = -1, -2  # the gradients of the stage output (y_{i+1}) and input (y_i)
+
+
+class _Replay:
+    """Gradient buffers during one B_i: which pending gradient holds which buffer, and their sizes."""
+
+    def __init__(self, output: int) -> None:
+        self.sizes: dict[int, int] = {_OUTPUT: 0}  # buffer -> bytes (y_{i+1} is the chain model's)
+        self.holders: dict[int, int] = {_OUTPUT: 1}  # buffer -> how many gradients use it
+        self.pending: dict[int, int] = {output: _OUTPUT}  # node (or _INPUT) -> its gradient's buffer
+        self.boundary = {_OUTPUT}  # buffers the chain model counts already: y_{i+1}, y_i
+        self.aliased_input: set[int] = set()  # inner buffers handed on as y_i: y_i all along
+        self.snapshots: list[tuple[dict[int, int], frozenset[int]]] = []
+        self._next = 0
+
+    def has(self, node: int) -> bool:
+        return node in self.pending
+
+    def _new(self, size: int) -> int:
+        self._next += 1
+        self.sizes[self._next] = size
+        return self._next
+
+    def _hold(self, buf: int) -> None:
+        self.holders[buf] = self.holders.get(buf, 0) + 1
+
+    def _drop(self, buf: int) -> None:
+        self.holders[buf] -= 1
+        if not self.holders[buf]:
+            del self.holders[buf]
+
+    def _snapshot(self) -> None:
+        self.snapshots.append(({b: self.sizes[b] for b in self.holders}, frozenset(self.boundary)))
+
+    def backward(self, node: int, contributions: list[tuple[int, int, bool]]) -> None:
+        """B of ``node``: its gradient feeds each (target, bytes, whether it hands on its own buffer)."""
+        g = self.pending.pop(node)
+        made = []
+        for target, size, alias in contributions:
+            buf = g if alias else self._new(size)
+            self._hold(buf)
+            if target == _INPUT and _INPUT not in self.pending and all(t != _INPUT for t, _, _ in made):
+                (self.aliased_input if buf == g else self.boundary).add(buf)  # y_i's own buffer
+            made.append((target, buf, size))
+        self._snapshot()
+        self._drop(g)
+        for target, buf, size in made:
+            old = self.pending.get(target)
+            if old is None:
+                self.pending[target] = buf
+                continue
+            total = self._new(size)  # autograd adds a second gradient out of place
+            self._hold(total)
+            self._snapshot()
+            self._drop(old)
+            self._drop(buf)
+            self.pending[target] = total
+            if target == _INPUT:
+                self.boundary.add(total)
+        self._snapshot()
+
+    def peak(self) -> int:
+        excluded = self.aliased_input
+        return max((sum(n for b, n in live.items() if b not in boundary and b not in excluded)
+                    for live, boundary in self.snapshots), default=0)

@@ -1,0 +1,107 @@
+"""The backward workspace ex^B of a stage (``harness.profilers.grad_liveness``) against real autograd.
+
+The independent measurement: each stage's backward runs for real on the CPU under a
+dispatch mode that sees every tensor an operator creates and, through a finaliser on its
+storage, when it is freed. The chain model holds y_{i+1} and y_i for the whole of B_i, so
+for every stage the estimate must satisfy
+
+    ex^B_i  <=  real peak of what B_i allocates  <=  ex^B_i + |y_i|
+
+(y_i may be allocated only at the end of B_i, so the real peak may miss it, never more).
+Before the estimate replayed autograd, an in-place ReLU's input and output gradients were
+one storage to it: a conv + ReLU stage had no backward workspace at all.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+from harness.profilers.graph import Graph, trace  # noqa: E402
+from harness.profilers.instrument import record_chain  # noqa: E402
+from harness.profilers.stages import plan_stages  # noqa: E402
+
+
+class _Allocations(TorchDispatchMode):
+    """Bytes of the new storages operators create while active, and their peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.now = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        known = {a.untyped_storage().data_ptr() for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                ptr = storage.data_ptr()
+                if ptr in self.live or ptr in known or storage.nbytes() == 0:
+                    continue  # a view or an in-place result: nothing new
+                self.live[ptr] = storage.nbytes()
+                self.now += storage.nbytes()
+                self.peak = max(self.peak, self.now)
+                weakref.finalize(storage, self._free, ptr)
+        return out
+
+    def _free(self, ptr: int) -> None:
+        self.now -= self.live.pop(ptr)
+
+
+def _stages_against_autograd(name: str):
+    """(stage, estimated ex^B, |y_i|, real peak) for every stage after the first."""
+    model = getattr(torchvision.models, name)()
+    x = torch.randn(2, 3, 64, 64)
+    graph = Graph(trace(model, x))
+    plan = plan_stages(graph, x)
+    records = record_chain(graph, plan, x, count_ops=False)
+    for p in graph.gm.parameters():
+        p.requires_grad_(False)  # weight gradients are weights, not ex^B
+    rows, value = [], x
+    for s, (span, record) in enumerate(zip(plan.stages, records.stages)):
+        leaf = value.detach().requires_grad_(s > 0)
+        # a clone, so that the stage input is an autograd node like the previous stage's output
+        env = {span.input: leaf.clone() if s > 0 else leaf}
+        graph.run(span.first, span.last, env, keep=lambda i, out=span.output: i == out)
+        out = env[span.output]
+        if s > 0 and out.requires_grad:
+            grad = torch.ones_like(out)
+            with _Allocations() as seen:
+                torch.autograd.backward(out, grad)
+            rows.append((span.name, record.bwd_workspace, record.grad_bytes, seen.peak))
+        value = out.detach()
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "densenet121", "vgg11", "regnet_x_400mf"])
+def test_backward_workspace_brackets_what_autograd_allocates(name):
+    rows = _stages_against_autograd(name)
+    assert len(rows) > 5
+    wrong = [row for row in rows if not row[1] <= row[3] <= row[1] + row[2]]
+    assert not wrong, wrong
+
+
+def test_a_conv_relu_stage_needs_the_gradient_of_the_conv_output():
+    """ReLU(inplace=True) writes over the conv output, yet B makes a new gradient for it."""
+    rows = dict((r[0], r) for r in _stages_against_autograd("vgg11"))
+    name, ex, y, real = rows["features.3..4"]
+    conv_output = 2 * 128 * 32 * 32 * 4  # batch 2, 128 channels at 32x32, float32
+    assert ex == conv_output
+    assert real == conv_output + y  # that gradient, then y_i while it still lives
+
+
+def test_residual_blocks_hold_the_skip_gradient_until_the_sum():
+    """BasicBlock: the skip connection's gradient (the size of x) waits for the main branch;
+    adding them makes a third buffer of that size, whatever the main branch held."""
+    rows = _stages_against_autograd("resnet18")
+    name, ex, y, real = next(r for r in rows if r[0] == "layer1.1")
+    assert ex == 2 * y and real == ex + y

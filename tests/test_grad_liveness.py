@@ -56,9 +56,9 @@ class _Allocations(TorchDispatchMode):
         self.now -= self.live.pop(ptr)
 
 
-def _stages_against_autograd(name: str):
+def _stages_against_autograd(name: str | torch.nn.Module):
     """(stage, estimated ex^B, |y_i|, real peak) for every stage after the first."""
-    model = getattr(torchvision.models, name)()
+    model = getattr(torchvision.models, name)() if isinstance(name, str) else name
     x = torch.randn(2, 3, 64, 64)
     graph = Graph(trace(model, x))
     plan = plan_stages(graph, x)
@@ -105,3 +105,18 @@ def test_residual_blocks_hold_the_skip_gradient_until_the_sum():
     rows = _stages_against_autograd("resnet18")
     name, ex, y, real = next(r for r in rows if r[0] == "layer1.1")
     assert ex == 2 * y and real == ex + y
+
+
+def test_operations_that_return_their_input_allocate_no_gradient():
+    """``nn.Identity`` and dropout with p = 0 return the very tensor they got, with the same
+    ``grad_fn``: no backward, no buffer; an in-place ReLU replaces the ``grad_fn``: one buffer."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Identity(),
+        torch.nn.Dropout(p=0.0), torch.nn.ReLU(inplace=True), torch.nn.Conv2d(8, 8, 3, padding=1),
+    )
+    rows = _stages_against_autograd(model)
+    assert rows
+    conv_output = 2 * 8 * 64 * 64 * 4
+    for name, ex, y, real in rows:
+        assert ex <= real <= ex + y, rows
+    assert max(ex for _, ex, _, _ in rows) == conv_output

@@ -10,7 +10,7 @@ from harness.model import Profile, Schedule, Transfer, training_ops
 from harness.schedules import keep_all_schedule
 from harness.simulate.executor import timing
 from harness.units import format_bytes
-from membudget_modnn.scheduler import Algorithm1, PlanningError, SubBatchPlan
+from membudget_modnn.scheduler import DEFRAGMENT_MODES, Algorithm1, PlanningError, SubBatchPlan
 from membudget_modnn.subbatch import SubBatching, baseline_algorithm, m_min, max_task_bytes, select_sub_batch
 
 
@@ -70,15 +70,21 @@ class MoDNN:
     offloading, and keep the fastest in the simulator; eq. (3) takes the largest
     sub-batch, which pays off when small sub-batches run slower, and costs headroom
     when they do not); ``sub_batches`` (force the number of passes); ``select_algorithms``
-    (False: every stage keeps its baseline algorithm).
+    (False: every stage keeps its baseline algorithm); ``defragment``: when no offloading
+    scheme exists, ``enough`` (ours, the default) offloads the earliest blocks until the
+    compacted memory holds the request, ``all`` offloads every block as the paper's text
+    says (IV.B: "offloading all data and then reloading required data").
     """
 
     name = "modnn"
     description = "moDNN (Chen et al. 2018): sub-batch selection, linked-list offload/prefetch scheduling, conv algorithm choice"
 
     def plan(self, profile: Profile, budget_bytes: int, duplex: bool = False, sub_batch: str = "eq3",
-             sub_batches: int | None = None, select_algorithms: bool = True, **options) -> Schedule:
+             sub_batches: int | None = None, select_algorithms: bool = True, defragment: str = "enough",
+             **options) -> Schedule:
         """A schedule for ``budget_bytes``; ``InfeasibleBudget`` below M_min (eq. 2)."""
+        if defragment not in DEFRAGMENT_MODES:
+            raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {defragment!r}")
         if sub_batch not in SUB_BATCH_MODES:
             raise ValueError(f"sub_batch must be one of {SUB_BATCH_MODES}, got {sub_batch!r}")
         budget = int(budget_bytes)
@@ -86,7 +92,7 @@ class MoDNN:
             # papers/000 III.A: moDNN steps in when the memory cannot hold everything
             return keep_all_schedule(profile, budget, self.name)
         sb = self._sub_batching(profile, budget, sub_batches)
-        best, best_time = self._plan_passes(profile, budget, sb, duplex, select_algorithms)
+        best, best_time = self._plan_passes(profile, budget, sb, duplex, select_algorithms, defragment)
         if sub_batch == "search" and sub_batches is None:
             last = passes_to_fit(profile, budget, sb.sub_batches)
             span = range(sb.sub_batches + 1, last + 1)
@@ -98,7 +104,7 @@ class MoDNN:
                     continue
                 tried.add(sub)
                 trial = SubBatching(sub, math.ceil(profile.batch_size / sub), sb.iterations, profile.at_batch(sub))
-                schedule, makespan = self._plan_passes(profile, budget, trial, duplex, select_algorithms)
+                schedule, makespan = self._plan_passes(profile, budget, trial, duplex, select_algorithms, defragment)
                 if makespan < best_time * (1 - 1e-12):
                     best, best_time = schedule, makespan
             best = Schedule(best.planner, best.budget_bytes, best.ops, best.transfers, best.algorithms,
@@ -107,10 +113,10 @@ class MoDNN:
         return best
 
     def _plan_passes(self, profile: Profile, budget: int, sb: SubBatching, duplex: bool,
-                     select_algorithms: bool) -> tuple[Schedule, float]:
+                     select_algorithms: bool, defragment: str = "enough") -> tuple[Schedule, float]:
         """Algorithm 1 on one pass, repeated; checked in the simulator (fallback when it cannot run)."""
         try:
-            plan = Algorithm1(sb.profile, budget, duplex, select_algorithms).run()
+            plan = Algorithm1(sb.profile, budget, duplex, select_algorithms, defragment).run()
             fallback = ""
         except PlanningError as exc:
             plan, fallback = None, f"Algorithm 1 failed ({exc})"

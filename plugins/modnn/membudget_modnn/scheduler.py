@@ -6,8 +6,9 @@ task t the scheduler
 1. allocates t's inputs that are not on the device and its outputs in the linked-list
    memory (lines 3-8); when an allocation fails it offloads the contiguous run of
    blocks chosen by Figure 4's search (``_kernels.find_scheme``), or, when no run
-   exists, defragments (every offloadable block goes to the host, the rest is
-   compacted);
+   exists, defragments (offloadable blocks go to the host, the earliest first, until
+   the free memory holds the request, or all of them as the paper's text says with
+   ``defragment="all"``; the rest is compacted);
 2. picks the stage's algorithm with the largest gain of eq. (5) (lines 9-14);
 3. prefetches for the next tasks while the usefulness prediction (line 16) and the
    start-time criterion of eq. (4) (line 19) say so (lines 15-27);
@@ -49,6 +50,8 @@ from harness.model import Profile, Transfer
 from membudget_modnn import _kernels
 from membudget_modnn.memory import LinkedListMemory
 from membudget_modnn.subbatch import baseline_algorithm, candidates
+
+DEFRAGMENT_MODES = ("enough", "all")
 
 ABSENT, RESIDENT, HOST, BACK, DEAD = range(5)
 
@@ -92,7 +95,11 @@ class SubBatchPlan:
 class Algorithm1:
     """One run of Algorithm 1 on a sub-batch profile and a budget (bytes, weights included)."""
 
-    def __init__(self, profile: Profile, budget: int, duplex: bool = False, select_algorithms: bool = True):
+    def __init__(self, profile: Profile, budget: int, duplex: bool = False, select_algorithms: bool = True,
+                 defragment: str = "enough"):
+        if defragment not in DEFRAGMENT_MODES:
+            raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {defragment!r}")
+        self.defragment_all = defragment == "all"
         self.p = profile
         self.n = n = profile.n_stages
         self.arena = int(budget) - profile.weight_bytes
@@ -233,11 +240,33 @@ class Algorithm1:
         blocks = sorted({int(o) for o in owner[first:last + 1] if o >= 0}, key=lambda j: (self.f_start[j], j))
         return blocks, float(delay)
 
-    def defragment_delay(self, k: int, protect: tuple[int, ...], now: float) -> float:
-        """The delay defragmentation would cause: every offloadable block queued on the copy engine."""
+    def defragment_blocks(self, nbytes: int, k: int, protect: tuple[int, ...]) -> list[int]:
+        """The blocks defragmentation offloads before compacting, in copy order.
+
+        The paper's text (IV.B) offloads "all data" (``defragment="all"``). By default
+        (``"enough"``, ours) offloadable blocks go in the order their copies may start (the
+        earliest first: their copies overlap the most tasks, Figure 3b, and they are needed
+        again last) until the free memory after compaction holds ``nbytes``: IV.B's
+        objective (2), minimise offloading. Every offloadable block when even that is not
+        enough.
+        """
         can = self.offloadable(k, protect)
+        order = sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j))
+        if self.defragment_all:
+            return order
+        free = self.arena - self.mem.used()
+        chosen = []
+        for j in order:
+            if free >= nbytes:
+                break
+            chosen.append(j)
+            free += self.mem.resident(j)
+        return chosen if free >= nbytes else order
+
+    def defragment_delay(self, nbytes: int, k: int, protect: tuple[int, ...], now: float) -> float:
+        """The delay defragmentation would cause: the blocks it offloads queued on the copy engine."""
         t = self.engine[0]
-        for j in sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j)):
+        for j in self.defragment_blocks(nbytes, k, protect):
             t = max(t, self.f_start[j]) + self.saved[j] / self.p.d2h_bandwidth
         return max(0.0, t - now)
 
@@ -259,8 +288,7 @@ class Algorithm1:
                 release = max(release, self.offload(j, waiter))
         elif defragment:
             self.defrags += 1
-            can = self.offloadable(k, protect)
-            for j in sorted((j for j in range(self.n) if can[j]), key=lambda j: (self.f_start[j], j)):
+            for j in self.defragment_blocks(nbytes, k, protect):
                 release = max(release, self.offload(j, waiter))
             self.mem.compact()
         else:
@@ -374,7 +402,7 @@ class Algorithm1:
         t_off = 0.0
         if a.fwd_workspace > self.mem.largest_free():
             found = self.scheme(a.fwd_workspace, k, self.needs(k), self.T)
-            t_off = found[1] if found is not None else self.defragment_delay(k, self.needs(k), self.T)
+            t_off = found[1] if found is not None else self.defragment_delay(a.fwd_workspace, k, self.needs(k), self.T)
             t_off = max(0.0, t_off - (start - self.T))  # delays already paid by this task are not new
         finish = start + t_off + a.fwd_time
         return base_time - (a.fwd_time + a.bwd_time) - t_off - self.prefetch_penalty(k, a, start, finish)

@@ -120,3 +120,50 @@ def test_operations_that_return_their_input_allocate_no_gradient():
     for name, ex, y, real in rows:
         assert ex <= real <= ex + y, rows
     assert max(ex for _, ex, _, _ in rows) == conv_output
+
+
+class _UsedTwice(torch.nn.Module):
+    """``h * h`` and ``torch.cat([h, h])``: one node uses its operand twice."""
+
+    def __init__(self, concatenate: bool) -> None:
+        super().__init__()
+        self.concatenate = concatenate
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c = torch.nn.Conv2d(16 if concatenate else 8, 8, 3, padding=1)
+
+    def forward(self, x):
+        h = self.b(self.a(x))
+        h = torch.cat([h, h], 1) if self.concatenate else h * h
+        return self.c(h)
+
+
+@pytest.mark.parametrize("concatenate", [False, True], ids=["square", "cat-self"])
+def test_an_operand_used_twice_gets_two_gradients_then_their_sum(concatenate):
+    """Autograd makes a gradient for each use and adds them: for a moment two buffers of the
+    operand's size live beside y_i (the first of them)."""
+    rows = _stages_against_autograd(_UsedTwice(concatenate))
+    for name, ex, y, real in rows:
+        assert ex <= real <= ex + y, rows
+    assert max(ex / y for _, ex, y, _ in rows if y) == 2
+
+
+class _ConcatenatesAConstant(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c = torch.nn.Conv2d(16, 8, 3, padding=1)
+        self.register_buffer("k", torch.zeros(2, 8, 64, 64))
+
+    def forward(self, x):
+        return self.c(torch.cat([self.b(self.a(x)), self.k], 1))
+
+
+def test_a_gradient_handed_on_as_y_i_counts_beyond_y_i():
+    """cat([x, constant]) gives x a slice of its gradient: y_i is half of that buffer, and the
+    other half is this stage's workspace (the real run also copies the slice into the leaf's
+    contiguous gradient, which a chain's previous stage would not)."""
+    graph_rows = _stages_against_autograd(_ConcatenatesAConstant())
+    name, ex, y, real = graph_rows[-1]
+    assert ex == y and real <= ex + 2 * y

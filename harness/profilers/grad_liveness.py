@@ -9,8 +9,9 @@ stage's nodes in reverse) over the buffers those gradients occupy:
   gradient of its result); running B of k creates a contribution for each of its inputs
   and then releases g_k;
 - a contribution is a **new** buffer of the input's size, except where autograd hands
-  g_k itself on (an addition passes its gradient to both operands, a concatenation gives
-  each operand a slice of it, a reshape-like view and a tuple item reuse it);
+  g_k itself on (an addition passes its gradient to both operands, a subtraction to the
+  first, a concatenation gives each operand a slice of it, a reshape-like view and a
+  tuple item reuse it); an operand used twice (``x * x``) gets a contribution per use;
 - an **in-place** operation (``relu_``, ``x += y`` aside) has a result that is its input
   object, yet the gradients of its result and of its input are two tensors: ReLU's
   backward writes a new one. Keying gradients by storage (as the forward liveness keys
@@ -20,7 +21,9 @@ stage's nodes in reverse) over the buffers those gradients occupy:
 - a second contribution to the same value is added out of place (what autograd's input
   buffers do here): for a moment the old sum, the contribution and the new sum all live.
   This is the residual block's peak: the skip connection's gradient waits for the main
-  branch, then both become y_i.
+  branch, then both become y_i;
+- when y_i is a slice of an inner buffer (a concatenation with a constant), the rest of
+  that buffer is workspace.
 
 The peak is taken while a node's contributions exist beside the gradients still pending,
 without the buffers of y_{i+1} and y_i, which the chain model counts already.
@@ -44,9 +47,28 @@ from torch import fx
 from harness.profilers.graph import tensors_in
 from harness.profilers.stages import storage_key
 
-_ADDITIONS = {operator.add, operator.iadd, operator.sub, operator.isub, torch.add, torch.sub}
-_ADDITION_METHODS = {"add", "add_", "sub", "sub_"}
+_ADDITIONS = {operator.add, operator.iadd, torch.add}
+_SUBTRACTIONS = {operator.sub, operator.isub, torch.sub}
+_ADDITION_METHODS = {"add", "add_"}
+_SUBTRACTION_METHODS = {"sub", "sub_"}
 _CONCATENATIONS = {torch.cat, torch.concat}
+
+
+def operand_uses(node: fx.Node, position: dict[fx.Node, int]) -> list[tuple[int, bool]]:
+    """(graph position, whether it is the first argument) for every use of a node by ``node``.
+
+    A node used twice (``x * x``, ``torch.cat([h, h])``) is listed twice: autograd makes
+    a gradient for each use and adds them.
+    """
+    uses: list[tuple[int, bool]] = []
+    first = node.args[0] if node.args else None
+    fx.node.map_arg((node.args, node.kwargs), lambda a: uses.append((position[a], a is first)) or a)
+    return uses
+
+
+def _is(node: fx.Node, functions: set, methods: set) -> bool:
+    return (node.op == "call_function" and node.target in functions) or (
+        node.op == "call_method" and node.target in methods)
 
 
 @dataclass
@@ -60,12 +82,14 @@ def _grad_bytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_in(value) if t.requires_grad)
 
 
-def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any) -> bool:
+def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any, first: bool) -> bool:
     """Whether autograd gives ``operand`` the node's own gradient buffer (no new memory).
 
     ``operand_fn`` is the operand's ``grad_fn`` when it was produced: a node that returns
     its operand object unchanged (``nn.Identity``, dropout with p = 0, a no-op
-    ``contiguous``) leaves it, an in-place operation replaces it.
+    ``contiguous``) leaves it, an in-place operation replaces it. ``first``: the operand
+    is the node's first argument (a subtraction negates the gradient of the second, an
+    addition with ``alpha`` scales it).
     """
     if not isinstance(operand, torch.Tensor):
         return True  # an item of a tuple result: its gradient is the tuple's
@@ -76,10 +100,10 @@ def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any
     if value is operand:
         return value.grad_fn is operand_fn
     same_size = operand.numel() == value.numel()
-    if node.op == "call_function" and node.target in _ADDITIONS or (
-        node.op == "call_method" and node.target in _ADDITION_METHODS
-    ):
-        return same_size
+    if _is(node, _ADDITIONS, _ADDITION_METHODS):
+        return same_size and (first or node.kwargs.get("alpha", 1) == 1)
+    if _is(node, _SUBTRACTIONS, _SUBTRACTION_METHODS):
+        return same_size and first
     if node.op == "call_function" and node.target in _CONCATENATIONS:
         return True
     is_view = storage_key(value) == storage_key(operand)
@@ -94,16 +118,16 @@ class GradLiveness:
         self.nodes: dict[int, _NodeGrad] = {}
         self.fns: dict[int, Any] = {}  # node -> its result's grad_fn when it was produced
 
-    def on_node(self, i: int, node: fx.Node, value: Any, inputs: dict[int, Any]) -> None:
-        """Record node ``i``'s differentiable inputs (position -> value) and how B of ``i`` feeds them."""
+    def on_node(self, i: int, node: fx.Node, value: Any, inputs: list[tuple[int, Any, bool]]) -> None:
+        """Record how B of node ``i`` feeds its inputs: (position, value, first argument) per use."""
         if _grad_bytes(value) == 0:
             return
         record = _NodeGrad()
-        for j, operand in inputs.items():
+        for j, operand, first in inputs:
             size = _grad_bytes(operand)
             if size:
                 # the stage input is a leaf: no grad_fn
-                alias = _passes_gradient_on(node, value, operand, self.fns.get(j))
+                alias = _passes_gradient_on(node, value, operand, self.fns.get(j), first)
                 record.contributions.append((j, size, alias))
         self.nodes[i] = record
         self.fns[i] = getattr(value, "grad_fn", None)
@@ -130,7 +154,8 @@ class _Replay:
         self.holders: dict[int, int] = {_OUTPUT: 1}  # buffer -> how many gradients use it
         self.pending: dict[int, int] = {output: _OUTPUT}  # node (or _INPUT) -> its gradient's buffer
         self.boundary = {_OUTPUT}  # buffers the chain model counts already: y_{i+1}, y_i
-        self.aliased_input: set[int] = set()  # inner buffers handed on as y_i: y_i all along
+        # inner buffers (or the part of them) handed on as y_i: y_i all along
+        self.aliased_input: dict[int, int] = {}
         self.snapshots: list[tuple[dict[int, int], frozenset[int]]] = []
         self._next = 0
 
@@ -161,7 +186,10 @@ class _Replay:
             buf = g if alias else self._new(size)
             self._hold(buf)
             if target == _INPUT and _INPUT not in self.pending and all(t != _INPUT for t, _, _ in made):
-                (self.aliased_input if buf == g else self.boundary).add(buf)  # y_i's own buffer
+                if buf == g:  # y_i is (a slice of) this inner buffer
+                    self.aliased_input[buf] = max(self.aliased_input.get(buf, 0), size)
+                else:
+                    self.boundary.add(buf)  # y_i's own buffer
             made.append((target, buf, size))
         self._snapshot()
         self._drop(g)
@@ -181,6 +209,7 @@ class _Replay:
         self._snapshot()
 
     def peak(self) -> int:
-        excluded = self.aliased_input
-        return max((sum(n for b, n in live.items() if b not in boundary and b not in excluded)
-                    for live, boundary in self.snapshots), default=0)
+        def inner(live: dict[int, int], boundary: frozenset[int]) -> int:
+            return sum(max(0, n - self.aliased_input.get(b, 0)) for b, n in live.items() if b not in boundary)
+
+        return max((inner(live, boundary) for live, boundary in self.snapshots), default=0)

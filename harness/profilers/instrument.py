@@ -46,7 +46,7 @@ from torch.utils.flop_counter import flop_registry
 
 from harness.models.metafast import meta_modes
 from harness.profilers.errors import ProfilingError
-from harness.profilers.grad_liveness import GradLiveness
+from harness.profilers.grad_liveness import GradLiveness, operand_uses
 from harness.profilers.graph import Graph, tensors_in
 from harness.profilers.stages import StagePlan, StageSpan, storage_bytes, storage_key
 
@@ -174,8 +174,10 @@ class _Liveness:
             live[storage_key(t)] = storage_bytes(t)
         self.live.append(live)
         if i in self.graph.input_dependent:
-            inputs = {j: env[j] for j in self.graph.info[i].inputs if j in env and j in self.graph.input_dependent}
-            self.grads.on_node(i, self.graph.nodes[i], value, inputs)
+            node = self.graph.nodes[i]
+            inputs = [(j, env[j], first) for j, first in operand_uses(node, self.graph.position)
+                      if j in env and j in self.graph.input_dependent]
+            self.grads.on_node(i, node, value, inputs)
 
     def fwd_workspace(self, excluded: set[int]) -> int:
         """Peak bytes of live values whose storage is not in ``excluded``."""

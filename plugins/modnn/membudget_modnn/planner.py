@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
@@ -107,10 +108,9 @@ class MoDNN:
                 schedule, makespan = self._plan_passes(profile, budget, trial, duplex, select_algorithms, defragment)
                 if makespan < best_time * (1 - 1e-12):
                     best, best_time = schedule, makespan
-            best = Schedule(best.planner, best.budget_bytes, best.ops, best.transfers, best.algorithms,
-                            best.sub_batches, {**best.options, "sub_batch_mode": "search"},
-                            best.notes + f"; searched {len(tried)} sub-batch sizes from eq. (3)'s {sb.sub_batch}")
-        return best
+            best = replace(best, options={**best.options, "sub_batch_mode": "search"},
+                           notes=best.notes + f"; searched {len(tried)} sub-batch sizes from eq. (3)'s {sb.sub_batch}")
+        return replace(best, options={**best.options, "defragment": defragment})
 
     def _plan_passes(self, profile: Profile, budget: int, sb: SubBatching, duplex: bool,
                      select_algorithms: bool, defragment: str = "enough") -> tuple[Schedule, float]:

@@ -290,6 +290,7 @@ def test_defragmentation_offloads_only_what_the_request_needs(profiles) -> None:
         enough = MoDNN().plan(profile, budget)
         literal = MoDNN().plan(profile, budget, defragment="all")
         assert "defragmentations per pass: 1" in literal.notes
+        assert (enough.options["defragment"], literal.options["defragment"]) == ("enough", "all")
         ours, paper = simulate(enough, profile), simulate(literal, profile)
         plus = _run(VDNNPlus().plan(profile, budget), profile)
         assert ours.moved_bytes <= min(paper.moved_bytes, plus.moved_bytes), gib

@@ -32,7 +32,7 @@ The unit is the traced graph's node. What one node's backward allocates inside i
 not seen: fused CNN kernels allocate little there (on the CPU, real autograd allocations
 bracket the estimate on every stage of ResNet-50, MobileNet-V2, DenseNet-121, VGG-11 and
 RegNet, ``tests/test_grad_liveness.py``), but a wrapped attention function is one node,
-and Swin-T's attention stages allocate up to 3x the estimate.
+and Swin-T's attention stages allocate 3.3x the estimate.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ and Swin-T's attention stages allocate 3.3x the estimate.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -71,15 +70,13 @@ def _is(node: fx.Node, functions: set, methods: set) -> bool:
         node.op == "call_method" and node.target in methods)
 
 
-@dataclass
-class _NodeGrad:
-    """What B of one node creates: per differentiable input, its bytes and whether it gets the node's own buffer."""
-
-    contributions: list[tuple[int, int, bool]] = field(default_factory=list)
+def dense_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's own elements (a gradient is dense, whatever the value's layout)."""
+    return t.numel() * t.element_size()
 
 
 def _grad_bytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors_in(value) if t.requires_grad)
+    return sum(dense_bytes(t) for t in tensors_in(value) if t.requires_grad)
 
 
 def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any, first: bool) -> bool:
@@ -115,21 +112,19 @@ class GradLiveness:
 
     def __init__(self, first: int, last: int, output: int) -> None:
         self.first, self.last, self.output = first, last, output
-        self.nodes: dict[int, _NodeGrad] = {}
+        # node -> what its backward creates: (input position, bytes, whether it gets the node's own buffer)
+        self.nodes: dict[int, list[tuple[int, int, bool]]] = {}
         self.fns: dict[int, Any] = {}  # node -> its result's grad_fn when it was produced
 
     def on_node(self, i: int, node: fx.Node, value: Any, inputs: list[tuple[int, Any, bool]]) -> None:
         """Record how B of node ``i`` feeds its inputs: (position, value, first argument) per use."""
         if _grad_bytes(value) == 0:
             return
-        record = _NodeGrad()
+        record = self.nodes[i] = []
         for j, operand, first in inputs:
             size = _grad_bytes(operand)
-            if size:
-                # the stage input is a leaf: no grad_fn
-                alias = _passes_gradient_on(node, value, operand, self.fns.get(j), first)
-                record.contributions.append((j, size, alias))
-        self.nodes[i] = record
+            if size:  # the stage input is not in ``fns``: a leaf has no grad_fn
+                record.append((j, size, _passes_gradient_on(node, value, operand, self.fns.get(j), first)))
         self.fns[i] = getattr(value, "grad_fn", None)
 
     def peak(self) -> int:
@@ -138,7 +133,7 @@ class GradLiveness:
         for k in range(self.last, self.first - 1, -1):
             if k in self.nodes and replay.has(k):
                 inner = [(j if self.first <= j <= self.last else _INPUT, size, alias)
-                         for j, size, alias in self.nodes[k].contributions]
+                         for j, size, alias in self.nodes[k]]
                 replay.backward(k, inner)
         return replay.peak()
 

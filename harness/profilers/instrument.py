@@ -46,7 +46,7 @@ from torch.utils.flop_counter import flop_registry
 
 from harness.models.metafast import meta_modes
 from harness.profilers.errors import ProfilingError
-from harness.profilers.grad_liveness import GradLiveness, operand_uses
+from harness.profilers.grad_liveness import GradLiveness, dense_bytes, operand_uses
 from harness.profilers.graph import Graph, tensors_in
 from harness.profilers.stages import StagePlan, StageSpan, storage_bytes, storage_key
 
@@ -186,10 +186,6 @@ class _Liveness:
     def bwd_workspace(self) -> int:
         """Peak bytes of inner gradients (y_i and y_{i+1} are the chain model's own)."""
         return self.grads.peak()
-
-
-def _dense_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
 
 
 def _weights(graph: Graph) -> tuple[set[int], int, int, int]:
@@ -332,7 +328,7 @@ class _Iteration:
                 if counter is not None:
                     self.bwd_stats[s] = counter.stats
             grad = self.leaves[s].grad
-            self.grad_bytes[s] = _dense_bytes(grad) if grad is not None else 0
+            self.grad_bytes[s] = dense_bytes(grad) if grad is not None else 0
             self.leaves[s].grad = None
             self.outs[s] = None  # frees the stage's graph
         for p in self.graph.gm.parameters():

@@ -11,7 +11,7 @@ from harness.model import Profile, Schedule, Transfer, training_ops
 from harness.schedules import keep_all_schedule
 from harness.simulate.executor import timing
 from harness.units import format_bytes
-from membudget_modnn.scheduler import DEFRAGMENT_MODES, Algorithm1, PlanningError, SubBatchPlan
+from membudget_modnn.scheduler import Algorithm1, PlanningError, SubBatchPlan, check_defragment
 from membudget_modnn.subbatch import SubBatching, baseline_algorithm, m_min, max_task_bytes, select_sub_batch
 
 
@@ -84,8 +84,7 @@ class MoDNN:
              sub_batches: int | None = None, select_algorithms: bool = True, defragment: str = "enough",
              **options) -> Schedule:
         """A schedule for ``budget_bytes``; ``InfeasibleBudget`` below M_min (eq. 2)."""
-        if defragment not in DEFRAGMENT_MODES:
-            raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {defragment!r}")
+        check_defragment(defragment)  # also where the keep-all shortcut below skips Algorithm 1
         if sub_batch not in SUB_BATCH_MODES:
             raise ValueError(f"sub_batch must be one of {SUB_BATCH_MODES}, got {sub_batch!r}")
         budget = int(budget_bytes)
@@ -113,7 +112,7 @@ class MoDNN:
         return replace(best, options={**best.options, "defragment": defragment})
 
     def _plan_passes(self, profile: Profile, budget: int, sb: SubBatching, duplex: bool,
-                     select_algorithms: bool, defragment: str = "enough") -> tuple[Schedule, float]:
+                     select_algorithms: bool, defragment: str) -> tuple[Schedule, float]:
         """Algorithm 1 on one pass, repeated; checked in the simulator (fallback when it cannot run)."""
         try:
             plan = Algorithm1(sb.profile, budget, duplex, select_algorithms, defragment).run()

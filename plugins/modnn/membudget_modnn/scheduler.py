@@ -53,6 +53,13 @@ from membudget_modnn.subbatch import baseline_algorithm, candidates
 
 DEFRAGMENT_MODES = ("enough", "all")
 
+
+def check_defragment(mode: str) -> str:
+    """``mode`` if it is one of ``DEFRAGMENT_MODES``; ValueError naming them otherwise."""
+    if mode not in DEFRAGMENT_MODES:
+        raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {mode!r}")
+    return mode
+
 ABSENT, RESIDENT, HOST, BACK, DEAD = range(5)
 
 
@@ -97,9 +104,7 @@ class Algorithm1:
 
     def __init__(self, profile: Profile, budget: int, duplex: bool = False, select_algorithms: bool = True,
                  defragment: str = "enough"):
-        if defragment not in DEFRAGMENT_MODES:
-            raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {defragment!r}")
-        self.defragment_all = defragment == "all"
+        self.defragment_all = check_defragment(defragment) == "all"
         self.p = profile
         self.n = n = profile.n_stages
         self.arena = int(budget) - profile.weight_bytes

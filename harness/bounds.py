@@ -6,9 +6,10 @@
   tensor but the one in use offloaded; papers/004's M_GPU lower end of Figure 5);
 - ``lower_bound``: papers/004 Prop. 3, LB = max(compute, 2 (M_peak - M) / beta), with
   beta split into the two directions, and overlapped when the copy engines are duplex;
-  where stages offer algorithms, compute and M_peak are those of the relaxation that takes
-  each operation's fastest time and smallest workspace, so that the bound holds whatever
-  algorithms a planner picks;
+  where stages offer algorithms, the least such bound over every choice of algorithms
+  (``algorithm_frontier``), so that it holds whatever algorithms a planner picks and is
+  never below the ideal time of a choice that cannot beat the defaults. This is the
+  *budget's* bound: the same for every strategy at a budget (the tables' common column);
 - ``schedule_lower_bound``: the same bound for one schedule: its algorithms, the sum over
   its sub-batch passes, and no transfer term for recomputing (checkpointing) schedules.
 """
@@ -16,6 +17,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
+from typing import Iterable
 
 from harness.model import Profile, Schedule, training_ops
 from harness.simulate.lowering import pass_profiles
@@ -79,35 +82,68 @@ def _stage_needs(profile: Profile, i: int, algorithm: int) -> tuple[int, int]:
     return needs[2 * i][1], needs[2 * i + 1][1]
 
 
-def relaxed(profile: Profile) -> Profile:
-    """The profile whose every operation takes its fastest time and smallest workspace.
+_HUGE = 2**50  # a workspace larger than any profile's memory: the peak is then at its operation
 
-    No single algorithm choice beats it in compute time or in memory, so bounds computed
-    on it hold for every choice a planner can make.
+
+@cache
+def algorithm_frontier(profile: Profile) -> tuple[tuple[int, float], ...]:
+    """For each keep-all peak P some choice of algorithms reaches: (P, the least compute time of
+    any choice whose keep-all peak is at most P), ascending in P.
+
+    One algorithm serves both F_i and B_i (``Schedule.algorithms``) and only workspaces
+    depend on it, so the keep-all peak of a choice c is max(P0, max_i need_i(c_i)), where P0
+    is the peak with the choosable stages' workspaces at 0 and need_i(a) = max(base(F_i) +
+    fwd_workspace(a), base(B_i) + bwd_workspace(a)); base(o) is the memory around operation
+    o, read from the simulator by giving o alone a huge workspace. A profile without
+    alternatives has one point: (M_peak, ideal time).
     """
-    if not any(s.algorithms for s in profile.stages):
-        return profile
-    stages = []
-    for s in profile.stages:
-        options = [s.algorithm(-1), *s.algorithms]
-        stages.append(replace(
-            s, fwd_time=min(a.fwd_time for a in options), bwd_time=min(a.bwd_time for a in options),
-            fwd_workspace=min(a.fwd_workspace for a in options),
-            bwd_workspace=min(a.bwd_workspace for a in options), algorithms=(),
-        ))
-    return replace(profile, stages=tuple(stages), variants=())
+    choosable = [i for i, s in enumerate(profile.stages) if s.algorithms]
+    plain = replace(profile, variants=())
+    if not choosable:
+        return ((peak_memory(plain), plain.compute_time),)
+
+    def with_workspaces(ws: dict[tuple[int, str], int]) -> Profile:
+        stages = list(plain.stages)
+        for i in choosable:
+            stages[i] = replace(stages[i], algorithms=(), fwd_workspace=ws.get((i, "F"), 0),
+                                bwd_workspace=ws.get((i, "B"), 0))
+        return replace(plain, stages=tuple(stages))
+
+    floor = peak_memory(with_workspaces({}))
+    base = {(i, d): peak_memory(with_workspaces({(i, d): _HUGE})) - _HUGE for i in choosable for d in "FB"}
+    options = {i: [profile.stages[i].algorithm(a) for a in range(-1, len(profile.stages[i].algorithms))]
+               for i in choosable}
+    need = {i: [max(floor, base[i, "F"] + a.fwd_workspace, base[i, "B"] + a.bwd_workspace) for a in options[i]]
+            for i in choosable}
+    fixed = sum(s.fwd_time + s.bwd_time for k, s in enumerate(profile.stages) if k not in options)
+    points = []
+    for peak in sorted({floor, *(n for i in choosable for n in need[i])}):
+        allowed = [[a.fwd_time + a.bwd_time for a, n in zip(options[i], need[i]) if n <= peak] for i in choosable]
+        if all(allowed):
+            compute = fixed + sum(min(times) for times in allowed)
+            if not points or compute < points[-1][1]:
+                points.append((peak, compute))
+    return tuple(points)
 
 
 def lower_bound(profile: Profile, budget: float, duplex: bool = False, m_peak: int | None = None) -> float:
     """papers/004 Prop. 3: every schedule moves at least M_peak - M out and back in.
 
-    ``m_peak`` may pass in ``peak_memory(relaxed(profile))`` when it is already known.
+    Over a choice of algorithms, the least bound of any choice: min over the frontier's
+    points (P, C) of max(C, transfer(P - M)). ``m_peak`` may pass in ``peak_memory(profile)``
+    when it is already known (used only when no stage offers algorithms).
     """
-    profile = relaxed(profile)
-    m_peak = peak_memory(profile) if m_peak is None else m_peak
-    q = max(0.0, m_peak - budget)
-    out, back = q / profile.d2h_bandwidth, q / profile.h2d_bandwidth
-    return max(profile.compute_time, max(out, back) if duplex else out + back)
+    if m_peak is not None and not any(s.algorithms for s in profile.stages):
+        frontier: Iterable[tuple[int, float]] = ((m_peak, profile.compute_time),)
+    else:
+        frontier = algorithm_frontier(profile)
+
+    def bound(peak: float, compute: float) -> float:
+        q = max(0.0, peak - budget)
+        out, back = q / profile.d2h_bandwidth, q / profile.h2d_bandwidth
+        return max(compute, max(out, back) if duplex else out + back)
+
+    return min(bound(peak, compute) for peak, compute in frontier)
 
 
 def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, duplex: bool = False) -> float:
@@ -121,9 +157,10 @@ def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, du
 
     total = 0.0
     for p in pass_profiles(profile, schedule):
-        if schedule.algorithms:
-            p = replace(p, variants=(), stages=tuple(
-                replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
+        # the algorithms the schedule runs (the defaults when it names none), never the relaxation:
+        # a keep-all schedule at the peak must meet its bound exactly
+        p = replace(p, variants=(), stages=tuple(
+            replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
         if recompute_segments(schedule):
             total += p.compute_time
         else:

@@ -254,7 +254,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Plan, then run the schedule with an executor (the simulator by default) and report."""
-    from harness.bounds import schedule_lower_bound
+    from harness.bounds import lower_bound, schedule_lower_bound
     from harness.plugins import registry
     from harness.protocols import Workload
 
@@ -262,11 +262,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
     run = executor.run(schedule, profile, workload)
-    lb = schedule_lower_bound(profile, schedule, budget, duplex=bool(getattr(executor, "duplex", False)))
+    duplex = bool(getattr(executor, "duplex", False))
+    lb = schedule_lower_bound(profile, schedule, budget, duplex=duplex)
+    budget_lb = lower_bound(profile, budget, duplex=duplex)
     report.update(
         executor=args.executor, status=run.status, message=run.message,
         makespan_s=run.makespan if run.feasible else None, ideal_s=profile.compute_time, lower_bound_s=lb,
         ratio_to_lb=run.makespan / lb if run.feasible and lb > 0 else None,
+        budget_lower_bound_s=budget_lb,
+        ratio_to_budget_lb=run.makespan / budget_lb if run.feasible and budget_lb > 0 else None,
+        slowdown=run.makespan / profile.compute_time if run.feasible and profile.compute_time > 0 else None,
         throughput=profile.batch_size / run.makespan if run.feasible and run.makespan > 0 else None,
         idle_s=run.idle_time if run.feasible else None, peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes,
     )
@@ -300,7 +305,8 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 RUN_TABLE = (("model", "model"), ("batch", "batch_size"), ("planner", "planner_label"), ("budget", "budget_label"),
-             ("status", "status"), ("makespan ms", "makespan_s"), ("LB ms", "lower_bound_s"), ("ratio", "ratio_to_lb"),
+             ("status", "status"), ("time ms", "makespan_s"), ("x ideal", "slowdown"),
+             ("budget LB ms", "budget_lower_bound_s"), ("x budget LB", "ratio_to_budget_lb"), ("x own LB", "ratio_to_lb"),
              ("peak", "peak_bytes"), ("moved", "moved_bytes"), ("plan ms", "plan_time_s"))
 UNIT_KEY = ["model", "batch_size", "input_size", "planner_label", "budget_label", "executor", "repeat", "seed"]
 
@@ -315,7 +321,7 @@ def _cell(col: str, value: Any) -> str:
         return f"{value * 1e3:.2f}"
     if col.endswith("_bytes"):
         return format_bytes(value)
-    if col == "ratio_to_lb":
+    if col in ("ratio_to_lb", "ratio_to_budget_lb", "slowdown"):
         return f"{value:.3f}"
     if col == "status" and value != "ok":
         return f"[red]{value}[/red]"
@@ -334,7 +340,7 @@ def run_table(frame) -> Any:
         columns.insert(4, ("executor", "executor"))
     table = Table(*[t for t, _ in columns], *[f"arena {a}" for a in allocators], box=None, show_edge=False)
     for _, row in lines.iterrows():
-        cells = [_cell(col, row[col]) for _, col in columns]
+        cells = [_cell(col, row.get(col)) for _, col in columns]  # a run from before a column existed lacks it
         key = tuple(row[k] for k in UNIT_KEY)
         for a in allocators:
             placed = arenas[a].loc[[key]].iloc[0] if key in arenas[a].index else None

@@ -29,7 +29,11 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_state(where: Path | None = None) -> dict[str, Any]:
-    """The commit checked out where the harness lives, and whether the tree has changes."""
+    """The commit checked out where the harness lives, and whether its code has uncommitted changes.
+
+    Changes under ``results/`` do not count: they are what a run writes (``tox -e publish``
+    rewrites them while it runs), not the code that computed them.
+    """
     where = where or Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str | None:
@@ -42,7 +46,7 @@ def git_state(where: Path | None = None) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {"commit": commit, "dirty": bool(status)}
 
 

@@ -19,14 +19,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
-from harness.results import ROWS_CSV, RunFolder, find_runs, load_rows, read_meta
+from harness.results import RunFolder, find_runs, load_rows, read_meta
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -202,30 +201,177 @@ def _planner_order(rows: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(rows["planner_label"]))
 
 
-def ratio_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
-    """Strategy x budget: makespan / LB, or the status when a case did not run."""
-    rows = plan_rows(rows)
-    budgets = _budget_order(rows)
-    headers = ["planner"]
+def executors(rows: pd.DataFrame) -> list[str]:
+    """The executors of ``rows``, in order of appearance."""
+    return list(dict.fromkeys(rows["executor"]))
+
+
+def is_measured(rows: pd.DataFrame) -> bool:
+    """True when ``rows`` were timed on real hardware (the executor reports its iterations' spread)."""
+    return bool(rows["time_iqr_s"].notna().any())
+
+
+# --------------------------------------------------------------------------- one cell per strategy and budget
+
+STATISTICS = ("trimmed-mean", "median", "mean")
+
+
+def central(values: Sequence[float], statistic: str = "trimmed-mean") -> tuple[float, list[float]]:
+    """The summary of a case's repeated times and the values it kept.
+
+    ``trimmed-mean`` drops the fastest and the slowest when there are three or more (MLPerf's
+    rule), then averages; ``median`` and ``mean`` are what they say.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return math.nan, []
+    if statistic == "median":
+        return float(pd.Series(xs).median()), xs
+    kept = xs[1:-1] if statistic == "trimmed-mean" and len(xs) >= 3 else xs
+    return sum(kept) / len(kept), kept
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One strategy at one budget on one executor: its repeats summarised.
+
+    ``time_s`` is the column's common quantity (the iteration time); ``spread_s`` is half the
+    interquartile range of a measured run's timed iterations, or half the range of the kept
+    repeats; ``flag`` says the caching allocator model needs more than the budget.
+    """
+
+    status: str
+    time_s: float = math.nan
+    spread_s: float = math.nan
+    ratio_to_budget_lb: float = math.nan
+    slowdown: float = math.nan
+    repeats: int = 1
+    failed: int = 0
+    arena_over_budget: int | None = None
+    over_allocators: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when the strategy ran at this budget (every repeat)."""
+        return self.status == "ok"
+
+
+def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple[str, str], Cell]:
+    """(planner label, budget label) -> Cell, for the rows of one model group on one executor."""
+    out: dict[tuple[str, str], Cell] = {}
+    for (planner, budget), cell in rows.groupby(["planner_label", "budget_label"], sort=False):
+        planned = plan_rows(cell)
+        failed = planned[planned["status"] != "ok"]
+        over = cell[(cell["allocator"] != "") & (cell["arena_fits_budget"] == "false")]
+        arena = int(over["arena_bytes"].max()) if not over.empty else None
+        names = tuple(dict.fromkeys(over["allocator"]))
+        if not failed.empty:
+            out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed))
+            continue
+        time_s, kept = central(planned["makespan_s"], statistic)
+        if len(planned) > 1:
+            spread = (max(kept) - min(kept)) / 2
+        else:
+            spread = float(planned["time_iqr_s"].iloc[0]) / 2
+        budget_lb = planned["budget_lower_bound_s"].dropna()
+        ideal = planned["ideal_s"].dropna()
+        out[planner, budget] = Cell(
+            "ok", time_s, spread,
+            time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
+            time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
+            repeats=len(planned), arena_over_budget=arena, over_allocators=names,
+        )
+    return out
+
+
+def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) -> set[str]:
+    """The planner labels with the smallest iteration time at ``budget`` (ties within ``rel``); empty
+    when nothing ran."""
+    ran = {p: c.time_s for (p, b), c in cells.items() if b == budget and c.ok and not math.isnan(c.time_s)}
+    if not ran:
+        return set()
+    best = min(ran.values())
+    return {p for p, t in ran.items() if t <= best * (1 + rel)}
+
+
+FASTEST = "★"
+ARENA_FLAG = "†"
+
+
+def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = False) -> list[str]:
+    headers = []
     for label in budgets:
-        b = rows.loc[rows["budget_label"] == label, "budget_bytes"].dropna()
-        headers.append(f"{label} ({fmt_bytes(b.iloc[0])})" if len(b) else label)
+        at = rows[rows["budget_label"] == label]
+        size = at["budget_bytes"].dropna()
+        parts = [fmt_bytes(size.iloc[0])] if len(size) else []
+        lb = at["budget_lower_bound_s"].dropna()
+        if with_lb and len(lb):
+            parts.append(f"LB {fmt_ms(lb.iloc[0])} ms")
+        headers.append(f"{label} ({'; '.join(parts)})" if parts else label)
+    return headers
+
+
+def _failure(cell: Cell) -> str:
+    mark = STATUS_MARK.get(cell.status, cell.status)
+    return f"{mark} ({cell.failed}/{cell.repeats})" if cell.repeats > 1 else mark
+
+
+def time_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
+               ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+    """Strategy x budget for one executor: iteration time in ms, the fastest of each budget marked.
+
+    A cell reads ``★ 194.20 ±1.30 (1.34x)``: the fastest at that budget, its time (the suite's
+    statistic over repeats), the spread for measured rows, and the time over the ideal
+    iteration (the unconstrained keep-all run of the same workload), common to the table.
+    """
+    cells = summarise(rows, statistic)
+    budgets, measured = _budget_order(rows), is_measured(rows)
+    winners = {b: fastest(cells, b) for b in budgets}
     table, bad = [], set()
     for i, planner in enumerate(_planner_order(rows)):
         line = [planner]
-        for j, label in enumerate(budgets, start=1):
-            cell = rows[(rows["planner_label"] == planner) & (rows["budget_label"] == label)]
-            if cell.empty:
+        for j, budget in enumerate(budgets, start=1):
+            cell = cells.get((planner, budget))
+            if cell is None:
                 line.append("")
-                continue
-            row = cell.iloc[0]
-            if row["status"] == "ok":
-                line.append(fmt_ratio(row["ratio_to_lb"]))
-            else:
-                line.append(STATUS_MARK.get(row["status"], row["status"]))
+            elif not cell.ok:
+                line.append(_failure(cell))
                 bad.add((i, j))
+            else:
+                text = f"{cell.time_s * 1e3:.2f}"
+                if measured and not math.isnan(cell.spread_s):
+                    text += f" ±{cell.spread_s * 1e3:.2f}"
+                text += f" ({cell.slowdown:.2f}x)"
+                if planner in winners[budget]:
+                    text = f"{FASTEST} {text}"
+                if cell.arena_over_budget is not None:
+                    text += f" {ARENA_FLAG}"
+                line.append(text)
         table.append(line)
-    return headers, table, bad
+    return ["planner", *_budget_headers(rows, budgets)], table, bad
+
+
+def bound_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
+                ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+    """Strategy x budget: iteration time over the budget's lower bound (the same bound for the column)."""
+    cells = summarise(rows, statistic)
+    budgets = _budget_order(rows)
+    table, bad = [], set()
+    for i, planner in enumerate(_planner_order(rows)):
+        line = [planner]
+        for j, budget in enumerate(budgets, start=1):
+            cell = cells.get((planner, budget))
+            if cell is None:
+                line.append("")
+            elif not cell.ok:
+                line.append(_failure(cell))
+                bad.add((i, j))
+            else:
+                line.append(fmt_ratio(cell.ratio_to_budget_lb))
+        table.append(line)
+    return ["planner", *_budget_headers(rows, budgets, with_lb=True)], table, bad
 
 
 # --------------------------------------------------------------------------- plots
@@ -246,12 +392,20 @@ _DASHES = ("-", "--", "-.", ":")
 
 
 def _styles(planners: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """A colour, marker and line style per strategy, distinct for up to 20 of them."""
+    """A colour, marker and line style per strategy, distinct for up to 20 of them.
+
+    Colours are hex strings: a bare RGB tuple given to ``bar`` with three bars is read as three
+    colours. Markers shrink from the first strategy to the last, so that two strategies with
+    the same values (greedy and capacity often are) both stay visible.
+    """
     from matplotlib import colormaps
+    from matplotlib.colors import to_hex
 
     colours = colormaps["tab20"].colors
-    return {p: {"color": colours[(2 * k) % 20 + (k // 10) % 2], "marker": _MARKERS[k % len(_MARKERS)],
-                "linestyle": _DASHES[k % len(_DASHES)]} for k, p in enumerate(planners)}
+    n = max(1, len(planners))
+    return {p: {"color": to_hex(colours[(2 * k) % 20 + (k // 10) % 2]), "marker": _MARKERS[k % len(_MARKERS)],
+                "linestyle": _DASHES[k % len(_DASHES)], "markersize": 11 - 6 * k / n, "zorder": 2 + k}
+            for k, p in enumerate(planners)}
 
 
 def _legend(ax) -> None:
@@ -264,59 +418,70 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-
-def _plot_per_planner(ax, rows, column: str) -> None:
-    """One line per strategy: ``column`` of its ok cases against the memory limit in GiB."""
+def _plot_per_planner(ax, rows: pd.DataFrame, value: Callable[[Cell], float], statistic: str) -> None:
+    """One line per strategy: ``value`` of its cells that ran against the memory limit in GiB."""
+    cells = summarise(rows, statistic)
+    budgets = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
     for planner, style in _styles(_planner_order(rows)).items():
-        ok = rows[(rows["planner_label"] == planner) & (rows["status"] == "ok")].sort_values("budget_bytes")
-        if not ok.empty:
-            ax.plot(ok["budget_bytes"] / 2**30, ok[column], label=planner, **style)
+        points = sorted((float(budgets[b]) / 2**30, value(c)) for (p, b), c in cells.items() if p == planner and c.ok)
+        if points:
+            ax.plot(*zip(*points), label=planner, **style)
 
 
-def plot_ratio(group: Group, path: Path) -> Path:
-    """Makespan / LB against the memory limit, one line per strategy (papers/004 Figure 5)."""
+def _where(group: Group, executor: str) -> str:
+    return f"{group.title}, {executor} executor"
+
+
+def plot_ratio(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
+    """Iteration time over the budget's lower bound against the memory limit (papers/004 Figure 5)."""
     fig, ax = _figure()
-    rows = plan_rows(group.rows)
-    _plot_per_planner(ax, rows, "ratio_to_lb")
+    rows = group.rows[group.rows["executor"] == executor]
+    _plot_per_planner(ax, rows, lambda c: c.ratio_to_budget_lb, statistic)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("memory limit (GiB)")
-    ax.set_ylabel("makespan / lower bound")
-    ax.set_title(f"{group.title}: makespan / LB (cf. papers/004 Fig. 5)", fontsize=10)
+    ax.set_ylabel("iteration time / LB of the budget")
+    ax.set_title(f"{_where(group, executor)}: time / LB (cf. papers/004 Fig. 5)", fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
 
-def plot_throughput(group: Group, path: Path) -> Path:
+def plot_throughput(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
     """Samples per second against the memory limit (papers/004 Figures 13-19), with the ideal."""
     fig, ax = _figure()
-    rows = plan_rows(group.rows)
-    _plot_per_planner(ax, rows, "throughput")
+    rows = group.rows[group.rows["executor"] == executor]
+    _plot_per_planner(ax, rows, lambda c: group.batch_size / c.time_s, statistic)
     ideal = rows["ideal_s"].dropna()
     if len(ideal):
         ax.axhline(group.batch_size / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("throughput (samples/s)")
-    ax.set_title(f"{group.title}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
+    ax.set_title(f"{_where(group, executor)}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
 
-def plot_time(group: Group, path: Path) -> Path:
+def plot_time(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
     """Iteration time per budget, bars per strategy; failed cases marked x (papers/000 Figure 8)."""
+    return _save(time_figure(group, executor, statistic), path)
+
+
+def time_figure(group: Group, executor: str, statistic: str = "trimmed-mean"):
+    """The figure of ``plot_time``: one bar colour per strategy."""
     fig, ax = _figure()
-    rows = plan_rows(group.rows)
+    rows = group.rows[group.rows["executor"] == executor]
+    cells = summarise(rows, statistic)
     budgets, planners = _budget_order(rows), _planner_order(rows)
     styles = _styles(planners)
     width = 0.8 / max(1, len(planners))
     for k, planner in enumerate(planners):
         xs, ys, fails = [], [], []
         for j, label in enumerate(budgets):
-            cell = rows[(rows["planner_label"] == planner) & (rows["budget_label"] == label)]
+            cell = cells.get((planner, label))
             x = j - 0.4 + width * (k + 0.5)
-            if not cell.empty and cell.iloc[0]["status"] == "ok":
+            if cell is not None and cell.ok:
                 xs.append(x)
-                ys.append(cell.iloc[0]["makespan_s"] * 1e3)
-            elif not cell.empty:
+                ys.append(cell.time_s * 1e3)
+            elif cell is not None:
                 fails.append(x)
         colour = styles[planner]["color"]
         ax.bar(xs, ys, width=width, label=planner, color=colour)
@@ -329,9 +494,9 @@ def plot_time(group: Group, path: Path) -> Path:
     ax.set_xticklabels(budgets, fontsize=8)
     ax.set_xlabel("memory budget (x marks a case that did not run)")
     ax.set_ylabel("iteration time (ms)")
-    ax.set_title(f"{group.title}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
+    ax.set_title(f"{_where(group, executor)}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
     _legend(ax)
-    return _save(fig, path)
+    return fig
 
 
 def plot_timeline(timeline: dict[str, Any], path: Path) -> Path:
@@ -372,59 +537,151 @@ def pick_timeline(rows: pd.DataFrame) -> pd.Series | None:
 # --------------------------------------------------------------------------- pages
 
 
-def _meta_lines(meta: dict[str, Any]) -> list[str]:
+def _commit(git: dict[str, Any]) -> str:
+    commit = (git.get("commit") or "unknown")[:12]
+    if git.get("dirty"):
+        return f"{commit} plus uncommitted changes"
+    return commit
+
+
+def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
     env = meta.get("environment", {})
     pkgs = env.get("packages", {})
-    git = env.get("git", {})
-    commit = (git.get("commit") or "unknown")[:12] + (" (with local changes)" if git.get("dirty") else "")
     sessions = meta.get("sessions", [])
     started = sessions[0].get("started", "") if sessions else ""
     versions = ", ".join(f"{k} {v}" for k, v in pkgs.items() if v)
     return [
         f"Run {meta.get('run_id', '?')} started {started}; status {meta.get('status', '?')}; "
-        f"profiler {meta.get('profiler', '?')} on {meta.get('device', '?')}; commit {commit}.",
+        f"profiler {meta.get('profiler', '?')} on {meta.get('device', '?')}; rows computed at commit "
+        f"{_commit(env.get('git', {}))}; this page built from commit {_commit(built)}.",
         f"Python {env.get('python', '?')}; {versions}.",
     ]
 
 
+def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
+    """The page's first line: simulated or measured, by which executors, on which profiles."""
+    profiler, device = meta.get("profiler", "?"), meta.get("device", "?")
+    gpu = meta.get("environment", {}).get("cuda_device")
+    names = executors(frame)
+    measured = [e for e in names if is_measured(frame[frame["executor"] == e])]
+    if not measured:
+        return (f"Simulations: every row is the simulate executor's event simulation of one training "
+                f"iteration on {profiler} profiles of {device}; no GPU ran them.")
+    where = f"on {gpu}" if gpu else f"on {device}"
+    simulated = [e for e in names if e not in measured]
+    text = f"Measured: the {', '.join(measured)} executor's rows were timed {where}, on {profiler} profiles"
+    if simulated:
+        text += (f"; the {', '.join(simulated)} executor's rows are the simulator's predictions on the same "
+                 "profiles. Each table and plot below names its executor")
+    return text + "."
+
+
+HOW_TO_READ = (
+    "How to read the tables: each budget column ranks the strategies by iteration time (ms), the quantity "
+    "common to the column; {fastest} marks the fastest at that budget. (N.NNx) is the time over the ideal "
+    "iteration (the unconstrained keep-all run of the same workload, the same for the whole table); ±S is "
+    "half the interquartile range of a measured run's timed iterations (half the range of the kept repeats "
+    "when the suite repeats, summarised by its statistic: {statistic}). The second table divides the time by "
+    "the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
+    "bound for every strategy in the column, its value in the header); schedules that recompute or split "
+    "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
+    "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case. Budgets fN are "
+    "the fraction N of the span from the minimum memory to the keep-all peak."
+)
+
+
+def fill_common_columns(frame: pd.DataFrame, run_path: Path, meta: dict[str, Any]) -> pd.DataFrame:
+    """Rows written before the common columns existed get them, from the run's own profiles.
+
+    ``budget_lower_bound_s`` is ``harness.bounds.lower_bound`` of the profile the run stored
+    at the row's budget (the executor's copy-engine layout from the suite), ``ratio_to_budget_lb``
+    and ``slowdown`` follow from the row's makespan; rows that have them are left alone.
+    """
+    missing = frame["budget_lower_bound_s"].isna() & frame["budget_bytes"].notna()
+    if not missing.any():
+        return frame
+    from harness.bounds import lower_bound
+    from harness.model import Profile, load
+
+    duplex = {e.get("name"): bool(e.get("duplex", False))
+              for e in meta.get("spec", {}).get("executors", []) if isinstance(e, dict)}
+    profiles: dict[str, Profile | None] = {}
+    frame = frame.copy()
+    for index in frame.index[missing]:
+        row = frame.loc[index]
+        name = f"{_slug(row['model'])}-b{row['batch_size']}-{row['input_size']}-{row['dtype'] or 'float32'}.json"
+        if name not in profiles:
+            path = run_path / "profiles" / name
+            profiles[name] = load(Profile, path) if path.exists() else None
+        profile = profiles[name]
+        if profile is None:
+            continue
+        lb = lower_bound(profile, int(row["budget_bytes"]), duplex=duplex.get(row["executor"], False))
+        frame.loc[index, "budget_lower_bound_s"] = lb
+    ok = frame["makespan_s"].notna()
+    frame.loc[ok & frame["ratio_to_budget_lb"].isna(), "ratio_to_budget_lb"] = \
+        frame["makespan_s"] / frame["budget_lower_bound_s"]
+    frame.loc[ok & frame["slowdown"].isna(), "slowdown"] = frame["makespan_s"] / frame["ideal_s"]
+    return frame
+
+
 def publish_run(run: RunFolder, out: Path) -> list[Path]:
     """Write the pages and plots of one run into ``out``; return the files written."""
+    from harness.environment import git_state
+
     out.mkdir(parents=True, exist_ok=True)
     meta = read_meta(run.path)
-    frame = load_rows(run.path)
+    frame = fill_common_columns(load_rows(run.path), run.path, meta)
     suite = meta.get("suite", run.suite)
+    statistic = meta.get("spec", {}).get("statistic", "trimmed-mean")
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
-    for line in _meta_lines(meta):
+    doc.para(what_ran(frame, meta))
+    for line in _meta_lines(meta, git_state()):
         doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
-             "Tables give makespan / lower bound (papers/004 Prop. 3; 1.000 is optimal); budgets fN are "
-             "the fraction N of the span from the minimum memory to the keep-all peak.")
+             + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic))
     for note in meta.get("skipped_plugins", []):
         doc.para(f"Note: {note}", small=True)
     for group in model_groups(frame):
         doc.heading(group.title)
-        headers, table, bad = ratio_table(group.rows)
-        doc.table(headers, table, bad)
         plan = plan_rows(group.rows)
-        ok = plan[plan["status"] == "ok"]
-        if not ok.empty:
-            first = plan.iloc[0]
-            doc.para(f"ideal iteration {fmt_ms(first['ideal_s'])} ms; minimum memory "
-                     f"{fmt_bytes(first['min_memory_bytes'])}; keep-all peak {fmt_bytes(first['peak_memory_bytes'])}.",
-                     small=True)
-            for kind, plot in (("ratio", plot_ratio), ("throughput", plot_throughput), ("time", plot_time)):
-                name = f"{kind}-{group.key}.png"
-                written.append(plot(group, out / name))
-                doc.image(name, f"{kind} for {group.title}")
+        first = plan.iloc[0]
+        doc.para(f"ideal iteration {fmt_ms(first['ideal_s'])} ms; minimum memory "
+                 f"{fmt_bytes(first['min_memory_bytes'])}; keep-all peak {fmt_bytes(first['peak_memory_bytes'])}.",
+                 small=True)
+        for executor in executors(group.rows):
+            rows = group.rows[group.rows["executor"] == executor]
+            kind = "measured" if is_measured(rows) else "simulated"
+            doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
+            headers, table, bad = time_table(rows, statistic)
+            doc.table(headers, table, bad)
+            flagged = summarise(rows, statistic)
+            over = [(p, b, c) for (p, b), c in flagged.items() if c.arena_over_budget is not None]
+            if over:
+                names = ", ".join(dict.fromkeys(a for _, _, c in over for a in c.over_allocators))
+                doc.para(f"{ARENA_FLAG} {len(over)} of these schedules' memory traces need a larger arena than "
+                         f"the budget in the {names} allocator model (largest: "
+                         f"{fmt_bytes(max(c.arena_over_budget for _, _, c in over))}): the plan fits the chain "
+                         "model's budget, but a real caching allocator would likely run out of memory.",
+                         small=True)
+            doc.heading(f"{executor} executor ({kind}): iteration time / the budget's lower bound", 3)
+            headers, table, bad = bound_table(rows, statistic)
+            doc.table(headers, table, bad)
+            if (rows["status"] == "ok").any():
+                slug = _slug(executor)
+                for name, plot in (("ratio", plot_ratio), ("throughput", plot_throughput), ("time", plot_time)):
+                    file = f"{name}-{group.key}-{slug}.png"
+                    written.append(plot(group, executor, out / file, statistic))
+                    doc.image(file, f"{name} for {group.title}, {executor} executor")
         chosen = pick_timeline(group.rows)
         if chosen is not None and (run.path / chosen["timeline"]).exists():
             timeline = json.loads((run.path / chosen["timeline"]).read_text())
             name = f"timeline-{group.key}.png"
             written.append(plot_timeline(timeline, out / name))
-            doc.para(f"Timeline of {chosen['case_id']} (budget {fmt_bytes(chosen['budget_bytes'])}, "
-                     f"makespan {fmt_ms(chosen['makespan_s'])} ms).")
+            doc.para(f"Timeline of {chosen['case_id']} ({chosen['executor']} executor; budget "
+                     f"{fmt_bytes(chosen['budget_bytes'])}, makespan {fmt_ms(chosen['makespan_s'])} ms).")
             doc.image(name, f"timeline of {chosen['case_id']}")
         allocs = group.rows[group.rows["allocator"] != ""]
         if not allocs.empty:
@@ -435,17 +692,20 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             doc.table(["planner (mean over budgets)", *pivot.columns],
                       [[p, *(fmt_ratio(v) for v in pivot.loc[p])] for p in pivot.index])
     doc.heading("Every case")
-    cols = ["case_id", "status", "makespan ms", "LB ms", "ratio", "peak", "moved", "arena", "plan ms", "message"]
+    cols = ["case_id", "status", "time ms", "x ideal", "budget LB ms", "x budget LB", "own LB ms", "x own LB",
+            "peak", "moved", "arena", "plan ms", "message"]
     rows, bad = [], set()
     for i, (_, r) in enumerate(ordered(frame).iterrows()):
-        rows.append([r["case_id"], r["status"], fmt_ms(r["makespan_s"]), fmt_ms(r["lower_bound_s"]),
-                     fmt_ratio(r["ratio_to_lb"]), fmt_bytes(r["peak_bytes"]), fmt_bytes(r["moved_bytes"]),
-                     fmt_bytes(r["arena_bytes"]), fmt_ms(r["plan_time_s"]), r["message"]])
+        rows.append([r["case_id"], r["status"], fmt_ms(r["makespan_s"]), fmt_ratio(r["slowdown"]),
+                     fmt_ms(r["budget_lower_bound_s"]), fmt_ratio(r["ratio_to_budget_lb"]),
+                     fmt_ms(r["lower_bound_s"]), fmt_ratio(r["ratio_to_lb"]), fmt_bytes(r["peak_bytes"]),
+                     fmt_bytes(r["moved_bytes"]), fmt_bytes(r["arena_bytes"]), fmt_ms(r["plan_time_s"]),
+                     r["message"]])
         if r["status"] != "ok":
             bad.add((i, 1))
     doc.table(cols, rows, bad)
     table_file = f"{_slug(suite)}.csv"  # not rows.csv: a published folder is not a run folder
-    shutil.copyfile(run.path / ROWS_CSV, out / table_file)
+    frame.to_csv(out / table_file, index=False)  # with the common columns filled in
     doc.para(f"Every column of every case: {table_file} (the columns are documented in docs/results.md).",
              small=True)
     written.append(out / table_file)

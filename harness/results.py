@@ -36,6 +36,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     # measured by the torch executor (Run.metrics)
     "time_min_s", "time_max_s", "time_iqr_s", "stall_s", "max_memory_allocated", "max_memory_reserved",
     "predicted_s", "predicted_peak_bytes", "prediction_error", "memory_fraction", "iterations", "held_max_bytes",
+    # the quantities common to every strategy at a budget (what the head-to-head tables rank by)
+    "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -48,7 +50,8 @@ _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_
                 "predicted_peak_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
-                  "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction")
+                  "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",
+                  "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown")
 
 
 class ResultsError(ValueError):
@@ -136,7 +139,7 @@ def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:
         frame[col] = pd.to_numeric(frame[col].replace("", None), errors="coerce").astype(float)
     text_cols = [c for c in COLUMNS if c not in _INT_COLUMNS and c not in _FLOAT_COLUMNS]
     for col in text_cols:
-        frame[col] = frame[col].fillna("").astype(str)
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), "").astype(str)
     return frame
 
 

@@ -188,8 +188,8 @@ def execute_unit(task: UnitTask) -> UnitResult:
         from harness.bounds import lower_bound, schedule_lower_bound
 
         duplex = bool(getattr(task.executor, "duplex", False))
-        lb = lower_bound(profile, budget, duplex=duplex)
-        common["lower_bound_s"] = lb
+        # the budget's bound: the same for every strategy at this budget (the tables' common column)
+        common["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
         warm_up(task.planner)
         _seed(case.seed)
         started = time.perf_counter()
@@ -206,9 +206,12 @@ def execute_unit(task: UnitTask) -> UnitResult:
                       message=run.message)
         common.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in common})  # measured (torch)
         if run.feasible:
+            budget_lb = common["budget_lower_bound_s"]
             common.update(
                 makespan_s=run.makespan, idle_s=run.idle_time,
                 ratio_to_lb=run.makespan / lb if lb > 0 else float("nan"),
+                ratio_to_budget_lb=run.makespan / budget_lb if budget_lb > 0 else float("nan"),
+                slowdown=run.makespan / bounds.ideal_time if bounds.ideal_time > 0 else float("nan"),
                 throughput=case.batch_size / run.makespan if run.makespan > 0 else float("nan"),
             )
             if task.validate:

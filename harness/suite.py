@@ -14,6 +14,7 @@ A suite (DESIGN.md, "Suites and results")::
     executors: [simulate]
     allocators: [caching]
     repeats: 1
+    statistic: trimmed-mean             # how published pages summarise repeats (or median, mean)
     seeds: [0]
     excludes: [{planner: keep-all, budget: 0}]    # drop matching cases
     timelines: true                     # or false, or a list of matches like excludes
@@ -32,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any, Iterator, Literal
 
 import yaml
 from pydantic import (
@@ -258,6 +259,9 @@ class SuiteSpec(_Strict):
     executors: list[NamedEntry] = Field(default_factory=lambda: [Entry(name="simulate")], min_length=1)
     allocators: list[NamedEntry] = Field(default_factory=list)
     repeats: PositiveInt = 1
+    # how the published pages summarise a case's repeats (harness.publish.summarise);
+    # trimmed-mean drops the fastest and the slowest when there are three or more (MLPerf)
+    statistic: Literal["trimmed-mean", "median", "mean"] = "trimmed-mean"
     seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1)
     excludes: list[dict[str, Any]] = Field(default_factory=list)
     timelines: Any = True

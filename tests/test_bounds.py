@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from harness.bounds import lower_bound, min_memory, peak_memory, schedule_lower_bound
@@ -103,3 +104,57 @@ def test_offload_everything_reaches_the_minimum() -> None:
     lo = min_memory(profile)
     assert best_ordered_schedule(profile, lo, set(range(4)), planner="t") is not None
     assert best_ordered_schedule(profile, lo - 1, set(range(4)), planner="t") is None
+
+
+def _with_choice(profile: Profile, choice: tuple[int, ...]) -> Profile:
+    """``profile`` with each stage's default replaced by its algorithm ``choice[i]`` (-1: the default)."""
+    from dataclasses import replace
+
+    stages = []
+    for s, a in zip(profile.stages, choice):
+        alg = s.algorithm(a)
+        stages.append(replace(s, fwd_time=alg.fwd_time, bwd_time=alg.bwd_time, fwd_workspace=alg.fwd_workspace,
+                              bwd_workspace=alg.bwd_workspace, algorithms=()))
+    return replace(profile, stages=tuple(stages), variants=())
+
+
+def _least_bound_over_choices(profile: Profile, budget: int, duplex: bool) -> float:
+    """Brute force: Prop. 3 of every choice of algorithms, the least of them."""
+    import itertools
+
+    ranges = [range(-1, len(s.algorithms)) for s in profile.stages]
+    best = float("inf")
+    for choice in itertools.product(*ranges):
+        p = _with_choice(profile, choice)
+        best = min(best, lower_bound(p, budget, duplex=duplex))
+    return best
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(max_stages=6))
+def test_budget_bound_is_the_least_prop3_bound_over_every_algorithm_choice(profile: Profile) -> None:
+    """papers/004 Prop. 3 taken over every choice of algorithms, exactly (not a looser relaxation)."""
+    lo, hi = min_memory(profile, memory_optimal=True), peak_memory(profile)
+    for budget in {lo, (lo + hi) // 2, hi}:
+        for duplex in (False, True):
+            want = _least_bound_over_choices(profile, budget, duplex)
+            assert lower_bound(profile, budget, duplex=duplex) == pytest.approx(want, rel=1e-12)
+
+
+def test_keep_all_at_the_peak_meets_its_bound_where_a_faster_algorithm_needs_more_workspace() -> None:
+    """The measured CPU profile's shape (oneDNN default, a faster native kernel with workspace):
+    keep-all at the peak is 1.000 of its own bound, and of the budget's bound where the faster
+    kernel does not fit."""
+    fast = Algorithm("native", 0.5, 0.5, 4000, 4000)
+    stages = (Stage("c0", "conv", 1.0, 1.0, 100, 100, 100, algorithms=(fast,)),
+              Stage("c1", "conv", 1.0, 1.0, 100, 100, 100))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1e3, 1e3, 0, 100, stages)
+    hi = peak_memory(profile)
+    keep_all = Schedule("keep-all", hi, training_ops(2))
+    run = simulate(keep_all, profile)
+    assert run.makespan == profile.compute_time == 4.0
+    assert schedule_lower_bound(profile, keep_all, hi) == pytest.approx(run.makespan)
+    assert lower_bound(profile, hi) == pytest.approx(run.makespan)  # native cannot run within hi
+    # with room for the native kernel, the budget's bound is its time: 3.0, below keep-all
+    roomy = peak_memory(_with_choice(profile, (0, -1)))
+    assert lower_bound(profile, roomy) == pytest.approx(3.0)

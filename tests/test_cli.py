@@ -157,7 +157,7 @@ def test_run_prints_a_table_and_json(capsys, tmp_path):
     code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "one")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:6] == ["model", "batch", "planner", "budget", "status", "makespan"]
+    assert lines[0].split()[:8] == ["model", "batch", "planner", "budget", "status", "time", "ms", "x"]
     assert len([line for line in lines if line.lstrip().startswith("synthetic:")]) == 18
     assert "18 rows (6 infeasible, 12 ok); ran 18 now, 0 already done" in out
     code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "one", "--resume", "--json")
@@ -239,15 +239,15 @@ def quick(tmp_path_factory):
 @pytest.mark.slow
 def test_quick_suite_prints_a_table_and_writes_rows(quick):
     out, text = quick
-    assert text.splitlines()[0].split()[:11] == ["model", "batch", "planner", "budget", "status", "makespan", "ms",
-                                                 "LB", "ms", "ratio", "peak"]
+    assert text.splitlines()[0].split()[:14] == ["model", "batch", "planner", "budget", "status", "time", "ms", "x",
+                                                 "ideal", "budget", "LB", "ms", "x", "budget"]
     rows = read_rows_csv(out / "quick" / "local" / "rows.csv")
     assert f"{len(rows)} rows" in text
     planners = {r["planner"] for r in rows}
     assert {"keep-all", "greedy"} <= planners
     for row in rows:  # a plugin's failure is a row with a message, never a lost suite
         assert row["status"] in STATUSES and (row["status"] == "ok") == (row["message"] == "")
-        assert row["lower_bound_s"] and row["min_memory_bytes"] and row["peak_memory_bytes"]
+        assert row["budget_lower_bound_s"] and row["min_memory_bytes"] and row["peak_memory_bytes"]
         if row["status"] != "ok":
             continue
         makespan, lb = float(row["makespan_s"]), float(row["lower_bound_s"])

@@ -37,7 +37,9 @@ def test_publish_writes_wellformed_pages_with_every_case_and_plots(results, tmp_
     written = publish([folder / "results"], tmp_path / "site")
     page = tmp_path / "site" / "pub" / "index.html"
     assert page in written and (tmp_path / "site" / "index.html") in written
-    assert read_rows_csv(tmp_path / "site" / "pub" / "pub.csv") == read_rows_csv(run_b / "rows.csv")  # latest run
+    published = read_rows_csv(tmp_path / "site" / "pub" / "pub.csv")
+    original = read_rows_csv(run_b / "rows.csv")  # the latest run
+    assert [(r["case_id"], r["status"]) for r in published] == [(r["case_id"], r["status"]) for r in original]
     for html_file in (page, tmp_path / "site" / "index.html"):
         root = ET.fromstring(html_file.read_text())  # well-formed XHTML or this raises
         assert root.tag == f"{XHTML}html"
@@ -61,24 +63,175 @@ def test_publish_writes_wellformed_pages_with_every_case_and_plots(results, tmp_
     assert hrefs == ["pub/index.html"] and all((tmp_path / "site" / h).exists() for h in hrefs)
 
 
-def test_ratio_tables_hold_every_planner_and_budget(results, tmp_path):
+def _tables(page) -> list[tuple[str, list[str], list[list[str]], str]]:
+    """(the heading before it, header, body, the model group's heading) of every table of an XHTML page."""
+    root = ET.fromstring(page.read_text())
+    body = next(root.iter(f"{XHTML}body"))
+    out, heading, group = [], "", ""
+    for element in body:
+        if element.tag in (f"{XHTML}h2", f"{XHTML}h3"):
+            heading = element.text or ""
+            if element.tag == f"{XHTML}h2":
+                group = heading
+        elif element.tag == f"{XHTML}table":
+            header = [th.text or "" for th in element.iter(f"{XHTML}th")]
+            rows = [[td.text or "" for td in tr.iter(f"{XHTML}td")] for tr in element.iter(f"{XHTML}tr")][1:]
+            out.append((heading, header, rows, group))
+    return out
+
+
+def test_time_tables_rank_by_iteration_time_and_mark_the_fastest(results, tmp_path):
+    """Every cell of a head-to-head table is the case's own iteration time; the common ratios follow."""
     folder, suite, _, run_b = results
     publish([run_b], tmp_path / "site")
-    root = ET.fromstring((tmp_path / "site" / "pub" / "index.html").read_text())
-    tables = list(root.iter(f"{XHTML}table"))
-    ratio_tables = [t for t in tables if next(t.iter(f"{XHTML}th")).text == "planner"]
-    assert len(ratio_tables) == 3
+    tables = _tables(tmp_path / "site" / "pub" / "index.html")
+    times = [t for t in tables if "iteration time, ms" in t[0]]
+    bounds = [t for t in tables if "the budget's lower bound" in t[0]]
+    assert len(times) == len(bounds) == 3 and all("simulate executor (simulated)" in t[0] for t in times)
     rows = {r["case_id"]: r for r in read_rows_csv(run_b / "rows.csv") if r["allocator"] == "caching"}
-    first = ratio_tables[0]
-    header = [th.text for th in first.iter(f"{XHTML}th")]
-    assert [h.split(" ")[0] for h in header[1:]] == ["f0", "f0.5", "f1"]
-    body = [[td.text or "" for td in tr.iter(f"{XHTML}td")] for tr in first.iter(f"{XHTML}tr")][1:]
-    assert [line[0] for line in body] == ["keep-all", "prefix", "boom"]
-    for line in body:
-        for label, cell in zip(["f0", "f0.5", "f1"], line[1:]):
-            row = rows[f"synthetic:chain4/b2/3x32x32/{line[0]}/{label}/simulate/caching"]
-            expected = f"{float(row['ratio_to_lb']):.3f}" if row["status"] == "ok" else row["status"]
-            assert cell == expected
+    for (_, header, body, group), (_, lb_header, lb_body, _) in zip(times, bounds):
+        assert [h.split(" ")[0] for h in header[1:]] == ["f0", "f0.5", "f1"]
+        assert all("LB " in h and " ms" in h for h in lb_header[1:])
+        assert [line[0] for line in body] == ["keep-all", "prefix", "boom"]
+        name, batch, size = group.split(", ")
+        model = f"{name}/b{batch.split()[1]}/{size}"
+        for j, label in enumerate(["f0", "f0.5", "f1"], start=1):
+            ran = {}
+            for line, lb_line in zip(body, lb_body):
+                row = rows[f"{model}/{line[0]}/{label}/simulate/caching"]
+                cell = line[j]
+                if row["status"] != "ok":
+                    assert cell == row["status"] and lb_line[j] == row["status"]
+                    continue
+                makespan = float(row["makespan_s"])
+                ran[line[0]] = makespan
+                assert f"{makespan * 1e3:.2f} ({makespan / float(row['ideal_s']):.2f}x)" in cell
+                assert lb_line[j] == f"{makespan / float(row['budget_lower_bound_s']):.3f}"
+            best = min(ran.values())
+            marked = {line[0] for line in body if line[j].startswith("★")}
+            assert marked == {p for p, t in ran.items() if t <= best * (1 + 1e-9)}
+
+
+def test_mixed_executors_get_a_table_and_plots_each(results, tmp_path):
+    """Rows of two executors at one budget are two tables, each named, never one cell hiding the other."""
+    folder, _, _, run_b = results
+    src = tmp_path / "results" / "pub" / "mixed"
+    src.mkdir(parents=True)
+    rows = read_rows_csv(run_b / "rows.csv")
+    measured = []
+    for r in rows:
+        m = dict(r, executor="torch", case_id=r["case_id"].replace("/simulate/", "/torch/"))
+        if m["status"] == "ok":
+            m["makespan_s"] = repr(float(r["makespan_s"]) * 2)
+            m["time_iqr_s"] = repr(float(r["makespan_s"]) * 0.02)
+        measured.append(m)
+    with open(src / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows + measured)
+    publish([src], tmp_path / "site")
+    page = tmp_path / "site" / "pub" / "index.html"
+    tables = [t for t in _tables(page) if "iteration time, ms" in t[0]]
+    assert [t[0].split(" executor")[0] for t in tables] == ["simulate", "torch"] * 3
+    assert "torch executor (measured)" in tables[1][0] and "simulate executor (simulated)" in tables[0][0]
+    ok_cell = next(c for line in tables[1][2] for c in line[1:] if "x)" in c)
+    assert "±" in ok_cell  # the measured spread is shown
+    assert not any("±" in c for line in tables[0][2] for c in line[1:])
+    markdown = (page.parent / "index.md").read_text()
+    assert markdown.splitlines()[2].startswith("Measured: the torch executor's rows were timed")
+    images = [img.get("src") for img in ET.fromstring(page.read_text()).iter(f"{XHTML}img")]
+    for kind in ("ratio", "throughput", "time"):
+        assert {n.rsplit("-", 1)[1] for n in images if n.startswith(kind)} == {"simulate.png", "torch.png"}
+
+
+def test_simulated_pages_say_so_first_and_name_the_commit(results, tmp_path):
+    folder, _, _, run_b = results
+    publish([run_b], tmp_path / "site")
+    lines = (tmp_path / "site" / "pub" / "index.md").read_text().splitlines()
+    assert lines[2].startswith("Simulations: every row is the simulate executor's event simulation")
+    assert "synthetic" in lines[2]  # the profiler
+    assert "this page built from commit" in lines[4]
+
+
+def test_git_state_ignores_what_runs_write_under_results(tmp_path):
+    """``tox -e publish`` rewrites results/ while it runs: that is output, not uncommitted code."""
+    import subprocess
+
+    from harness.environment import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "rows.csv").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "y")
+    (tmp_path / "results" / "rows.csv").write_text("b\n")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path)["dirty"] is True
+
+
+def test_repeats_are_summarised_by_the_suites_statistic():
+    """MLPerf's rule: with three or more repeats the fastest and the slowest are dropped."""
+    from harness.publish import central
+
+    assert central([5.0, 1.0, 2.0, 3.0, 100.0])[0] == pytest.approx(10 / 3)
+    assert central([1.0, 3.0])[0] == pytest.approx(2.0)  # too few to trim
+    assert central([5.0, 1.0, 2.0, 3.0, 100.0], "median")[0] == pytest.approx(3.0)
+    assert central([1.0, 2.0, 6.0], "mean")[0] == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="unknown statistic"):
+        central([1.0], "max")
+
+
+def test_a_repeated_suite_publishes_the_trimmed_mean_and_its_spread(tmp_path):
+    support.install()
+    text = support.SUITE.format(name="rep") + "repeats: 3\n"
+    suite = load_suite(support.write_suite(tmp_path, text))
+    run = run_suite(suite, tmp_path / "results", run_id="r", progress=False)
+    rows = read_rows_csv(run.run_dir / "rows.csv")
+    times = [1.0, 2.0, 9.0]
+    target = [r for r in rows if r["planner"] == "prefix" and r["budget_label"] == "f0.5"
+              and r["model"] == "synthetic:chain4"]
+    assert len(target) == 3
+    for r, t in zip(target, times):
+        r["makespan_s"], r["time_iqr_s"] = repr(t), "0.0"  # as if measured
+    with open(run.run_dir / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    publish([run.run_dir], tmp_path / "site")
+    tables = [t for t in _tables(tmp_path / "site" / "rep" / "index.html") if "iteration time, ms" in t[0]]
+    line = next(line for line in tables[0][2] if line[0] == "prefix")
+    assert line[2].split(" (")[0].lstrip("★ ") == "2000.00 ±0.00"  # 1 and 9 dropped: 2 s, one kept
+
+
+def test_time_chart_gives_each_strategy_one_colour():
+    """A bare RGB tuple given to ``bar`` with three bars was read as three colours (issue #14)."""
+    import pandas as pd
+
+    from harness.publish import Group, time_figure
+    from harness.results import to_frame
+
+    rows = []
+    for k, planner in enumerate(["a", "b", "c", "d"]):
+        for j, budget in enumerate(["f0", "f0.5", "f1"]):
+            rows.append({"case_id": f"{planner}/{budget}", "model": "m", "batch_size": "1", "input_size": "1",
+                         "planner_label": planner, "budget_label": budget, "budget_bytes": str(100 + j),
+                         "executor": "simulate", "allocator": "", "status": "ok",
+                         "makespan_s": repr(1.0 + k + j), "ideal_s": "1.0"})
+    frame = to_frame(rows)
+    fig = time_figure(Group("m", 1, "1", frame), "simulate")
+    bars = [p for p in fig.axes[0].patches]
+    colours = [tuple(b.get_facecolor()) for b in bars]
+    assert len(bars) == 12
+    per_planner = [set(colours[3 * k: 3 * k + 3]) for k in range(4)]
+    assert all(len(c) == 1 for c in per_planner)
+    assert len(set().union(*per_planner)) == 4
+    assert isinstance(pd.Series(colours).iloc[0], tuple)
 
 
 def test_html_escapes_messages(results, tmp_path):
@@ -173,3 +326,17 @@ def test_the_latest_run_is_the_last_started_not_the_last_by_name(results, tmp_pa
     meta["sessions"][-1]["started"] = "2999-01-01T00:00:00+00:00"
     (suite_dir / "aaa-new" / "meta.json").write_text(json.dumps(meta))
     assert [r.path for r in find_runs([suite_dir])] == [suite_dir / "aaa-new"]
+
+
+def test_strategies_with_equal_values_stay_visible_in_line_plots():
+    """greedy and capacity often give the same times: each line keeps its own marker, the later smaller
+    and drawn on top, so neither hides the other."""
+    from harness.publish import _styles
+
+    styles = _styles(["greedy", "dynprog", "capacity"])
+    markers = [s["marker"] for s in styles.values()]
+    sizes = [s["markersize"] for s in styles.values()]
+    layers = [s["zorder"] for s in styles.values()]
+    assert len(set(markers)) == 3 and len({s["color"] for s in styles.values()}) == 3
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3
+    assert layers == sorted(layers) and len(set(layers)) == 3

@@ -52,14 +52,18 @@ def test_rows_carry_metrics_and_bounds(tmp_path):
         assert budget == lo + int(fraction * (hi - lo))
         assert int(row["min_memory_bytes"]) == lo and int(row["peak_memory_bytes"]) == hi
         lb = lower_bound(profile, budget, m_peak=hi)
-        assert float(row["lower_bound_s"]) == pytest.approx(lb)
+        assert float(row["budget_lower_bound_s"]) == pytest.approx(lb)  # every row, run or not
         if row["planner"] == "keep-all" and budget < hi:
             assert row["status"] == "infeasible" and f"needs at least {hi} bytes" in row["message"]
             continue
         assert row["status"] == "ok", row["message"]
         makespan = float(row["makespan_s"])
         assert makespan >= lb * (1 - 1e-9)  # papers/004 Prop. 3
+        # offloading schedules on one pass with default algorithms: their own bound is the budget's
+        assert float(row["lower_bound_s"]) == pytest.approx(lb)
         assert float(row["ratio_to_lb"]) == pytest.approx(makespan / lb)
+        assert float(row["ratio_to_budget_lb"]) == pytest.approx(makespan / lb)
+        assert float(row["slowdown"]) == pytest.approx(makespan / profile.compute_time)
         assert float(row["throughput"]) == pytest.approx(int(row["batch_size"]) / makespan)
         assert int(row["peak_bytes"]) <= budget
         assert int(row["max_live_bytes"]) <= budget

@@ -105,7 +105,9 @@ class Profile:
     ``weight_bytes`` (parameters, their gradients and optimizer state) stays resident on the
     device for the whole iteration; ``output_bytes`` is the size of the last stage's output
     (and of the gradient that enters the backward pass). ``variants`` holds profiles of the
-    same workload at other batch sizes (sub-batching, papers/000 eq. 3).
+    same workload at other batch sizes (sub-batching, papers/000 eq. 3). ``runtime_bytes``
+    is what the framework reserves on the device beyond the chain model and the caching
+    allocator's fragmentation (``harness.device_memory``; measured on a GPU, 0 otherwise).
     """
 
     model: str
@@ -123,6 +125,7 @@ class Profile:
     measured: bool = False
     variants: tuple[Profile, ...] = ()
     notes: dict[str, str] = field(default_factory=dict, hash=False)
+    runtime_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -131,7 +134,7 @@ class Profile:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not (0 < self.d2h_bandwidth < math.inf and 0 < self.h2d_bandwidth < math.inf):
             raise ValueError("d2h_bandwidth and h2d_bandwidth must be finite and > 0 (bytes/s)")
-        _non_negative(self, "device_memory", "weight_bytes", "output_bytes")
+        _non_negative(self, "device_memory", "weight_bytes", "output_bytes", "runtime_bytes")
         for i, (s, nxt) in enumerate(zip(self.stages, (*self.stages[1:], None))):
             room = nxt.saved_bytes if nxt is not None else 0
             if s.output_saved_bytes > room:
@@ -299,7 +302,10 @@ class Schedule:
     ``ops`` is the compute order; ``transfers`` the copies; ``algorithms`` the algorithm
     index per stage (-1: the stage default; empty: all defaults); ``sub_batches`` how
     many gradient-accumulation passes the batch is split into (the stage figures are then
-    those of ``Profile.at_batch(batch_size // sub_batches)``).
+    those of ``Profile.at_batch(batch_size // sub_batches)``). ``budget_bytes`` is the chain
+    model's budget the planner planned for; ``device_budget_bytes``, when set, the bytes the
+    process may reserve on the device (``harness.device_memory``), the cap a real executor
+    enforces.
     """
 
     planner: str
@@ -310,6 +316,7 @@ class Schedule:
     sub_batches: int = 1
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     notes: str = ""
+    device_budget_bytes: int | None = None
 
     def algorithm_of(self, stage: int) -> int:
         return self.algorithms[stage] if self.algorithms else -1

@@ -38,6 +38,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "predicted_s", "predicted_peak_bytes", "prediction_error", "memory_fraction", "iterations", "held_max_bytes",
     # the quantities common to every strategy at a budget (what the head-to-head tables rank by)
     "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
+    # the parts of the device memory (harness.device_memory)
+    "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes", "reserved_predicted_bytes",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -47,7 +49,8 @@ ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta
 _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
                 "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
-                "predicted_peak_bytes")
+                "predicted_peak_bytes", "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes",
+                "reserved_predicted_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",

@@ -90,6 +90,7 @@ class UnitTask:
     want_timeline: bool
     validate: bool
     run_id: str
+    device_budget: bool = False  # the suite's budget_model is "device" (harness.device_memory)
 
 
 @dataclass
@@ -193,11 +194,25 @@ def execute_unit(task: UnitTask) -> UnitResult:
         warm_up(task.planner)
         _seed(case.seed)
         started = time.perf_counter()
-        schedule = task.planner.plan(profile, budget, **case.planner_options)
+        planning_budget = budget
+        if task.device_budget:  # plan against what is left of the device budget (issue #16)
+            from dataclasses import replace
+
+            from harness.device_memory import plan_for_device
+
+            planned = plan_for_device(task.planner, profile, budget, case.planner_options, duplex)
+            schedule = replace(planned.schedule, device_budget_bytes=budget)
+            planning_budget = common["planning_budget_bytes"] = planned.planning_budget
+            if planned.memory is not None:  # the prediction; a run with a memory trace replaces it
+                common.update(runtime_bytes=planned.memory.runtime_bytes,
+                              fragmentation_bytes=planned.memory.fragmentation_bytes,
+                              reserved_predicted_bytes=planned.memory.reserved_bytes)
+        else:
+            schedule = task.planner.plan(profile, budget, **case.planner_options)
         common["plan_time_s"] = time.perf_counter() - started
         common.update(offloaded_stages=len(schedule.offloaded_stages), sub_batches=schedule.sub_batches)
         # judged against the bound of what it runs: its algorithms, passes, recomputation
-        lb = common["lower_bound_s"] = schedule_lower_bound(profile, schedule, budget, duplex=duplex)
+        lb = common["lower_bound_s"] = schedule_lower_bound(profile, schedule, planning_budget, duplex=duplex)
         workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
         started = time.perf_counter()
         run = task.executor.run(schedule, profile, workload)
@@ -217,7 +232,7 @@ def execute_unit(task: UnitTask) -> UnitResult:
             if task.validate:
                 from harness.validate import validate
 
-                problems = validate(schedule, profile, budget)
+                problems = validate(schedule, profile, planning_budget)
                 common["valid"] = not problems
                 if problems:
                     common.update(status="error", message=f"invalid schedule: {problems[0]}"
@@ -231,9 +246,12 @@ def execute_unit(task: UnitTask) -> UnitResult:
     timeline = None
     if run is not None and run.feasible:
         if run.trace:
-            from harness.allocators.trace import max_live_bytes
+            from harness.device_memory import device_memory
 
-            common["max_live_bytes"] = max_live_bytes(run.trace)
+            memory = device_memory(run.trace, profile.runtime_bytes)
+            common.update(max_live_bytes=memory.chain_bytes, runtime_bytes=memory.runtime_bytes,
+                          fragmentation_bytes=memory.fragmentation_bytes,
+                          reserved_predicted_bytes=memory.reserved_bytes)
         if task.want_timeline and run.timeline:
             timeline = {
                 "case_id": case.unit_id, "planner": case.planner_label, "model": case.model,
@@ -335,6 +353,7 @@ def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: s
             planner=reg.planner(case.planner), executor=reg.executor(case.executor),
             allocators={c.allocator: reg.allocator(c.allocator) for c in unit if c.allocator},
             want_timeline=suite.wants_timeline(case), validate=suite.spec.validate_schedules, run_id=run_id,
+            device_budget=suite.spec.budget_model == "device",
         )
 
 

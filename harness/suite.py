@@ -13,6 +13,7 @@ A suite (DESIGN.md, "Suites and results")::
     planners: [keep-all, greedy, {name: dynprog, slots: 500}, {name: modnn, optional: true}]
     executors: [simulate]
     allocators: [caching]
+    budget_model: chain                 # or device: budgets are what the GPU process may reserve
     repeats: 1
     statistic: trimmed-mean             # how published pages summarise repeats (or median, mean)
     seeds: [0]
@@ -258,6 +259,9 @@ class SuiteSpec(_Strict):
     planners: list[NamedEntry] = Field(min_length=1)
     executors: list[NamedEntry] = Field(default_factory=lambda: [Entry(name="simulate")], min_length=1)
     allocators: list[NamedEntry] = Field(default_factory=list)
+    # what a budget means: "chain", the chain model's bytes (papers/004's M, the paper suites);
+    # "device", the bytes the process may reserve on the GPU (harness.device_memory)
+    budget_model: Literal["chain", "device"] = "chain"
     repeats: PositiveInt = 1
     # how the published pages summarise a case's repeats (harness.publish.summarise);
     # trimmed-mean drops the fastest and the slowest when there are three or more (MLPerf)

@@ -331,7 +331,8 @@ class _Execution:
         gc.collect()
         torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(self.chain.device).total_memory
-        cap = self.ex.cap_bytes if self.ex.cap_bytes is not None else self.schedule.budget_bytes
+        cap = self.ex.cap_bytes if self.ex.cap_bytes is not None else (
+            self.schedule.device_budget_bytes or self.schedule.budget_bytes)
         self.cap = min(1.0, cap / total)
         torch.cuda.set_per_process_memory_fraction(self.cap, self.chain.device)
 

@@ -129,6 +129,7 @@ class TorchProfiler:
     repeats: int = 5
     variant_batches: tuple[int, ...] = ()
     algorithms: bool = True
+    calibrate: bool = True  # CUDA: measure runtime_bytes from a keep-all iteration (harness.device_memory)
     name: str = "torch"
     description: str = "measured on cpu or cuda: per-stage times (median), saved bytes, workspaces, host link"
 
@@ -163,7 +164,11 @@ class TorchProfiler:
             raise
         except (RuntimeError, ValueError, TypeError) as exc:
             raise ProfilingError(f"{workload.model}: measuring on {device} failed: {type(exc).__name__}: {exc}") from None
-        return self._profile(workload, device, record, tuple(stages))
+        profile = self._profile(workload, device, record, tuple(stages))
+        if device.type == "cuda" and self.calibrate:
+            del chain, record, runner
+            profile = replace(profile, runtime_bytes=_runtime_bytes(profile, workload, device))
+        return profile
 
     # -- times
     def _times(self, runner: StageRunner, s: int, timer: Timer) -> tuple[float, float]:
@@ -248,6 +253,25 @@ class TorchProfiler:
                 "torch": torch.__version__,
             },
         )
+
+
+def _runtime_bytes(profile: Profile, workload: Workload, device: torch.device) -> int:
+    """CUDA: a keep-all iteration's measured reservation over the caching allocator model's arena for
+    the chain model's trace of it (``harness.device_memory.calibrate_runtime_bytes``)."""
+    from harness.bounds import peak_memory
+    from harness.device_memory import calibrate_runtime_bytes
+    from harness.executors.torch_executor import TorchExecutor
+    from harness.model import Schedule, training_ops
+
+    torch.cuda.empty_cache()
+    keep_all = Schedule("keep-all", peak_memory(profile), training_ops(profile.n_stages))
+    executor = TorchExecutor(device=str(device), warmup=1, iterations=1, enforce_budget=False)
+    run = executor.run(keep_all, profile, workload)
+    del executor
+    torch.cuda.empty_cache()
+    if run.status != "ok":
+        raise ProfilingError(f"{workload.model}: the keep-all calibration iteration failed: {run.message}")
+    return calibrate_runtime_bytes(profile, int(run.metrics["max_memory_reserved"]))
 
 
 def _time_once(runner: StageRunner, s: int, timer: Timer) -> tuple[float, float]:

@@ -1,0 +1,164 @@
+"""One meaning of "budget": the bytes the training process may reserve on the device (issue #16).
+
+A user's budget is the memory their GPU gives the process: what PyTorch's caching
+allocator reserves (``torch.cuda.max_memory_reserved``, what
+``set_per_process_memory_fraction`` caps). The chain model (papers/004 section 3.1) sees
+less than that. What it does not see is set aside here, in one place:
+
+- ``runtime_bytes``: what the framework holds beyond the chain model during an iteration
+  (cuBLAS/cuDNN workspaces, autograd temporaries the stages allocate, the chain model's own
+  error). Stored in the profile (``Profile.runtime_bytes``), calibrated on the device from
+  one keep-all iteration: the reserved bytes it measured minus the caching allocator
+  model's arena for the same schedule's chain trace (``calibrate_runtime_bytes``); 0 for an
+  analytic profile.
+- fragmentation: the caching allocator model (``harness.allocators.caching``, PyTorch's
+  rules) applied to the schedule's simulated memory trace; its arena minus the trace's
+  max-live bytes.
+
+So a schedule's predicted reservation is ``arena(chain trace) + runtime_bytes``
+(``DeviceMemory``). ``plan_for_device`` gives a planner the budget minus the runtime bytes
+and shrinks it by the excess until the prediction fits, so that a plan the harness calls
+feasible holds in the device budget; ``check_fits`` refuses a trace (simulated, or replayed
+from a real run) that would exceed a budget, with the number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+from harness.errors import InfeasibleBudget
+from harness.model import MemoryBlock, Profile, Schedule
+
+MAX_ROUNDS = 12  # plans tried before a budget is declared too small for a planner
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """A schedule's device memory, by part: what the chain model holds, what the runtime
+    adds, what the caching allocator loses to fragmentation."""
+
+    chain_bytes: int
+    runtime_bytes: int
+    fragmentation_bytes: int
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The predicted ``max_memory_reserved``: the caching allocator's arena plus the runtime."""
+        return self.chain_bytes + self.fragmentation_bytes + self.runtime_bytes
+
+    def describe(self) -> str:
+        """``3.2 GiB reserved (chain 2.6 GiB + runtime 190 MiB + fragmentation 400 MiB)``."""
+        from harness.units import format_bytes
+
+        return (f"{self.reserved_bytes} bytes ({format_bytes(self.reserved_bytes)}) reserved: chain model "
+                f"{format_bytes(self.chain_bytes)} + runtime {format_bytes(self.runtime_bytes)} + "
+                f"fragmentation {format_bytes(self.fragmentation_bytes)}")
+
+
+Trace = Union[Sequence[MemoryBlock], Any]  # MemoryBlocks or an allocators.trace.IntTrace
+
+
+def device_memory(trace: Trace, runtime_bytes: int = 0) -> DeviceMemory:
+    """The parts of the reservation of ``trace`` (the caching allocator model places it)."""
+    from harness.allocators.caching import CachingAllocator
+
+    placement = CachingAllocator().place(trace)
+    return DeviceMemory(placement.max_live_bytes, int(runtime_bytes),
+                        placement.arena_bytes - placement.max_live_bytes)
+
+
+def check_fits(trace: Trace, budget: int, runtime_bytes: int = 0, what: str = "the trace") -> DeviceMemory:
+    """The trace's ``DeviceMemory``; ``InfeasibleBudget`` (with the bytes needed) when it exceeds ``budget``."""
+    memory = device_memory(trace, runtime_bytes)
+    if memory.reserved_bytes > budget:
+        raise InfeasibleBudget(f"{what} needs {memory.describe()}, above the budget of {budget} bytes",
+                               needed_bytes=memory.reserved_bytes)
+    return memory
+
+
+def keep_all_memory(profile: Profile, duplex: bool = False) -> DeviceMemory:
+    """``DeviceMemory`` of the keep-all iteration of ``profile`` (no budget)."""
+    from harness.bounds import peak_memory
+    from harness.model import training_ops
+    from harness.simulate.executor import simulate
+
+    schedule = Schedule("keep-all", peak_memory(profile), training_ops(profile.n_stages))
+    return device_memory(simulate(schedule, profile, duplex=duplex).trace, profile.runtime_bytes)
+
+
+def calibrate_runtime_bytes(profile: Profile, measured_reserved_bytes: int) -> int:
+    """The runtime bytes of a device: a keep-all iteration's measured reservation minus the caching
+    allocator model's arena for its chain trace (never below 0)."""
+    model = keep_all_memory(profile)
+    return max(0, int(measured_reserved_bytes) - model.chain_bytes - model.fragmentation_bytes)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """A schedule planned to hold in a device budget: the chain budget it was planned for and its memory."""
+
+    schedule: Schedule
+    planning_budget: int
+    memory: DeviceMemory | None  # None when the simulator could not run the schedule
+
+
+def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None = None,
+                    duplex: bool = False) -> DevicePlan:
+    """Plan so that the predicted reservation holds in ``budget`` (device bytes).
+
+    The planner first gets ``budget - profile.runtime_bytes``. While the caching allocator
+    model's arena of the simulated trace plus the runtime bytes exceeds ``budget``, the chain
+    budget steps down by the excess; once a plan fits, the chain budget is bisected between
+    it and the last one that did not, so that the plan kept is the one of the largest chain
+    budget found to fit (fragmentation is not monotone in the budget, so this is a search,
+    not a formula). At most ``MAX_ROUNDS`` plans. A planner's own refusal
+    (``InfeasibleBudget``) goes through, with the device bytes it would need.
+    """
+    options = options or {}
+    too_big, best = None, None
+    planning = budget - profile.runtime_bytes
+    last: DeviceMemory | None = None
+    for _ in range(MAX_ROUNDS):
+        if planning <= 0:
+            break
+        plan = _plan_once(planner, profile, budget, planning, options, duplex)
+        if plan.memory is None:
+            return plan  # the simulator cannot run it: the executor reports why
+        last = plan.memory
+        excess = plan.memory.reserved_bytes - budget
+        if excess <= 0:
+            best = plan
+            if too_big is None:
+                return best  # the first chain budget fits: nothing to gain above it
+        else:
+            too_big = planning
+        if best is None:
+            planning -= excess
+        else:
+            planning = (best.planning_budget + too_big) // 2
+            if too_big - best.planning_budget <= max(1, budget // 1000):
+                break
+    if best is not None:
+        return best
+    needed = f"; its last plan needed {last.describe()}" if last is not None else ""
+    raise InfeasibleBudget(f"{getattr(planner, 'name', 'the planner')} finds no plan whose predicted reservation "
+                           f"holds in the device budget of {budget} bytes{needed}",
+                           needed_bytes=last.reserved_bytes if last is not None else None)
+
+
+def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, options: dict[str, Any],
+               duplex: bool) -> DevicePlan:
+    from harness.simulate.executor import simulate
+
+    try:
+        schedule = planner.plan(profile, planning, **options)
+    except InfeasibleBudget as exc:
+        needed = None if exc.needed_bytes is None else exc.needed_bytes + (budget - planning)
+        raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
+                               f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
+                               needed_bytes=needed) from None
+    run = simulate(schedule, profile, duplex=duplex)
+    if not run.feasible:
+        return DevicePlan(schedule, planning, None)
+    return DevicePlan(schedule, planning, device_memory(run.trace, profile.runtime_bytes))

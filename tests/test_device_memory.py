@@ -1,0 +1,154 @@
+"""One meaning of "budget" (issue #16): what the process may reserve on the device.
+
+Replays the committed H100 data on the CPU: the real allocation traces in
+results/traces/h100, the measured ResNet-50 profile, and the committed gpu-smoke run, whose
+13 ``oom`` rows were the plans the chain model alone called feasible.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.allocators.caching import CachingAllocator
+from harness.allocators.trace import max_live_bytes, read_csv
+from harness.bounds import min_memory, peak_memory
+from harness.device_memory import (
+    calibrate_runtime_bytes, check_fits, device_memory, keep_all_memory, plan_for_device,
+)
+from harness.errors import InfeasibleBudget
+from harness.model import Profile, load
+from harness.plugins import registry
+from harness.results import load_rows
+from harness.simulate.executor import simulate
+from harness.validate import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "results" / "traces" / "h100" / "trace-resnet50-b32-training.csv"
+PROFILE = ROOT / "results" / "profiles" / "resnet50-b32-h100-measured.json"
+SMOKE = ROOT / "results" / "gpu-smoke" / "published"
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def calibrated() -> Profile:
+    """The measured H100 ResNet-50 profile, calibrated on the replayed real keep-all iteration."""
+    profile = load(Profile, PROFILE)
+    reserved = CachingAllocator().place(read_csv(TRACE)).arena_bytes  # what the real sequence reserves
+    return replace(profile, runtime_bytes=calibrate_runtime_bytes(profile, reserved))
+
+
+def test_a_budget_the_replayed_real_trace_would_exceed_is_refused_with_the_number():
+    real = read_csv(TRACE)
+    allocated = max_live_bytes(real)  # what a chain-model view of the budget would accept
+    reserved = CachingAllocator().place(real).arena_bytes
+    assert reserved > allocated
+    with pytest.raises(InfeasibleBudget) as refused:
+        check_fits(real, allocated, what="the real ResNet-50 iteration")
+    assert refused.value.needed_bytes == reserved
+    assert f"needs {reserved} bytes" in str(refused.value) and f"budget of {allocated} bytes" in str(refused.value)
+    memory = check_fits(real, reserved)
+    assert memory.reserved_bytes == reserved and memory.chain_bytes == allocated
+
+
+def test_calibration_makes_the_keep_all_prediction_the_replayed_reservation(calibrated):
+    reserved = CachingAllocator().place(read_csv(TRACE)).arena_bytes
+    assert calibrated.runtime_bytes > 0  # the H100 iteration reserves more than the chain model's arena
+    assert keep_all_memory(calibrated).reserved_bytes == reserved
+    # a device that reserves less than the model's arena calibrates to nothing, never below
+    assert calibrate_runtime_bytes(calibrated, 0) == 0
+
+
+def test_keep_all_at_the_chain_peak_is_refused_on_the_device(calibrated):
+    peak = peak_memory(calibrated)
+    keep_all = registry().planner("keep-all")
+    with pytest.raises(InfeasibleBudget) as refused:
+        plan_for_device(keep_all, calibrated, peak)
+    assert refused.value.needed_bytes is not None and refused.value.needed_bytes > peak
+    need = keep_all_memory(calibrated).reserved_bytes
+    plan = plan_for_device(keep_all, calibrated, need)
+    assert plan.memory.reserved_bytes == need
+
+
+@pytest.mark.parametrize("name", ["greedy", "dynprog", "capacity"])
+@pytest.mark.parametrize("fraction", [0.5, 0.75])
+def test_a_device_plan_holds_in_the_budget_where_the_chain_plan_does_not(calibrated, name, fraction):
+    """The chain plan at the same bytes overflows the device once fragmentation and the runtime
+    count; the device plan is a valid chain schedule whose predicted reservation fits."""
+    planner = registry().planner(name)
+    lo, hi = min_memory(calibrated), peak_memory(calibrated)
+    budget = int(lo + fraction * (hi - lo))
+    naive = simulate(planner.plan(calibrated, budget), calibrated)
+    assert device_memory(naive.trace, calibrated.runtime_bytes).reserved_bytes > budget
+    try:
+        plan = plan_for_device(planner, calibrated, budget)
+    except InfeasibleBudget as exc:  # refusing is allowed: with the number, above the budget
+        assert exc.needed_bytes is not None and exc.needed_bytes > budget
+        return
+    assert plan.memory.reserved_bytes <= budget
+    assert plan.planning_budget <= budget - calibrated.runtime_bytes
+    assert not validate(plan.schedule, calibrated, plan.planning_budget)
+
+
+def _smoke_rows():
+    rows = load_rows(SMOKE)
+    return rows[(rows["executor"] == "torch") & rows["status"].isin(["ok", "oom"])]
+
+
+def test_every_real_oom_of_the_h100_smoke_run_is_predicted_to_overflow():
+    """The committed gpu-smoke run (ResNet-50 b256, H100): each plan that ran out of memory for
+    real has a predicted reservation above the cap it ran under, so the device budget would have
+    replanned or refused it.
+
+    The cap was the schedule's own ``budget_bytes``: the vDNN++ planners set it to vDNN's peak
+    (8.05 GiB, "allowed" in their messages) below the case's 17.19 GiB; a device schedule
+    carries the case budget as ``device_budget_bytes``, the cap the torch executor enforces."""
+    profile = load(Profile, next((SMOKE / "profiles").glob("*.json")))
+    rows = _smoke_rows()
+    assert (rows["status"] == "oom").sum() == 13
+    for _, row in rows.iterrows():
+        options = json.loads(row["planner_options"]) if row["planner_options"] else {}
+        schedule = registry().planner(row["planner"]).plan(profile, int(row["budget_bytes"]), **options)
+        run = simulate(schedule, profile)
+        predicted = device_memory(run.trace, profile.runtime_bytes).reserved_bytes
+        cap = min(int(row["budget_bytes"]), schedule.budget_bytes)
+        if row["status"] == "oom":
+            assert predicted > cap, row["case_id"]
+            assert f"{cap / 2**30:.2f} GiB allowed" in row["message"] or "allowed" not in row["message"]
+
+
+def test_a_device_suite_plans_within_what_the_device_budget_leaves(tmp_path):
+    """``budget_model: device``: every ok row's predicted reservation holds in its budget, its parts
+    are reported, the planner got less than the budget, and the schedule carries the device budget."""
+    from harness.runner import run_suite
+    from harness.results import read_rows_csv
+    from harness.suite import load_suite
+    from tests import test_suite_support as support
+
+    support.install()
+    # the caching allocator reserves 2 MiB segments for small blocks: these tiny chains need that much
+    text = support.SUITE.format(name="dev").replace("{fractions: [0, 0.5, 1.0]}",
+                                                    "{fractions: [0.5, 1.0], bytes: [4MiB]}")
+    suite = load_suite(support.write_suite(tmp_path, text + "budget_model: device\n"))
+    chain_suite = load_suite(support.write_suite(tmp_path, text, filename="chain.yaml"))
+    device = {r["case_id"]: r for r in read_rows_csv(run_suite(suite, tmp_path / "r", progress=False).run_dir / "rows.csv")}
+    chain = {r["case_id"]: r for r in
+             read_rows_csv(run_suite(chain_suite, tmp_path / "c", progress=False).run_dir / "rows.csv")}
+    over_in_chain = 0
+    for case_id, row in device.items():
+        budget = int(row["budget_bytes"])
+        if row["status"] == "ok":
+            reserved = int(row["reserved_predicted_bytes"])
+            assert reserved <= budget, case_id
+            assert reserved == int(row["max_live_bytes"]) + int(row["fragmentation_bytes"]) + int(row["runtime_bytes"])
+            assert int(row["planning_budget_bytes"]) <= budget and int(row["peak_bytes"]) <= budget
+        else:
+            assert row["status"] == "infeasible" and "bytes" in row["message"], row["message"]
+        twin = chain[case_id]
+        if twin["status"] == "ok" and int(twin["reserved_predicted_bytes"]) > budget:
+            over_in_chain += 1
+    assert any(r["status"] == "ok" for r in device.values())
+    assert over_in_chain > 0  # the chain model's plans would have overflowed some of these budgets

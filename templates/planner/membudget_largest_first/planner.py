@@ -38,9 +38,11 @@ class LargestFirst:
             return keep_all_schedule(profile, budget_bytes, self.name)
         order = offload_order(profile)
         chosen: list[int] = []
+        out = 0
         for stage in order:
             chosen.append(stage)
-            if sum(profile.stages[i].saved_bytes for i in chosen) < excess:
+            out += profile.stages[stage].saved_bytes
+            if out < excess:
                 continue  # not enough out yet: no schedule of this set can fit
             schedule = best_ordered_schedule(profile, budget_bytes, set(chosen), planner=self.name,
                                              duplex=duplex)

@@ -1,6 +1,6 @@
 """membudget: a plugin-based benchmarking harness for GPU memory management in DNN training.
 
-The import package is ``harness``; see DESIGN.md for the pipeline
+The import package is ``harness``; see docs/architecture.md for the pipeline
 (profile -> plan -> execute -> place -> results).
 """
 

@@ -1,4 +1,4 @@
-"""The bounds every result is judged against (DESIGN.md, "Lower bounds").
+"""The bounds every result is judged against (docs/architecture.md, "Lower bounds").
 
 - ``ideal_time``: the iteration with no offloading and unlimited memory;
 - ``peak_memory``: M_peak, the device bytes of that iteration (the keep-all peak);

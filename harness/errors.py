@@ -20,7 +20,12 @@ class UnknownPlugin(MembudgetError, KeyError):
 
 
 class InfeasibleBudget(MembudgetError):
-    """The budget is below what the planner (or any schedule) can work with."""
+    """The budget is below what the planner (or any schedule) can work with.
+
+    ``needed_bytes``: the bytes the planner knows it would need, an int above the refused
+    budget (the minimum memory, or the peak of the leanest schedule it tried). Planners
+    always pass it; the conformance kit checks it rather than the message's wording.
+    """
 
     def __init__(self, message: str, needed_bytes: int | None = None):
         self.needed_bytes = needed_bytes

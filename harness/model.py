@@ -1,6 +1,6 @@
 """The data that flows through the pipeline: profiles, schedules, runs, placements.
 
-Every box of the pipeline (see DESIGN.md) is a frozen dataclass here, with a lossless
+Every box of the pipeline (see docs/architecture.md) is a frozen dataclass here, with a lossless
 JSON round trip (``to_json`` / ``from_json``) and field-naming errors for malformed input
 (validation through pydantic's ``TypeAdapter`` on these plain dataclasses).
 

@@ -37,7 +37,8 @@ class Profiler(Protocol):
 class Planner(Protocol):
     """Decides what moves where and when for a memory budget: returns a ``Schedule``.
 
-    A planner raises ``harness.errors.InfeasibleBudget`` when it cannot fit the budget. Its
+    A planner raises ``harness.errors.InfeasibleBudget`` when it cannot fit the budget, with
+    ``needed_bytes`` an int above the budget (``harness.testing`` checks it). Its
     options are the keyword parameters of ``plan`` plus the names in an optional
     ``extra_options`` attribute; unknown ones are refused (``harness.options``).
     """

@@ -1,6 +1,6 @@
 """Result folders: ``results/<suite>/<run-id>/`` with ``rows.csv``, ``rows.parquet``, ``meta.json``.
 
-One row a case (DESIGN.md, "Suites and results"). The first columns, ``STABLE_COLUMNS``,
+One row a case (docs/architecture.md, "Suites and results"). The first columns, ``STABLE_COLUMNS``,
 are the ones users script against: never renamed. ``COLUMNS`` adds more after them;
 docs/results.md documents every one.
 

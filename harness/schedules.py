@@ -1,4 +1,4 @@
-"""Building blocks planners share: keep-all, and the ordered no-wait offloading schedule.
+"""Building blocks planners share: the budget check, keep-all, and the ordered no-wait schedule.
 
 papers/004 (Lemma 3, Prop. 1) shows that for a fixed set of offloaded activations the best
 schedule is ordered (offloads by increasing index, prefetches by decreasing index) and
@@ -13,6 +13,7 @@ prefetching during the last forward operations"): ``prefetch_lead``.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 from harness.errors import InfeasibleBudget
@@ -36,6 +37,19 @@ def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bo
             f"{profile.model} at batch {profile.batch_size}; the budget is {budget} bytes ({format_bytes(budget)})",
             needed_bytes=need,
         )
+
+
+def unconstrained_peak(schedule: Schedule, profile: Profile, duplex: bool = False) -> int:
+    """The peak device bytes of ``schedule`` run with no budget: the budget it runs unhindered in.
+
+    A schedule the simulator cannot complete under a budget peaks above it when nothing
+    limits memory, so this is what a planner reports as ``InfeasibleBudget.needed_bytes``
+    when the schedules it tried all fail.
+    """
+    from harness.simulate.executor import timing
+
+    _, tm = timing(schedule, profile, budget=math.inf, duplex=duplex)
+    return int(tm.peak)
 
 
 def keep_all_schedule(profile: Profile, budget: int, planner: str = "keep-all") -> Schedule:

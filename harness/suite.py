@@ -1,6 +1,6 @@
 """Suites: the YAML files in ``suites/`` that say what to benchmark, and their cases.
 
-A suite (DESIGN.md, "Suites and results")::
+A suite (docs/architecture.md, "Suites and results")::
 
     name: quick
     profiler: analytic                  # a registered profiler

@@ -12,6 +12,12 @@ The kit draws chains with Hypothesis (``chains()``) and walks budgets from the m
 to the peak: every schedule returned must pass ``harness.validate``, its simulated makespan
 may not beat papers/004's lower bound, the peak budget must give the keep-all makespan,
 and a budget below the minimum must raise ``InfeasibleBudget``.
+
+A refusal is judged by its type and its ``needed_bytes``, never by its wording: every
+``InfeasibleBudget`` a planner raises must carry a message and ``needed_bytes``, an int
+above the refused budget (the bytes the planner knows it would need: ``check_budget``'s
+minimum, or the unconstrained peak of the leanest schedule it tried); below the minimum,
+``needed_bytes`` is at least ``minimum_budget``.
 """
 
 from __future__ import annotations
@@ -81,6 +87,15 @@ def budgets(profile: Profile, points: int = 5) -> list[int]:
     return sorted({lo + (hi - lo) * k // (points - 1) for k in range(points)})
 
 
+def check_refusal(exc: InfeasibleBudget, budget: int, planner: str = "the planner") -> None:
+    """Assert the refusal contract: a message, and ``needed_bytes`` an int above ``budget``."""
+    assert str(exc), f"{planner}: InfeasibleBudget must say why"
+    need = exc.needed_bytes
+    assert isinstance(need, int) and not isinstance(need, bool), (
+        f"{planner} refused {budget} bytes without needed_bytes (got {need!r}): {exc}")
+    assert need > budget, f"{planner} refused {budget} bytes but says it needs only {need}: {exc}"
+
+
 _SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -104,7 +119,7 @@ class PlannerConformance:
         try:
             return self.planner.plan(profile, budget, **self.options)
         except InfeasibleBudget as exc:
-            assert str(exc), "InfeasibleBudget must say why"
+            check_refusal(exc, budget, self.planner.name)
             return None
 
     @_SETTINGS
@@ -143,7 +158,7 @@ class PlannerConformance:
         try:
             schedule = self.planner.plan(profile, low, **self.options)
         except InfeasibleBudget as exc:
-            assert "needs at least" in str(exc)
+            check_refusal(exc, low, self.planner.name)  # so needed_bytes >= minimum_budget
             return
         raise AssertionError(f"{self.planner.name} returned a schedule below the minimum: {schedule}")
 

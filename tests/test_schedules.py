@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.model import Profile, Stage
-from harness.schedules import best_ordered_schedule, ordered_schedule
+from harness.schedules import best_ordered_schedule, ordered_schedule, unconstrained_peak
 from harness.simulate.executor import simulate
 from harness.testing import budgets, chains
 from harness.validate import check_structure, validate
@@ -86,3 +86,14 @@ def test_lead_schedules_are_valid_and_the_search_never_loses(profile: Profile, d
         assert led is not None
         assert (simulate(led, profile, with_trace=False).makespan
                 <= simulate(plain, profile, with_trace=False).makespan * (1 + 1e-12))
+
+
+@SETTINGS
+@given(profile=chains(max_stages=8), where=st.floats(0.0, 1.0))
+def test_unconstrained_peak_is_a_budget_the_schedule_runs_in(profile: Profile, where: float) -> None:
+    """``unconstrained_peak``: the peak with no budget, so the schedule runs under exactly that budget."""
+    offload = [i for i, s in enumerate(profile.stages) if s.saved_bytes][: max(1, int(where * profile.n_stages))]
+    schedule = ordered_schedule(profile, 0, offload, planner="t", prefetch_window=1)
+    need = unconstrained_peak(schedule, profile)
+    assert need == simulate(schedule, profile, budget=float("inf"), with_trace=False).peak_bytes
+    assert simulate(schedule, profile, budget=need, with_trace=False).feasible

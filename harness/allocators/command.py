@@ -27,7 +27,7 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     fragmentation, optimal, place_time_s, valid, violations, notes, offsets``. The
     allocator gets the blocks with their integer times as floats (so the CSV's lifetimes
     are kept exactly); ``place_time_s`` excludes a warm-up call on one block (imports,
-    Numba compilation), as DESIGN.md asks of reported planning times.
+    Numba compilation), as docs/architecture.md ("Planning kernels") asks of reported times.
     """
     if registry is None:
         from harness.plugins import registry as get_registry

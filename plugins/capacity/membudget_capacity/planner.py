@@ -20,7 +20,7 @@ import numpy as np
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
-from harness.schedules import check_budget, keep_all_schedule, op_index
+from harness.schedules import check_budget, keep_all_schedule, op_index, unconstrained_peak
 from harness.simulate.executor import timing
 from harness.simulate.lowering import Lowered, lower
 from harness.units import format_bytes
@@ -117,8 +117,11 @@ class Capacity:
             _, tm = timing(schedule, profile, duplex=duplex)
             if tm.status == 0:
                 return schedule
+        everything = capacity_schedule(profile, budget_bytes, swappable, low, self.name)
+        need = unconstrained_peak(everything, profile, duplex)
         raise InfeasibleBudget(
             f"infeasible: {self.name} found no swap-out prefix that fits {budget_bytes} bytes "
-            f"({format_bytes(budget_bytes)}) for {profile.model} at batch {profile.batch_size}",
-            needed_bytes=None,
+            f"({format_bytes(budget_bytes)}) for {profile.model} at batch {profile.batch_size}; swapping out "
+            f"every layer needs {need} bytes ({format_bytes(need)})",
+            needed_bytes=need,
         )

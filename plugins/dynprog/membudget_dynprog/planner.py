@@ -397,6 +397,7 @@ def _greedy_fallback(profile: Profile, budget: int, planner: str, options: dict,
                      time_limit: float | None, duplex: bool, prefetch_during_forward: bool = False) -> Plan:
     """GREEDY's set (papers/004 Theorem 2, rounded up) when the DP ran out of time."""
     from membudget_greedy import greedy_amounts
+    from membudget_greedy.planner import refusal
 
     offload = tuple(sorted(greedy_amounts(profile, budget)))
     note = f"dynprog: time limit of {time_limit} s exceeded after {states} states; fell back to GREEDY's set"
@@ -404,7 +405,7 @@ def _greedy_fallback(profile: Profile, budget: int, planner: str, options: dict,
                                      prefetch_during_forward=prefetch_during_forward,
                                      options={**options, "fallback": "greedy"})
     if schedule is None:
-        raise InfeasibleBudget(f"infeasible: dynprog timed out and GREEDY's set does not fit {budget} bytes")
+        raise refusal(profile, budget, dict.fromkeys(offload), f"{planner} (timed out, GREEDY's set)", duplex)
     schedule = Schedule(schedule.planner, schedule.budget_bytes, schedule.ops, schedule.transfers,
                         schedule.algorithms, schedule.sub_batches, schedule.options, note)
     return Plan(offload, schedule, None, rounds, states, [note])

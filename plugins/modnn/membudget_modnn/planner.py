@@ -184,6 +184,15 @@ class MoDNN:
         )
 
 
+def static_vdnn_need(profile: Profile, *, duplex: bool = False) -> int:
+    """The fewest bytes any of ``best_static_vdnn``'s configurations needs on ``profile``."""
+    from membudget_vdnn import algorithm_choice, offload_set, synchronous
+
+    return min(synchronous(profile, 0, offload_set(profile, policy), algorithm_choice(profile, mode),
+                           planner="vdnn", duplex=duplex).needed
+               for policy in ("conv", "all") for mode in ("performance", "memory"))
+
+
 def best_static_vdnn(profile: Profile, budget: int, *, planner: str = "vdnn", duplex: bool = False) -> Schedule | None:
     """vDNN as papers/000 describes it: offload all layers or all CONV layers, fastest algorithms.
 
@@ -245,10 +254,12 @@ class VDNNPlus:
                 else:
                     lo = mid + 1
         if found is None:
+            need = static_vdnn_need(profile.at_batch(1), duplex=duplex)
             raise InfeasibleBudget(
-                f"infeasible: {self.name} needs more than {budget} bytes ({format_bytes(budget)}) for "
-                f"{profile.model}: vDNN's schedule does not fit even at sub-batch 1",
-                needed_bytes=None,
+                f"infeasible: {self.name} needs at least {need} bytes ({format_bytes(need)}) for "
+                f"{profile.model}: vDNN's schedule does not fit {budget} bytes ({format_bytes(budget)}) even at "
+                f"sub-batch 1",
+                needed_bytes=need,
             )
         sub = math.ceil(batch / n)
         return Schedule(

@@ -374,3 +374,23 @@ def test_forced_passes_too_large_for_the_budget_are_refused_with_the_number() ->
     assert info.value.needed_bytes == need > budget
     schedule = MoDNN().plan(profile, budget, sub_batches=32)  # passes of 1 fit
     assert simulate(schedule, profile, with_trace=False).feasible
+
+
+def test_vdnn_plus_refusal_at_sub_batch_1_names_the_bytes_that_would_do() -> None:
+    """vDNN+ that does not fit even at sub-batch 1: ``needed_bytes`` is the leanest static vDNN's
+    peak at sub-batch 1, and that budget is planned."""
+    from harness.errors import InfeasibleBudget
+    from harness.model import Profile, Stage
+    from harness.testing import check_refusal
+    from membudget_modnn.planner import static_vdnn_need
+
+    stages = tuple(Stage(f"s{i}", "conv", 1e-3, 2e-3, 400, 400, 400, fwd_workspace=300) for i in range(4))
+    profile = Profile("toy", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 100, 100, stages)
+    need = static_vdnn_need(profile.at_batch(1))
+    budget = max(m_min(profile), need - 1)
+    assert budget < need, "the toy chain must leave vDNN short of M_min's room"
+    with pytest.raises(InfeasibleBudget) as caught:
+        VDNNPlus().plan(profile, budget)
+    check_refusal(caught.value, budget, "vdnn-plus")
+    assert caught.value.needed_bytes == need
+    assert simulate(VDNNPlus().plan(profile, need), profile, with_trace=False).feasible

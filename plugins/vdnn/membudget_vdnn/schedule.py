@@ -16,12 +16,11 @@ a pool the size of the device, so it fits when the peak of its unconstrained run
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from harness.model import Profile, Schedule, Transfer, training_ops
-from harness.schedules import op_index
+from harness.schedules import op_index, unconstrained_peak
 from harness.simulate.executor import timing
 
 from membudget_vdnn.policy import prefetch_plan
@@ -68,12 +67,6 @@ def vdnn_schedule(profile: Profile, budget: int, offloaded: tuple[int, ...], *, 
         transfers.append(Transfer(stage, "prefetch", issue, at, waiter if sync else None))
     return Schedule(planner, int(budget), ops, tuple(transfers), algorithms=algorithms,
                     options=dict(options or {}), notes=notes)
-
-
-def unconstrained_peak(schedule: Schedule, profile: Profile, duplex: bool = False) -> int:
-    """The peak device bytes of ``schedule`` run with no budget (what it needs to run unhindered)."""
-    _, tm = timing(schedule, profile, budget=math.inf, duplex=duplex)
-    return int(tm.peak)
 
 
 def fits(schedule: Schedule, profile: Profile, duplex: bool = False) -> bool:

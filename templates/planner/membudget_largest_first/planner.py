@@ -1,0 +1,58 @@
+"""LARGEST-FIRST: offload the biggest saved activations until M_peak - M bytes are out.
+
+A template planner: it shows the helpers a planner is built from. ``check_budget``
+refuses a budget no schedule fits (``InfeasibleBudget`` with ``needed_bytes``);
+``peak_memory`` (harness.bounds) says how much must leave the device;
+``best_ordered_schedule`` turns an offload set into papers/004's ordered no-wait
+schedule, trying prefetch windows in the simulator; ``unconstrained_peak`` says what
+the leanest schedule needs when none fits. Replace ``offload_order`` with your idea.
+"""
+
+from __future__ import annotations
+
+from harness.bounds import peak_memory
+from harness.errors import InfeasibleBudget
+from harness.model import Profile, Schedule
+from harness.schedules import (best_ordered_schedule, check_budget, keep_all_schedule, ordered_schedule,
+                               unconstrained_peak)
+
+
+def offload_order(profile: Profile) -> list[int]:
+    """The stages worth offloading, best first: here the largest saved activations."""
+    stages = [i for i, s in enumerate(profile.stages) if s.saved_bytes > 0]
+    return sorted(stages, key=lambda i: (-profile.stages[i].saved_bytes, i))
+
+
+class LargestFirst:
+    """Offload the largest activations first, ordered and no-wait (papers/004 Prop. 1)."""
+
+    name = "largest-first"
+    description = "Offload the largest activations until M_peak - M is out (template planner)"
+    extra_options = ()  # the options plan() reads from **options: none
+
+    def plan(self, profile: Profile, budget_bytes: int, duplex: bool = False, **options) -> Schedule:
+        """The fastest ordered schedule of the smallest largest-first set that fits."""
+        check_budget(profile, budget_bytes, self.name)  # InfeasibleBudget below min_memory
+        excess = peak_memory(profile) - budget_bytes
+        if excess <= 0:
+            return keep_all_schedule(profile, budget_bytes, self.name)
+        order = offload_order(profile)
+        chosen: list[int] = []
+        out = 0
+        for stage in order:
+            chosen.append(stage)
+            out += profile.stages[stage].saved_bytes
+            if out < excess:
+                continue  # not enough out yet: no schedule of this set can fit
+            schedule = best_ordered_schedule(profile, budget_bytes, set(chosen), planner=self.name,
+                                             duplex=duplex)
+            if schedule is not None:
+                return schedule
+        # every set tried fails: say how many bytes offloading everything would need
+        everything = ordered_schedule(profile, budget_bytes, set(order), planner=self.name, prefetch_window=1)
+        need = unconstrained_peak(everything, profile, duplex)
+        raise InfeasibleBudget(
+            f"infeasible: {self.name} needs {need} bytes for {profile.model} with every activation "
+            f"offloaded; the budget is {budget_bytes} bytes",
+            needed_bytes=need,
+        )

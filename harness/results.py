@@ -36,6 +36,7 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     # measured by the torch executor (Run.metrics)
     "time_min_s", "time_max_s", "time_iqr_s", "stall_s", "max_memory_allocated", "max_memory_reserved",
     "predicted_s", "predicted_peak_bytes", "prediction_error", "memory_fraction", "iterations", "held_max_bytes",
+    "grad_error",
     # the quantities common to every strategy at a budget (what the head-to-head tables rank by)
     "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
     # the parts of the device memory (harness.device_memory)
@@ -54,7 +55,7 @@ _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",
-                  "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown")
+                  "grad_error", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown")
 
 
 class ResultsError(ValueError):

@@ -161,13 +161,17 @@ def test_a_suite_runs_the_torch_executor_beside_the_simulator(tmp_path, monkeypa
             batch_sizes: [{BATCH}]
             input_size: {list(SIZE)}
         budgets: {{fractions: [0.0, 1.0]}}
-        planners: [keep-all, greedy, torch-save-on-cpu]
+        planners: [keep-all, greedy, torch-save-on-cpu, torch-checkpoint]
         executors: [simulate, torch]
     """))
     outcome = run_suite(load_suite(suite), tmp_path / "results", progress=False)
     rows = read_rows_csv(outcome.run_dir / "rows.csv")
     torch_rows = [r for r in rows if r["executor"] == "torch"]
-    assert len(torch_rows) == 6
+    assert len(torch_rows) == 8
+    for row in torch_rows:  # every torch row that ran says it trained the same network (issue #16)
+        if row["status"] == "ok":
+            assert row["grad_error"] != "" and float(row["grad_error"]) <= 1e-6, row["case_id"]
+        assert all(r["grad_error"] == "" for r in rows if r["executor"] == "simulate")
     by = {(r["planner"], r["budget_label"]): r for r in torch_rows}
     assert by[("keep-all", "f1")]["status"] == "ok" and float(by[("keep-all", "f1")]["makespan_s"]) > 0
     assert by[("keep-all", "f0")]["status"] == "infeasible"
@@ -182,3 +186,35 @@ def test_min_memory_budgets_run():
     schedule = registry().planner("greedy").plan(profile, min_memory(profile))
     run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
     assert run.status == "ok" and run.moved_bytes > 0 and run.metrics["stall_s"] >= 0
+
+
+def test_the_gradient_check_measures_how_far_gradients_are():
+    """0 for the plain gradients, the relative size of a perturbation otherwise, inf for a missing one."""
+    from harness.executors.grad_check import largest_relative_error, reference_gradients
+
+    chain, _ = setup()
+    expected = reference_gradients(chain, 1)
+    assert largest_relative_error(reference_gradients(chain, 1), expected) == 0.0
+    name, grad = next(iter(expected.items()))
+    bumped = dict(expected, **{name: grad + 0.01 * grad.abs().max()})
+    assert largest_relative_error(bumped, expected) == pytest.approx(0.01, rel=1e-3)
+    assert largest_relative_error({k: v for k, v in expected.items() if k != name}, expected) == float("inf")
+
+
+def test_memory_statistics_are_reset_before_the_warm_up(monkeypatch):
+    """An oom during warm-up must report this case's peaks: the statistics are reset before the
+    first warm-up iteration, not only after the warm-up (the H100 run's oom rows showed the
+    previous case's max_memory_reserved)."""
+    from harness.executors import torch_executor
+
+    calls: list[str] = []
+    reset, iteration = torch_executor._Execution._reset_stats, torch_executor._Execution._iteration
+    monkeypatch.setattr(torch_executor._Execution, "_reset_stats",
+                        lambda self: (calls.append("reset"), reset(self))[1])
+    monkeypatch.setattr(torch_executor._Execution, "_iteration",
+                        lambda self, record: (calls.append("iteration"), iteration(self, record))[1])
+    chain, profile = setup()
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    run = TorchExecutor(warmup=2, iterations=1).execute(schedule, profile, chain)
+    assert run.status == "ok"
+    assert calls[0] == "reset" and calls.index("iteration") == 1

@@ -42,7 +42,7 @@ import gc
 import math
 import statistics
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
@@ -51,6 +51,7 @@ from harness.errors import MembudgetError
 from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, output_gradient
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
+from harness.executors.grad_check import gradient_error
 from harness.model import Profile, Run, Schedule, TimelineEvent
 from harness.protocols import Workload
 from harness.simulate.lowering import pass_profiles, stage_profile
@@ -167,7 +168,9 @@ class TorchExecutor:
     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that less of the budget
     is lost to fragmentation), ``emulate_budget`` (CPU check), ``seed`` (reseeded at every
     iteration, so that each iteration computes the same gradients), ``record`` (keep the bytes held after every
-    operation in ``last_record``).
+    operation in ``last_record``), ``grad_check`` (after the timed iterations, compare the
+    gradients with the unmodified model's on the same batch: metric ``grad_error``,
+    ``harness.executors.grad_check``).
     """
 
     name = "torch"
@@ -175,11 +178,11 @@ class TorchExecutor:
 
     def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool = False,
                  enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False,
-                 expandable_segments: bool = False, cap_bytes: int | None = None):
+                 expandable_segments: bool = False, cap_bytes: int | None = None, grad_check: bool = True):
         self.device, self.warmup, self.iterations = device, warmup, iterations
         self.duplex, self.enforce_budget, self.emulate_budget = duplex, enforce_budget, emulate_budget
         self.expandable_segments, self.cap_bytes = expandable_segments, cap_bytes
-        self.seed, self.record = seed, record
+        self.seed, self.record, self.grad_check = seed, record, grad_check
         self.last_record = ExecutionRecord()
         self._chain: TorchChain | None = None
 
@@ -213,11 +216,15 @@ class TorchExecutor:
         """Run ``schedule`` on ``chain`` (warm-up, then timed iterations) and report it."""
         check_compatible(schedule, profile, chain)
         prediction = _safe_predict(schedule, profile, self.duplex)
-        run = _Execution(self, schedule, profile, chain)
+        execution = _Execution(self, schedule, profile, chain)
         try:
-            return run.measure(prediction)
+            run = execution.measure(prediction)
         finally:
-            run.close()
+            execution.close()
+        if self.grad_check and run.status == "ok":  # after the memory statistics were read
+            error = gradient_error(chain, schedule.sub_batches, self.seed)
+            run = replace(run, metrics={**run.metrics, "grad_error": error})
+        return run
 
 
 def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | None:
@@ -304,6 +311,7 @@ class _Execution:
         moved_before = stall_before = 0.0
         try:
             self._set_cap()
+            self._reset_stats()  # an oom during warm-up reports this case's peaks, not the last case's
             for k in range(ex.warmup + ex.iterations):
                 if k == ex.warmup:
                     self._reset_stats()

@@ -260,3 +260,15 @@ def test_a_planner_that_reads_its_own_options_is_not_checked():
     assert planner_options(Declares()) == ("depth",)
     with pytest.raises(UnknownOption, match="planner 'mine' has no option 'dept'; its options: depth"):
         check_planner_options("mine", Declares(), {"dept": 3})
+
+
+def test_the_gpu_suite_parts_cover_the_whole_table_once():
+    """suites/gpu/part*.yaml each run a slice of suites/gpu.yaml into the same run ("gpu"):
+    together every case exactly once, so successive GPU slices resuming one run complete it."""
+    root = Path(__file__).resolve().parents[1] / "suites"
+    whole = load_suite(root / "gpu.yaml")
+    parts = [load_suite(p) for p in sorted((root / "gpu").glob("part*.yaml"))]
+    assert len(parts) == 4 and all(p.name == whole.name for p in parts)
+    ids = [c.case_id for p in parts for c in p.cases()]
+    assert len(ids) == len(set(ids)) and set(ids) == {c.case_id for c in whole.cases()}
+    assert all(p.spec.budget_model == "device" for p in (*parts, whole))

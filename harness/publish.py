@@ -318,6 +318,25 @@ def _failure(cell: Cell) -> str:
     return f"{mark} ({cell.failed}/{cell.repeats})" if cell.repeats > 1 else mark
 
 
+def _grid(rows: pd.DataFrame, cells: dict[tuple[str, str], Cell], text: Callable[[str, str, Cell], str]
+          ) -> tuple[list[list[str]], set[tuple[int, int]]]:
+    """Strategy x budget lines: ``text`` of each cell that ran, the status of each that did not."""
+    table, bad = [], set()
+    for i, planner in enumerate(_planner_order(rows)):
+        line = [planner]
+        for j, budget in enumerate(_budget_order(rows), start=1):
+            cell = cells.get((planner, budget))
+            if cell is None:
+                line.append("")
+            elif not cell.ok:
+                line.append(_failure(cell))
+                bad.add((i, j))
+            else:
+                line.append(text(planner, budget, cell))
+        table.append(line)
+    return table, bad
+
+
 def time_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
                ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget for one executor: iteration time in ms, the fastest of each budget marked.
@@ -329,49 +348,25 @@ def time_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
     cells = summarise(rows, statistic)
     budgets, measured = _budget_order(rows), is_measured(rows)
     winners = {b: fastest(cells, b) for b in budgets}
-    table, bad = [], set()
-    for i, planner in enumerate(_planner_order(rows)):
-        line = [planner]
-        for j, budget in enumerate(budgets, start=1):
-            cell = cells.get((planner, budget))
-            if cell is None:
-                line.append("")
-            elif not cell.ok:
-                line.append(_failure(cell))
-                bad.add((i, j))
-            else:
-                text = f"{cell.time_s * 1e3:.2f}"
-                if measured and not math.isnan(cell.spread_s):
-                    text += f" ±{cell.spread_s * 1e3:.2f}"
-                text += f" ({cell.slowdown:.2f}x)"
-                if planner in winners[budget]:
-                    text = f"{FASTEST} {text}"
-                if cell.arena_over_budget is not None:
-                    text += f" {ARENA_FLAG}"
-                line.append(text)
-        table.append(line)
+
+    def text(planner: str, budget: str, cell: Cell) -> str:
+        out = f"{cell.time_s * 1e3:.2f}"
+        if measured and not math.isnan(cell.spread_s):
+            out += f" ±{cell.spread_s * 1e3:.2f}"
+        out += f" ({cell.slowdown:.2f}x)"
+        if planner in winners[budget]:
+            out = f"{FASTEST} {out}"
+        return out + (f" {ARENA_FLAG}" if cell.arena_over_budget is not None else "")
+
+    table, bad = _grid(rows, cells, text)
     return ["planner", *_budget_headers(rows, budgets)], table, bad
 
 
 def bound_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
                 ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget: iteration time over the budget's lower bound (the same bound for the column)."""
-    cells = summarise(rows, statistic)
-    budgets = _budget_order(rows)
-    table, bad = [], set()
-    for i, planner in enumerate(_planner_order(rows)):
-        line = [planner]
-        for j, budget in enumerate(budgets, start=1):
-            cell = cells.get((planner, budget))
-            if cell is None:
-                line.append("")
-            elif not cell.ok:
-                line.append(_failure(cell))
-                bad.add((i, j))
-            else:
-                line.append(fmt_ratio(cell.ratio_to_budget_lb))
-        table.append(line)
-    return ["planner", *_budget_headers(rows, budgets, with_lb=True)], table, bad
+    table, bad = _grid(rows, summarise(rows, statistic), lambda p, b, cell: fmt_ratio(cell.ratio_to_budget_lb))
+    return ["planner", *_budget_headers(rows, _budget_order(rows), with_lb=True)], table, bad
 
 
 # --------------------------------------------------------------------------- plots

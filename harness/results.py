@@ -122,9 +122,46 @@ def read_rows_csv(path: Path) -> list[dict[str, str]]:
     return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
 
 
+# What an ``error`` row says when an interrupt was recorded as a result (before the runner
+# recognised them): the interrupt itself, or the SystemError CPython raises when Ctrl-C
+# lands inside a compiled (Numba) function.
+INTERRUPT_MARKERS: tuple[str, ...] = ("KeyboardInterrupt", "returned a result with an exception set")
+
+
+def is_interrupt_row(row: Mapping[str, Any]) -> bool:
+    """True for an ``error`` row that records an interrupt, not a result: ``--resume`` runs it again."""
+    message = str(row.get("message") or "")
+    return row.get("status") == "error" and any(marker in message for marker in INTERRUPT_MARKERS)
+
+
 def finished_case_ids(run_dir: Path) -> set[str]:
-    """The case ids already written to a run's ``rows.csv``."""
-    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV)}
+    """The case ids already written to a run's ``rows.csv``, less the rows that record an interrupt."""
+    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV) if not is_interrupt_row(row)}
+
+
+def drop_interrupt_rows(run_dir: Path) -> set[str]:
+    """Remove the rows that record an interrupt from a run's ``rows.csv`` (atomically); return their case ids.
+
+    The file is rewritten beside itself and renamed over it, so a crash leaves the old
+    file or the new one. Nothing is written when no row records an interrupt.
+    """
+    path = Path(run_dir) / ROWS_CSV
+    rows = read_rows_csv(path)
+    stale = {row["case_id"] for row in rows if is_interrupt_row(row)}
+    if not stale:
+        return stale
+    header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([row[c] for c in header] for row in rows if row["case_id"] not in stale)
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return stale
 
 
 def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:

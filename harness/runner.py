@@ -6,9 +6,12 @@ profile, workload)`` -> for each allocator ``allocator.place(run.trace)`` -> one
 The cases that share everything but the allocator (a *unit*) are planned and run once.
 
 A case that fails is a row (status ``infeasible``, ``oom`` or ``error`` with a message),
-never a lost suite. Rows are appended to ``rows.csv`` the moment their unit finishes, so
-an interrupted run resumes with ``resume=True``: finished case ids are skipped and no
-case runs twice.
+never a lost suite. An interrupt is never a row: Ctrl-C, even when it reaches Python as
+the ``SystemError`` of a Numba kernel, stops the run (``interrupted``). Rows are appended
+to ``rows.csv`` the moment their unit finishes, so an interrupted run resumes with
+``resume=True``: finished case ids are skipped and no case runs twice; an ``error`` row
+that records an interrupt (written before interrupts were recognised) is removed and its
+case runs again.
 
 Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool;
 ``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
@@ -37,8 +40,8 @@ from harness.errors import InfeasibleBudget, MembudgetError
 from harness.model import Profile, Stage, load, save
 from harness.protocols import Workload
 from harness.results import (
-    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, finished_case_ids, load_rows, read_meta, runs_of_suite,
-    write_meta, write_parquet,
+    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, read_meta,
+    runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 
@@ -100,8 +103,29 @@ class UnitResult:
     timeline: dict[str, Any] | None = None
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain).
+
+    Ctrl-C inside a compiled (Numba) function reaches Python as ``SystemError: ...
+    returned a result with an exception set`` whose ``__context__`` is the interrupt.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        todo += [current.__cause__, current.__context__]
+    return False
+
+
 def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, message) of a failed case."""
+    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result."""
+    if is_interrupt(exc):
+        raise KeyboardInterrupt from exc
     if isinstance(exc, InfeasibleBudget):
         return "infeasible", str(exc)
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
@@ -130,8 +154,9 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except Exception:  # a planner may refuse a toy chain; warming is best effort
-            pass
+        except Exception as exc:  # a planner may refuse a toy chain; warming is best effort
+            if is_interrupt(exc):
+                raise KeyboardInterrupt from exc
 
 
 def _seed(seed: int) -> None:
@@ -411,6 +436,10 @@ def run_suite(
     if resume and not resuming:
         notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
+    if resuming:
+        rerun = drop_interrupt_rows(run_dir)
+        if rerun:
+            notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
     done = finished_case_ids(run_dir) if resuming else set()
     todo_units = [[c for c in unit if c.case_id not in done] for unit in iter_units(cases)]
     todo_units = [u for u in todo_units if u]

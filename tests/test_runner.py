@@ -199,6 +199,51 @@ def test_interrupted_run_resumes_without_losing_or_repeating_a_case(tmp_path):
     assert again.ran == 0 and len(_rows(run_dir)) == total
 
 
+def test_ctrl_c_inside_a_compiled_kernel_interrupts_the_run_and_is_never_a_row(tmp_path):
+    """Numba turns Ctrl-C into a SystemError whose context is the KeyboardInterrupt: still an interrupt."""
+    suite = _suite(tmp_path, support.SUITE.format(name="numba").replace("[keep-all, prefix]", "[numba-interrupter]"))
+    total = len(suite.cases())
+    support.NumbaInterrupter.calls, support.NumbaInterrupter.interrupt_at = 0, 4
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, tmp_path / "r", progress=False)
+    run_dir = next((tmp_path / "r" / "numba").iterdir())
+    rows = _rows(run_dir)
+    assert len(rows) == 3 and all(r["status"] != "error" for r in rows)
+    assert read_meta(run_dir)["status"] == "interrupted"
+    support.NumbaInterrupter.interrupt_at = 0
+    outcome = run_suite(suite, tmp_path / "r", resume=True, progress=False)
+    assert outcome.ran == total - 3 and len(_rows(run_dir)) == total
+
+
+def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(tmp_path):
+    """Rows recorded as errors by an interrupt (before interrupts were recognised) are run again."""
+    suite = _suite(tmp_path)
+    first = run_suite(suite, tmp_path / "r", run_id="old", progress=False)
+    rows = _rows(first.run_dir)
+    stale = {rows[1]["case_id"]: "SystemError: CPUDispatcher(<function f at 0x7f>) returned a result with an "
+             "exception set", rows[4]["case_id"]: "KeyboardInterrupt: "}
+    for row in rows:
+        if row["case_id"] in stale:
+            row.update(status="error", message=stale[row["case_id"]], makespan_s="")
+    with open(first.run_dir / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    from harness.results import finished_case_ids
+
+    assert finished_case_ids(first.run_dir) == {r["case_id"] for r in rows} - set(stale)
+    support.PLANS.clear()
+    outcome = run_suite(suite, tmp_path / "r", run_id="old", resume=True, progress=False)
+    assert outcome.ran == 2 and outcome.skipped == len(rows) - 2
+    after = _rows(first.run_dir)
+    ids = [r["case_id"] for r in after]
+    assert len(ids) == len(set(ids)) == len(rows)
+    again = {r["case_id"]: r for r in after}
+    assert all(again[c]["message"] != m for c, m in stale.items())
+    assert all(again[c]["status"] in ("ok", "infeasible") for c in stale)
+    assert sorted(outcome.rows["case_id"]) == sorted(ids)
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_from_its_rows(tmp_path):
     """SIGKILL mid-run (no cleanup at all): every finished row survives, resume runs the rest once."""

@@ -491,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="name of the run folder (default: the start time)")
     p.add_argument("--overwrite", action="store_true", help="replace the run folder --run-id if it exists")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
-    p.add_argument("--jobs", type=int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print JSON")
 

@@ -325,10 +325,39 @@ class ProfileCache:
             return None, None, (status, f"profiling failed: {message}")
 
 
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
+
+
+def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend: str, jobs: int) -> None:
+    """Refuse what would misbehave, before anything is written: a run id that is a path, a
+    contradiction, no workers, a backend that is not installed."""
+    if run_id is not None and not RUN_ID.match(run_id):
+        raise MembudgetError(f"--run-id {run_id!r}: a run id is one plain folder name (letters, digits and "
+                             f"._=+-, starting with a letter or digit), e.g. nightly-2024-01-31")
+    if resume and overwrite:
+        raise MembudgetError("--resume or --overwrite, not both: resume keeps the finished cases, "
+                             "overwrite deletes them")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise MembudgetError(f"--jobs {jobs!r}: the number of workers is a whole number >= 1")
+    if backend not in BACKENDS:
+        raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "ray":
+        _import_ray()
+
+
+def _import_ray() -> Any:
+    """The ``ray`` module; ``MembudgetError`` says how to install it when it is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+    return ray
+
+
 def _resolve_run_dir(suite: Suite, root: Path, run_id: str | None, resume: bool,
                      overwrite: bool) -> tuple[Path, bool]:
     suite_dir = root / suite.name
-    if run_id:
+    if run_id is not None:
         path = suite_dir / run_id
         if path.exists() and not resume:
             if not overwrite:
@@ -384,10 +413,7 @@ def _run_local(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
 
 
 def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
-    try:
-        import ray
-    except ImportError:
-        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+    ray = _import_ray()
     started = False
     if not ray.is_initialized():
         ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
@@ -424,11 +450,12 @@ def run_suite(
 
     ``resume`` continues the run ``run_id`` (default: the suite's latest) instead of
     starting a new one; ``overwrite`` replaces an existing run folder ``run_id``.
-    ``KeyboardInterrupt`` stops the run after marking it interrupted; every finished case
-    is already on disk.
+    ``KeyboardInterrupt`` (or any failure once the run folder exists) stops the run after
+    marking it interrupted; every finished case is already on disk. A run id that is not one
+    plain folder name, ``resume`` with ``overwrite``, ``jobs < 1`` or the ``ray`` backend
+    without Ray is a ``MembudgetError`` before anything is written.
     """
-    if backend not in BACKENDS:
-        raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    _check_arguments(run_id, resume, overwrite, backend, jobs)
     root = Path(results_root)
     run_dir, resuming = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -458,12 +485,12 @@ def run_suite(
     meta.setdefault("sessions", []).append(session)
     write_meta(run_dir, meta)
 
-    writer = RowWriter(run_dir / ROWS_CSV)
-    cache = ProfileCache(suite, run_dir / "profiles")
-    tasks = _tasks(suite, todo_units, cache, run_dir.name)
-    results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
     ran, status = 0, "running"
-    try:
+    try:  # from here on, whatever happens, meta.json stops saying "running"
+        writer = RowWriter(run_dir / ROWS_CSV)
+        cache = ProfileCache(suite, run_dir / "profiles")
+        tasks = _tasks(suite, todo_units, cache, run_dir.name)
+        results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
         with _progress(progress, n_todo, suite.name) as advance:
             for result in results:
                 if result.timeline is not None:
@@ -474,13 +501,11 @@ def run_suite(
                     on_rows(result.rows)
                 advance(len(result.rows), result.rows[-1]["case_id"])
         status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
     finally:
+        status = "complete" if status == "complete" else "interrupted"
         session.update(finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), cases_run=ran,
                        status=status)
-        meta["status"] = "complete" if status == "complete" else "interrupted"
+        meta["status"] = status
         write_meta(run_dir, meta)
         if (run_dir / ROWS_CSV).exists():
             write_parquet(run_dir)

@@ -178,6 +178,26 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
     assert f"{suite}:10: planners[1].name: unknown planner 'prefx'; available:" in err
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["--run-id", "../../escape"], "--run-id '../../escape': a run id is one plain folder name"),
+    (["--run-id", "x", "--resume", "--overwrite"], "--resume or --overwrite, not both"),
+])
+def test_run_refuses_bad_arguments_in_one_line_before_writing(capsys, tmp_path, argv, needle):
+    suite = support.write_suite(tmp_path)
+    code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "out" / "r"), "--no-progress", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_run_refuses_fewer_than_one_job(capsys, tmp_path, jobs):
+    suite = support.write_suite(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(suite), "-o", str(tmp_path / "r"), f"--jobs={jobs}"])
+    assert exc.value.code == 2 and "argument --jobs: must be a whole number >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_publish_and_compare_commands(capsys, tmp_path):
     suite = support.write_suite(tmp_path)
     for run_id in ("a", "b"):

@@ -289,3 +289,55 @@ def test_process_pool_gives_the_same_rows(tmp_path):
     two = _rows(run_suite(suite, tmp_path / "b", jobs=2, progress=False).run_dir)
     assert _comparable(one) == _comparable(two)
 
+
+
+@pytest.mark.parametrize("run_id", ["../../escape", "a/b", "..", ".", "", "{tmp}/abs", ".hidden", "a\\b"])
+def test_a_run_id_is_one_plain_folder_name(tmp_path, run_id):
+    from harness.errors import MembudgetError
+
+    run_id = run_id.format(tmp=tmp_path)
+    suite = _suite(tmp_path)
+    with pytest.raises(MembudgetError, match="--run-id"):
+        run_suite(suite, tmp_path / "out" / "r", run_id=run_id, progress=False)
+    assert not any(p.name in ("out", "escape", "abs") for p in tmp_path.iterdir())
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path):
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path)
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    with pytest.raises(MembudgetError, match="--resume or --overwrite"):
+        run_suite(suite, tmp_path / "r", run_id="x", resume=True, overwrite=True, progress=False)
+    assert len(_rows(tmp_path / "r" / "synth" / "x")) == len(suite.cases())
+
+
+@pytest.mark.parametrize("jobs", [0, -2])
+def test_jobs_must_be_at_least_one(tmp_path, jobs):
+    from harness.errors import MembudgetError
+
+    with pytest.raises(MembudgetError, match="jobs"):
+        run_suite(_suite(tmp_path), tmp_path / "r", jobs=jobs, progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_ray_backend_without_ray_fails_before_making_a_run_folder(tmp_path, monkeypatch):
+    from harness.errors import MembudgetError
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MembudgetError, match=r"pip install 'membudget\[ray\]'"):
+        run_suite(_suite(tmp_path), tmp_path / "r", backend="ray", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failure_before_the_first_case_does_not_leave_the_run_running(tmp_path, monkeypatch):
+    import harness.runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot open the profile cache")
+
+    monkeypatch.setattr(harness.runner, "ProfileCache", broken)
+    with pytest.raises(RuntimeError):
+        run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", progress=False)
+    meta = read_meta(tmp_path / "r" / "synth" / "x")
+    assert meta["status"] == "interrupted" and meta["sessions"][-1]["status"] == "interrupted"

@@ -414,13 +414,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Per-case differences between two runs."""
+    """Per-case differences between two runs; exit 1 when any differs beyond ``--tolerance``."""
     from harness.publish import compare, compare_table
 
-    result = compare(args.a, args.b, rtol=args.rtol)
+    result = compare(args.a, args.b, rtol=args.rtol, tolerance=args.tolerance)
+    status = 1 if result["beyond_tolerance"] else 0
     if args.json:
         _json(result)
-        return 0
+        return status
     from rich.console import Console
 
     console = Console(width=200)
@@ -430,7 +431,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console.print(f"{s['common']} cases in both: {s['same']} same, {s['changed']} changed "
                   f"({s['status_changed']} changed status); {len(result['only_in_a'])} only in A, "
                   f"{len(result['only_in_b'])} only in B")
-    return 0
+    n = len(result["beyond_tolerance"])
+    tolerance = f"{result['tolerance'] * 100:g}%" if args.tolerance is not None else f"--rtol {args.rtol:g}"
+    console.print(f"{n} case{'s' if n != 1 else ''} {'differ' if n != 1 else 'differs'} beyond the tolerance "
+                  f"({tolerance}) in status, makespan, peak or moved bytes, or are in one run only"
+                  if n else f"no case differs beyond the tolerance ({tolerance})", markup=False, highlight=False)
+    return status
 
 
 # --------------------------------------------------------------------------- parser
@@ -504,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="run folder A (or suite folder: its latest run)")
     p.add_argument("b", help="run folder B")
     p.add_argument("--rtol", type=_non_negative_float, default=1e-6, help="relative tolerance for 'same'")
+    p.add_argument("--tolerance", type=_percentage, metavar="PCT",
+                   help="exit 1 when a case's status changes, it is in one run only, or its makespan, peak or "
+                        "moved bytes change by more than PCT%% (e.g. 5%%; default: --rtol)")
     p.add_argument("--all", action="store_true", help="show unchanged cases too")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
@@ -520,6 +529,17 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _percentage(text: str) -> float:
+    """``5%`` or ``5`` -> 0.05."""
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"a percentage >= 0 like 5%, got {text!r}")
     return value
 
 

@@ -119,7 +119,23 @@ def read_rows_csv(path: Path) -> list[dict[str, str]]:
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     reader = csv.DictReader(io.StringIO(text))
+    _check_columns(path, reader.fieldnames or [])
     return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
+
+
+def _check_columns(path: Path, header: list[str]) -> None:
+    missing = [c for c in STABLE_COLUMNS if c not in header]
+    if header and missing:
+        raise ResultsError(f"{path}: not a membudget results table: no column(s) {', '.join(missing)} "
+                           f"(docs/results.md lists the columns of rows.csv)")
+
+
+def check_results_table(run_dir: Path) -> None:
+    """Raise ``ResultsError`` naming the missing columns when a run's ``rows.csv`` is not a results table."""
+    path = Path(run_dir) / ROWS_CSV
+    with open(path, encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f), [])
+    _check_columns(path, header)
 
 
 # What an ``error`` row says when an interrupt was recorded as a result (before the runner

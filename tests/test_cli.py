@@ -217,6 +217,41 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     assert code == 2 and "no results here" in err
 
 
+def test_compare_exits_1_when_runs_differ_beyond_the_tolerance(capsys, tmp_path):
+    suite = support.write_suite(tmp_path)
+    for run_id in ("a", "b"):
+        assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", run_id, "--json")[0] == 0
+    rows = read_rows_csv(tmp_path / "r" / "synth" / "b" / "rows.csv")
+    target = next(r for r in rows if r["status"] == "ok" and r["planner"] == "prefix")
+    target["makespan_s"] = repr(float(target["makespan_s"]) * 1.10)
+    import csv
+
+    with open(tmp_path / "r" / "synth" / "b" / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    a, b = str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b")
+    assert _run(capsys, "compare", a, a)[0] == 0
+    code, out, _ = _run(capsys, "compare", a, b, "--tolerance", "5%")
+    assert code == 1 and "1 case differs beyond the tolerance (5%)" in out
+    code, out, _ = _run(capsys, "compare", a, b, "--tolerance", "20", "--json")
+    assert code == 0 and json.loads(out)["beyond_tolerance"] == []
+    code, out, _ = _run(capsys, "compare", a, b, "--json")
+    assert code == 1 and json.loads(out)["beyond_tolerance"] == [target["case_id"]]
+    for bad in ("lots", "-5%"):
+        with pytest.raises(SystemExit) as exc:
+            main(["compare", a, b, f"--tolerance={bad}"])
+        assert exc.value.code == 2 and "argument --tolerance: a percentage >= 0" in capsys.readouterr().err
+
+
+def test_publish_of_rows_that_are_not_results_is_a_one_line_error(capsys, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rows.csv").write_text("name,score\nalice,3\n")
+    code, out, err = _run(capsys, "publish", str(tmp_path / "run"), "-o", str(tmp_path / "site"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "not a membudget results table: no column(s) suite, case_id, model" in err
+
+
 # --------------------------------------------------------------------------- the quick suite
 
 

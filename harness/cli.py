@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -64,8 +65,12 @@ def _kv_lines(pairs: list[tuple[str, Any]]) -> None:
 
 
 def parse_budget(text: str, profile: Any = None) -> int:
-    """Bytes (``4GiB``, ``1e9``) or, with a profile at hand, ``50%`` of the span min..peak, ``min``, ``peak``."""
-    from harness.units import parse_bytes
+    """Bytes (``4GiB``, ``1e9``) or, with a profile at hand, ``50%`` of the span min..peak, ``min``, ``peak``.
+
+    Percentages outside 0%..100% are refused by the rule a suite's fractions follow
+    (:func:`harness.units.check_fraction`); a negative byte count is refused too.
+    """
+    from harness.units import check_fraction, parse_bytes
 
     text = str(text).strip()
     if text.endswith("%") or text in ("min", "peak"):
@@ -82,7 +87,14 @@ def parse_budget(text: str, profile: Any = None) -> int:
             fraction = float(text[:-1]) / 100
         except ValueError:
             raise MembudgetError(f"budget {text!r}: write a percentage like 50%") from None
+        try:
+            check_fraction(fraction)
+        except ValueError as exc:
+            raise MembudgetError(f"budget {text!r}: {exc}") from None
         return int(lo + math.floor(fraction * (hi - lo)))
+    if text.startswith("-"):
+        raise MembudgetError(f"budget {text!r}: a budget must be positive (bytes like 4GiB, or 0%..100% of "
+                             f"the span min..peak)")
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -543,6 +555,23 @@ def _percentage(text: str) -> float:
     return value
 
 
+_TAKES_NEGATIVE = ("--budget",)  # options whose value may start with "-" (refused with a reason, not a usage error)
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """``--budget -1GiB`` -> ``--budget=-1GiB``: argparse would read ``-1GiB`` as an option."""
+    out: list[str] = []
+    k = 0
+    while k < len(argv):
+        if argv[k] in _TAKES_NEGATIVE and k + 1 < len(argv) and re.match(r"-[0-9.]", argv[k + 1]):
+            out.append(f"{argv[k]}={argv[k + 1]}")
+            k += 2
+            continue
+        out.append(argv[k])
+        k += 1
+    return out
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [MembudgetError, ModelError, OSError]
     from harness.results import ResultsError
@@ -559,7 +588,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``membudget`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except KeyboardInterrupt:

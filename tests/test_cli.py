@@ -125,6 +125,42 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
     assert needle.format(min=min_memory(profile), peak=peak_memory(profile)) in err
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["--budget=1e400"], "budget: too large: '1e400'"),
+    (["--budget=1e30"], "budget: too large: '1e30'"),
+    (["--budget=-1GiB"], "budget '-1GiB': a budget must be positive"),
+    (["--budget", "-1GiB"], "budget '-1GiB': a budget must be positive"),
+    (["--budget", "-5%"], "budget '-5%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
+    (["--budget", "150%"], "budget '150%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
+    (["--budget", "nan%"], "budget 'nan%': a fraction of the span min..peak must be within 0..100%"),
+])
+def test_budgets_out_of_range_are_one_line_errors(capsys, profile_file, argv, needle):
+    code, out, err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_the_cli_and_a_suite_share_one_fraction_rule(capsys, profile_file, tmp_path):
+    from harness.suite import SuiteError, load_suite
+
+    _, cli_err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", "--budget", "150%")[1:]
+    suite = support.write_suite(tmp_path, support.SUITE.format(name="x").replace("[0, 0.5, 1.0]", "[0, 1.5]"))
+    with pytest.raises(SuiteError) as exc:
+        load_suite(suite)
+    rule = cli_err.split("': ", 1)[-1].strip()
+    assert str(exc.value).endswith(rule) and "budgets.fractions[1]" in str(exc.value)
+    assert _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", "--budget", "100%")[0] == 0
+
+
+def test_exact_placement_without_ortools_says_how_to_install_it(capsys, tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m == "ortools" or m.startswith("ortools.")] or ["ortools"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("id,lower,upper,size\na,0,3,4\nb,1,5,4\n")
+    code, out, err = _run(capsys, "place", str(trace), "--allocator", "exact")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "pip install 'membudget[exact]'" in err
+
+
 def test_unknown_planner_lists_every_choice(capsys, profile_file):
     from harness.plugins import registry
 

@@ -125,13 +125,15 @@ def _load_profile(path: str):
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Everything registered: kind, name, plugin, version, description."""
+    """Everything registered (kind, name, plugin, version, description), and the analytic profiler's devices."""
     from harness.plugins import registry
 
     entries = [
         {"kind": e.kind, "name": e.name, "plugin": e.plugin, "version": e.version, "description": e.description}
-        for e in registry().entries(args.kind)
+        for e in (registry().entries(args.kind) if args.kind != "device" else [])
     ]
+    if args.kind in (None, "device"):
+        entries += _device_entries()
     if args.json:
         _json(entries)
         return 0
@@ -143,6 +145,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(e["kind"], e["name"], e["plugin"], e["version"], e["description"])
     Console(width=160).print(table)
     return 0
+
+
+def _device_entries() -> list[dict[str, str]]:
+    """The device specs of the analytic profiler (``--device``), as ``list`` entries of kind ``device``."""
+    from harness.plugins import registry
+    from harness.profilers import devices
+
+    analytic = next((e for e in registry().entries("profiler") if e.name == "analytic"), None)
+    plugin, version = (analytic.plugin, analytic.version) if analytic else ("membudget", "")
+    return [{"kind": "device", "name": d.name, "plugin": plugin, "version": version,
+             "description": devices.summary(d)} for d in devices.SPECS]
 
 
 # --------------------------------------------------------------------------- profile
@@ -465,8 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("list", cmd_list, "list every registered profiler, planner, executor, allocator and model")
-    p.add_argument("--kind", choices=("profiler", "planner", "executor", "allocator", "model"))
+    p = command("list", cmd_list, "list every registered profiler, planner, executor, allocator and model, "
+                                  "and the analytic profiler's device specs")
+    p.add_argument("--kind", choices=("profiler", "planner", "executor", "allocator", "model", "device"))
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = command("profile", cmd_profile, "profile a model into a profile JSON file")

@@ -61,6 +61,21 @@ def test_list_shows_everything_with_plugin_and_version(capsys):
         assert any(line.split()[:3] == [kind, name, entry["plugin"]] for line in text.splitlines()), name
 
 
+def test_list_shows_the_analytic_profilers_device_specs(capsys):
+    from harness.profilers import devices
+
+    code, out, _ = _run(capsys, "list", "--kind", "device", "--json")
+    entries = json.loads(out)
+    assert code == 0 and [e["name"] for e in entries] == devices.names()
+    assert {e["kind"] for e in entries} == {"device"}
+    v100 = next(e for e in entries if e["name"] == "V100-PCIe")
+    assert "16 GiB" in v100["description"] and "12.2 GB/s host link" in v100["description"]
+    _, out, _ = _run(capsys, "list", "--json")
+    assert {("device", "H100"), ("planner", "keep-all")} <= {(e["kind"], e["name"]) for e in json.loads(out)}
+    _, text, _ = _run(capsys, "list", "--kind", "device")
+    assert all(name in text for name in devices.names())
+
+
 def test_plan_prints_the_summary_and_validation_as_text_and_json(capsys, profile_file):
     profile, path = profile_file
     code, out, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%", "--json")

@@ -52,7 +52,7 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def _check_size(value: float, text: str | int | float) -> None:
-    if not math.isfinite(value) or value > MAX_BYTES:
+    if not math.isfinite(value) or value >= 2**63:  # floats: 2**63 - 1 rounds up to 2**63
         raise ValueError(f"too large: {text!r} (at most {MAX_BYTES} bytes)")
 
 

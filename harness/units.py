@@ -44,7 +44,8 @@ def parse_bytes(text: str | int | float) -> int:
         raise ValueError(
             f"not a byte quantity: {text!r} (write e.g. 1073741824, 512MiB, 4GiB or 1.5GB)"
         )
-    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    number, unit = match.group(1), _UNITS[match.group(2).upper()]
+    value = int(number) * unit if number.isdigit() else float(number) * unit  # digits: exact
     _check_size(value, text)
     if value != int(value) and value < 1024:
         raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
@@ -52,7 +53,7 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def _check_size(value: float, text: str | int | float) -> None:
-    if not math.isfinite(value) or value >= 2**63:  # floats: 2**63 - 1 rounds up to 2**63
+    if not math.isfinite(value) or value > MAX_BYTES:  # exact, for floats too
         raise ValueError(f"too large: {text!r} (at most {MAX_BYTES} bytes)")
 
 

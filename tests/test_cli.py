@@ -143,6 +143,7 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
 @pytest.mark.parametrize("argv,needle", [
     (["--budget=1e400"], "budget: too large: '1e400'"),
     (["--budget=1e30"], "budget: too large: '1e30'"),
+    (["--budget=9223372036854775808"], "budget: too large: '9223372036854775808' (at most 9223372036854775807"),
     (["--budget=-1GiB"], "budget '-1GiB': a budget must be positive"),
     (["--budget", "-1GiB"], "budget '-1GiB': a budget must be positive"),
     (["--budget", "-5%"], "budget '-5%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),

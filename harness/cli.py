@@ -458,9 +458,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                   f"{len(result['only_in_b'])} only in B")
     n = len(result["beyond_tolerance"])
     tolerance = f"{result['tolerance'] * 100:g}%" if args.tolerance is not None else f"--rtol {args.rtol:g}"
-    console.print(f"{n} case{'s' if n != 1 else ''} {'differ' if n != 1 else 'differs'} beyond the tolerance "
-                  f"({tolerance}) in status, makespan, peak or moved bytes, or are in one run only"
-                  if n else f"no case differs beyond the tolerance ({tolerance})", markup=False, highlight=False)
+    verdict = (f"{n} {'case differs' if n == 1 else 'cases differ'} beyond the tolerance ({tolerance}): "
+               "a changed status, makespan, peak or moved bytes, or a case in one run only"
+               if n else f"no case differs beyond the tolerance ({tolerance})")
+    console.print(verdict, markup=False, highlight=False)
     return status
 
 

@@ -1,4 +1,4 @@
-"""The ``membudget`` command line (DESIGN.md, "Command line").
+"""The ``membudget`` command line (docs/cli.md).
 
 Every command that prints a result takes ``--json`` and then prints the same content as
 one JSON document on stdout. Errors a user can fix (an unknown plugin, a malformed suite
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -64,8 +65,12 @@ def _kv_lines(pairs: list[tuple[str, Any]]) -> None:
 
 
 def parse_budget(text: str, profile: Any = None) -> int:
-    """Bytes (``4GiB``, ``1e9``) or, with a profile at hand, ``50%`` of the span min..peak, ``min``, ``peak``."""
-    from harness.units import parse_bytes
+    """Bytes (``4GiB``, ``1e9``) or, with a profile at hand, ``50%`` of the span min..peak, ``min``, ``peak``.
+
+    Percentages outside 0%..100% are refused by the rule a suite's fractions follow
+    (:func:`harness.units.check_fraction`); a negative byte count is refused too.
+    """
+    from harness.units import check_fraction, parse_bytes
 
     text = str(text).strip()
     if text.endswith("%") or text in ("min", "peak"):
@@ -82,7 +87,14 @@ def parse_budget(text: str, profile: Any = None) -> int:
             fraction = float(text[:-1]) / 100
         except ValueError:
             raise MembudgetError(f"budget {text!r}: write a percentage like 50%") from None
+        try:
+            check_fraction(fraction)
+        except ValueError as exc:
+            raise MembudgetError(f"budget {text!r}: {exc}") from None
         return int(lo + math.floor(fraction * (hi - lo)))
+    if text.startswith("-"):
+        raise MembudgetError(f"budget {text!r}: a budget must be positive (bytes like 4GiB, or 0%..100% of "
+                             f"the span min..peak)")
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -113,13 +125,15 @@ def _load_profile(path: str):
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Everything registered: kind, name, plugin, version, description."""
+    """Everything registered (kind, name, plugin, version, description), and the analytic profiler's devices."""
     from harness.plugins import registry
 
     entries = [
         {"kind": e.kind, "name": e.name, "plugin": e.plugin, "version": e.version, "description": e.description}
-        for e in registry().entries(args.kind)
+        for e in (registry().entries(args.kind) if args.kind != "device" else [])
     ]
+    if args.kind in (None, "device"):
+        entries += _device_entries()
     if args.json:
         _json(entries)
         return 0
@@ -131,6 +145,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(e["kind"], e["name"], e["plugin"], e["version"], e["description"])
     Console(width=160).print(table)
     return 0
+
+
+def _device_entries() -> list[dict[str, str]]:
+    """The device specs of the analytic profiler (``--device``), as ``list`` entries of kind ``device``."""
+    from harness.plugins import registry
+    from harness.profilers import devices
+
+    analytic = next((e for e in registry().entries("profiler") if e.name == "analytic"), None)
+    plugin, version = (analytic.plugin, analytic.version) if analytic else ("membudget", "")
+    return [{"kind": "device", "name": d.name, "plugin": plugin, "version": version,
+             "description": devices.summary(d)} for d in devices.SPECS]
 
 
 # --------------------------------------------------------------------------- profile
@@ -420,13 +445,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Per-case differences between two runs."""
+    """Per-case differences between two runs; exit 1 when any differs beyond ``--tolerance``."""
     from harness.publish import compare, compare_table
 
-    result = compare(args.a, args.b, rtol=args.rtol)
+    result = compare(args.a, args.b, rtol=args.rtol, tolerance=args.tolerance)
+    status = 1 if result["beyond_tolerance"] else 0
     if args.json:
         _json(result)
-        return 0
+        return status
     from rich.console import Console
 
     console = Console(width=200)
@@ -436,7 +462,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console.print(f"{s['common']} cases in both: {s['same']} same, {s['changed']} changed "
                   f"({s['status_changed']} changed status); {len(result['only_in_a'])} only in A, "
                   f"{len(result['only_in_b'])} only in B")
-    return 0
+    n = len(result["beyond_tolerance"])
+    tolerance = f"{result['tolerance'] * 100:g}%" if args.tolerance is not None else f"--rtol {args.rtol:g}"
+    verdict = (f"{n} {'case differs' if n == 1 else 'cases differ'} beyond the tolerance ({tolerance}): "
+               "a changed status, makespan, peak or moved bytes, or a case in one run only"
+               if n else f"no case differs beyond the tolerance ({tolerance})")
+    console.print(verdict, markup=False, highlight=False)
+    return status
 
 
 # --------------------------------------------------------------------------- parser
@@ -453,8 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("list", cmd_list, "list every registered profiler, planner, executor, allocator and model")
-    p.add_argument("--kind", choices=("profiler", "planner", "executor", "allocator", "model"))
+    p = command("list", cmd_list, "list every registered profiler, planner, executor, allocator and model, "
+                                  "and the analytic profiler's device specs")
+    p.add_argument("--kind", choices=("profiler", "planner", "executor", "allocator", "model", "device"))
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = command("profile", cmd_profile, "profile a model into a profile JSON file")
@@ -497,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="name of the run folder (default: the start time)")
     p.add_argument("--overwrite", action="store_true", help="replace the run folder --run-id if it exists")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
-    p.add_argument("--jobs", type=int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -510,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="run folder A (or suite folder: its latest run)")
     p.add_argument("b", help="run folder B")
     p.add_argument("--rtol", type=_non_negative_float, default=1e-6, help="relative tolerance for 'same'")
+    p.add_argument("--tolerance", type=_percentage, metavar="PCT",
+                   help="exit 1 when a case's status changes, it is in one run only, or its makespan, peak or "
+                        "moved bytes change by more than PCT%% (e.g. 5%%; default: --rtol)")
     p.add_argument("--all", action="store_true", help="show unchanged cases too")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
@@ -529,6 +565,34 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _percentage(text: str) -> float:
+    """``5%`` or ``5`` -> 0.05."""
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"a percentage >= 0 like 5%, got {text!r}")
+    return value
+
+
+_TAKES_NEGATIVE = ("--budget",)  # options whose value may start with "-" (refused with a reason, not a usage error)
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """``--budget -1GiB`` -> ``--budget=-1GiB``: argparse would read ``-1GiB`` as an option."""
+    out: list[str] = []
+    k = 0
+    while k < len(argv):
+        if argv[k] in _TAKES_NEGATIVE and k + 1 < len(argv) and re.match(r"-[0-9.]", argv[k + 1]):
+            out.append(f"{argv[k]}={argv[k + 1]}")
+            k += 2
+            continue
+        out.append(argv[k])
+        k += 1
+    return out
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [MembudgetError, ModelError, OSError]
     from harness.results import ResultsError
@@ -545,7 +609,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``membudget`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -10,10 +10,11 @@ class MembudgetError(Exception):
 class UnknownPlugin(MembudgetError, KeyError):
     """A suite or command named a profiler, planner, executor, allocator or model nobody registered."""
 
-    def __init__(self, kind: str, name: str, available: list[str]):
+    def __init__(self, kind: str, name: str, available: list[str], hint: str | None = None):
+        """``available``: every registered name; ``hint`` replaces their list in the message (long lists)."""
         self.kind, self.name, self.available = kind, name, available
         choices = ", ".join(sorted(available)) or "(none registered)"
-        super().__init__(f"unknown {kind} {name!r}; available: {choices}")
+        super().__init__(f"unknown {kind} {name!r}; " + (hint if hint is not None else f"available: {choices}"))
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]

@@ -11,6 +11,7 @@ variables choose what loads:
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import os
 import warnings
@@ -140,7 +141,28 @@ class Registry:
             if model_name in names:
                 return entry.obj
             known.extend(names)
-        raise UnknownPlugin("model", model_name, known[:40] + (["..."] if len(known) > 40 else []))
+        raise UnknownPlugin("model", model_name, sorted(known), hint=_model_hint(model_name, known))
+
+
+def close_names(name: str, known: list[str], n: int = 5) -> list[str]:
+    """The names of ``known`` closest to ``name``, best first (difflib), also matching the part after
+    the colon: ``resnet18`` finds ``torchvision:resnet18``."""
+    by_tail: dict[str, list[str]] = {}
+    for full in known:
+        by_tail.setdefault(full.split(":", 1)[-1], []).append(full)
+    tail = name.split(":", 1)[-1]
+    found = [full for t in difflib.get_close_matches(tail, list(by_tail), n=n) for full in by_tail[t]]
+    found += difflib.get_close_matches(name, known, n=n)
+    return list(dict.fromkeys(found))[:n]
+
+
+def _model_hint(name: str, known: list[str]) -> str:
+    families = sorted({k.split(":", 1)[0] for k in known if ":" in k})
+    where = f"{len(known)} models in the families {', '.join(families)}: see membudget list --kind model"
+    close = close_names(name, known)
+    if not close:
+        return f"no model has a similar name; {where}"
+    return f"did you mean {', '.join(close)}? {where}"
 
 
 def _version(dist: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
-from harness.results import RunFolder, find_runs, load_rows, read_meta
+from harness.results import RunFolder, check_results_table, find_runs, load_rows, read_meta
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -712,6 +712,8 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """Publish the runs found in ``results`` into ``out_dir``; return every file written."""
     out = Path(out_dir)
     runs = find_runs(results)
+    for run in runs:  # a folder of other rows is an error before anything is written
+        check_results_table(run.path)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     links = []
@@ -744,13 +746,32 @@ def _close(a: Any, b: Any, rtol: float) -> bool:
     return math.isclose(fa, fb, rel_tol=rtol, abs_tol=1e-12)
 
 
-def compare(a: str | Path, b: str | Path, rtol: float = 1e-6) -> dict[str, Any]:
-    """Per-case differences of two runs (matched by case id): status, times, memory."""
+GATED = ("makespan_s", "peak_bytes", "moved_bytes")  # what --tolerance judges
+
+
+def _beyond(a: Any, b: Any, tolerance: float) -> bool:
+    """True when ``b`` differs from ``a`` by more than ``tolerance`` (relative), or only one is known."""
+    fa, fb = _num(a), _num(b)
+    if fa is None or fb is None:
+        return (fa is None) != (fb is None)
+    return abs(fb - fa) > tolerance * abs(fa) + 1e-12
+
+
+def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float | None = None) -> dict[str, Any]:
+    """Per-case differences of two runs (matched by case id): status, times, memory.
+
+    A case is ``changed`` when its status or any of ``COMPARED`` differs by more than
+    ``rtol``. It is ``beyond_tolerance`` when its status changed, or its makespan, peak or
+    moved bytes changed by more than ``tolerance`` (relative, either way; default
+    ``rtol``); a case in one run only is beyond any tolerance. ``beyond_tolerance`` lists
+    those case ids (``membudget compare`` exits 1 when it is not empty).
+    """
+    tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = find_runs([a])[0], find_runs([b])[0]
     fa = load_rows(run_a.path).set_index("case_id")
     fb = load_rows(run_b.path).set_index("case_id")
     common = [c for c in fa.index if c in fb.index]
-    cases, same, status_changed = [], 0, 0
+    cases, same, status_changed, beyond = [], 0, 0, []
     for case_id in common:
         ra, rb = fa.loc[case_id], fb.loc[case_id]
         entry: dict[str, Any] = {"case_id": case_id, "status_a": ra["status"], "status_b": rb["status"]}
@@ -763,15 +784,22 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6) -> dict[str, Any]:
         ma, mb = _num(ra["makespan_s"]), _num(rb["makespan_s"])
         entry["makespan_change"] = (mb / ma - 1) if ma and mb is not None else None
         entry["changed"] = bool(changed)
+        entry["beyond_tolerance"] = bool(ra["status"] != rb["status"]
+                                         or any(_beyond(ra[col], rb[col], tolerance) for col in GATED))
         same += not changed
+        beyond += [case_id] if entry["beyond_tolerance"] else []
         cases.append(entry)
+    only_in_a = [c for c in fa.index if c not in fb.index]
+    only_in_b = [c for c in fb.index if c not in fa.index]
     return {
         "a": str(run_a.path), "b": str(run_b.path),
         "summary": {"common": len(common), "same": same, "changed": len(common) - same,
                     "status_changed": int(status_changed)},
         "cases": cases,
-        "only_in_a": [c for c in fa.index if c not in fb.index],
-        "only_in_b": [c for c in fb.index if c not in fa.index],
+        "only_in_a": only_in_a,
+        "only_in_b": only_in_b,
+        "tolerance": tolerance,
+        "beyond_tolerance": beyond + only_in_a + only_in_b,
     }
 
 

@@ -96,7 +96,8 @@ class RowWriter:
         self._repair()
 
     def _repair(self) -> None:
-        """Start the file with a header, or cut a torn last line left by a killed run."""
+        """Start the file with a header, cut a torn last line left by a killed run, and bring the
+        rows of an older version of the columns to this one (a resumed run appends in this order)."""
         if not self.path.exists() or self.path.stat().st_size == 0:
             self.path.write_text(header_line())
             return
@@ -105,6 +106,11 @@ class RowWriter:
             cut = data.rfind(b"\n") + 1
             with open(self.path, "r+b") as f:
                 f.truncate(cut)
+        if data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r") != header_line().rstrip("\n"):
+            rows = read_rows_csv(self.path)  # by column name: cells of columns since gone are dropped
+            tmp = self.path.with_suffix(".csv.tmp")
+            tmp.write_text(header_line() + "".join(format_row(r) for r in rows), encoding="utf-8")
+            os.replace(tmp, self.path)
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append ``rows`` at once and flush them to disk."""
@@ -126,12 +132,65 @@ def read_rows_csv(path: Path) -> list[dict[str, str]]:
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     reader = csv.DictReader(io.StringIO(text))
+    _check_columns(path, reader.fieldnames or [])
     return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
 
 
+def _check_columns(path: Path, header: list[str]) -> None:
+    missing = [c for c in STABLE_COLUMNS if c not in header]
+    if header and missing:
+        raise ResultsError(f"{path}: not a membudget results table: no column(s) {', '.join(missing)} "
+                           f"(docs/results.md lists the columns of rows.csv)")
+
+
+def check_results_table(run_dir: Path) -> None:
+    """Raise ``ResultsError`` naming the missing columns when a run's ``rows.csv`` is not a results table."""
+    path = Path(run_dir) / ROWS_CSV
+    with open(path, encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f), [])
+    _check_columns(path, header)
+
+
+# What an ``error`` row says when an interrupt was recorded as a result (before the runner
+# recognised them): the interrupt itself, or the SystemError CPython raises when Ctrl-C
+# lands inside a compiled (Numba) function.
+INTERRUPT_MARKERS: tuple[str, ...] = ("KeyboardInterrupt", "returned a result with an exception set")
+
+
+def is_interrupt_row(row: Mapping[str, Any]) -> bool:
+    """True for an ``error`` row that records an interrupt, not a result: ``--resume`` runs it again."""
+    message = str(row.get("message") or "")
+    return row.get("status") == "error" and any(marker in message for marker in INTERRUPT_MARKERS)
+
+
 def finished_case_ids(run_dir: Path) -> set[str]:
-    """The case ids already written to a run's ``rows.csv``."""
-    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV)}
+    """The case ids already written to a run's ``rows.csv``, less the rows that record an interrupt."""
+    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV) if not is_interrupt_row(row)}
+
+
+def drop_interrupt_rows(run_dir: Path) -> set[str]:
+    """Remove the rows that record an interrupt from a run's ``rows.csv`` (atomically); return their case ids.
+
+    The file is rewritten beside itself and renamed over it, so a crash leaves the old
+    file or the new one. Nothing is written when no row records an interrupt.
+    """
+    path = Path(run_dir) / ROWS_CSV
+    rows = read_rows_csv(path)
+    stale = {row["case_id"] for row in rows if is_interrupt_row(row)}
+    if not stale:
+        return stale
+    header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([row[c] for c in header] for row in rows if row["case_id"] not in stale)
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return stale
 
 
 def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:

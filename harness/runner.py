@@ -6,14 +6,17 @@ profile, workload)`` -> for each allocator ``allocator.place(run.trace)`` -> one
 The cases that share everything but the allocator (a *unit*) are planned and run once.
 
 A case that fails is a row (status ``infeasible``, ``oom`` or ``error`` with a message),
-never a lost suite. Rows are appended to ``rows.csv`` the moment their unit finishes, so
-an interrupted run resumes with ``resume=True``: finished case ids are skipped and no
-case runs twice.
+never a lost suite. An interrupt is never a row: Ctrl-C, even when it reaches Python as
+the ``SystemError`` of a Numba kernel, stops the run (``interrupted``). Rows are appended
+to ``rows.csv`` the moment their unit finishes, so an interrupted run resumes with
+``resume=True``: finished case ids are skipped and no case runs twice; an ``error`` row
+that records an interrupt (written before interrupts were recognised) is removed and its
+case runs again.
 
 Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool;
 ``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
 time excludes Numba compilation: every process plans once on a tiny chain before it
-times a planner (DESIGN.md, "Planning kernels").
+times a planner (docs/architecture.md, "Planning kernels").
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from harness.errors import InfeasibleBudget, MembudgetError
 from harness.model import Profile, Stage, load, save
 from harness.protocols import Workload
 from harness.results import (
-    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, finished_case_ids, load_rows, read_meta, runs_of_suite,
-    write_meta, write_parquet,
+    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, read_meta,
+    runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 
@@ -60,7 +63,7 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class Bounds:
-    """What every row of a profile is judged against (DESIGN.md, "Lower bounds")."""
+    """What every row of a profile is judged against (docs/architecture.md, "Lower bounds")."""
 
     min_memory: int
     min_memory_optimal: int
@@ -101,8 +104,29 @@ class UnitResult:
     timeline: dict[str, Any] | None = None
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain).
+
+    Ctrl-C inside a compiled (Numba) function reaches Python as ``SystemError: ...
+    returned a result with an exception set`` whose ``__context__`` is the interrupt.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        todo += [current.__cause__, current.__context__]
+    return False
+
+
 def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, message) of a failed case."""
+    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result."""
+    if is_interrupt(exc):
+        raise KeyboardInterrupt from exc
     if isinstance(exc, InfeasibleBudget):
         return "infeasible", str(exc)
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
@@ -119,7 +143,7 @@ def _tiny_chain() -> Profile:
 
 
 def warm_up(planner: Any) -> None:
-    """Plan once on a tiny chain so that Numba compilation is not timed (DESIGN.md, "Planning kernels")."""
+    """Plan once on a tiny chain so that Numba compilation is not timed (docs/architecture.md, "Planning kernels")."""
     key = f"{type(planner).__module__}.{type(planner).__qualname__}:{getattr(planner, 'name', '')}"
     if key in _WARMED:
         return
@@ -131,8 +155,9 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except Exception:  # a planner may refuse a toy chain; warming is best effort
-            pass
+        except Exception as exc:  # a planner may refuse a toy chain; warming is best effort
+            if is_interrupt(exc):
+                raise KeyboardInterrupt from exc
 
 
 def _seed(seed: int) -> None:
@@ -321,10 +346,39 @@ class ProfileCache:
             return None, None, (status, f"profiling failed: {message}")
 
 
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
+
+
+def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend: str, jobs: int) -> None:
+    """Refuse what would misbehave, before anything is written: a run id that is a path, a
+    contradiction, no workers, a backend that is not installed."""
+    if run_id is not None and not RUN_ID.match(run_id):
+        raise MembudgetError(f"--run-id {run_id!r}: a run id is one plain folder name (letters, digits and "
+                             f"._=+-, starting with a letter or digit), e.g. nightly-2024-01-31")
+    if resume and overwrite:
+        raise MembudgetError("--resume or --overwrite, not both: resume keeps the finished cases, "
+                             "overwrite deletes them")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise MembudgetError(f"--jobs {jobs!r}: the number of workers is a whole number >= 1")
+    if backend not in BACKENDS:
+        raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "ray":
+        _import_ray()
+
+
+def _import_ray() -> Any:
+    """The ``ray`` module; ``MembudgetError`` says how to install it when it is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+    return ray
+
+
 def _resolve_run_dir(suite: Suite, root: Path, run_id: str | None, resume: bool,
                      overwrite: bool) -> tuple[Path, bool]:
     suite_dir = root / suite.name
-    if run_id:
+    if run_id is not None:
         path = suite_dir / run_id
         if path.exists() and not resume:
             if not overwrite:
@@ -381,10 +435,7 @@ def _run_local(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
 
 
 def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
-    try:
-        import ray
-    except ImportError:
-        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+    ray = _import_ray()
     started = False
     if not ray.is_initialized():
         ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
@@ -421,11 +472,12 @@ def run_suite(
 
     ``resume`` continues the run ``run_id`` (default: the suite's latest) instead of
     starting a new one; ``overwrite`` replaces an existing run folder ``run_id``.
-    ``KeyboardInterrupt`` stops the run after marking it interrupted; every finished case
-    is already on disk.
+    ``KeyboardInterrupt`` (or any failure once the run folder exists) stops the run after
+    marking it interrupted; every finished case is already on disk. A run id that is not one
+    plain folder name, ``resume`` with ``overwrite``, ``jobs < 1`` or the ``ray`` backend
+    without Ray is a ``MembudgetError`` before anything is written.
     """
-    if backend not in BACKENDS:
-        raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    _check_arguments(run_id, resume, overwrite, backend, jobs)
     root = Path(results_root)
     run_dir, resuming = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -433,6 +485,10 @@ def run_suite(
     if resume and not resuming:
         notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
+    if resuming:
+        rerun = drop_interrupt_rows(run_dir)
+        if rerun:
+            notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
     done = finished_case_ids(run_dir) if resuming else set()
     todo_units = [[c for c in unit if c.case_id not in done] for unit in iter_units(cases)]
     todo_units = [u for u in todo_units if u]
@@ -451,12 +507,12 @@ def run_suite(
     meta.setdefault("sessions", []).append(session)
     write_meta(run_dir, meta)
 
-    writer = RowWriter(run_dir / ROWS_CSV)
-    cache = ProfileCache(suite, run_dir / "profiles")
-    tasks = _tasks(suite, todo_units, cache, run_dir.name)
-    results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
     ran, status = 0, "running"
-    try:
+    try:  # from here on, whatever happens, meta.json stops saying "running"
+        writer = RowWriter(run_dir / ROWS_CSV)
+        cache = ProfileCache(suite, run_dir / "profiles")
+        tasks = _tasks(suite, todo_units, cache, run_dir.name)
+        results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
         with _progress(progress, n_todo, suite.name) as advance:
             for result in results:
                 if result.timeline is not None:
@@ -467,13 +523,11 @@ def run_suite(
                     on_rows(result.rows)
                 advance(len(result.rows), result.rows[-1]["case_id"])
         status = "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
     finally:
+        status = "complete" if status == "complete" else "interrupted"
         session.update(finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), cases_run=ran,
                        status=status)
-        meta["status"] = "complete" if status == "complete" else "interrupted"
+        meta["status"] = status
         write_meta(run_dir, meta)
         if (run_dir / ROWS_CSV).exists():
             write_parquet(run_dir)

@@ -9,7 +9,7 @@ A suite (docs/architecture.md, "Suites and results")::
       - model: torchvision:resnet18     # a registered model (a profile path for `file`)
         batch_sizes: [32]
         input_size: [3, 224, 224]       # or input_sizes: [[3, 224, 224], [3, 500, 500]]
-    budgets: {fractions: [0, 0.5, 1]}   # of the span min_memory..peak_memory; and/or bytes: [4GiB]
+    budgets: {fractions: [0, 0.5, 1]}   # of the span min_memory..peak_memory (0..1); and/or bytes: [4GiB]
     planners: [keep-all, greedy, {name: dynprog, slots: 500}, {name: modnn, optional: true}]
     executors: [simulate]
     allocators: [caching]
@@ -38,13 +38,13 @@ from typing import Annotated, Any, Iterator, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, PositiveInt, StrictBool, StrictInt,
+    BaseModel, BeforeValidator, ConfigDict, Field, PositiveInt, StrictBool, StrictInt,
     StrictStr, ValidationError, field_validator, model_validator,
 )
 
 from harness.errors import MembudgetError, UnknownOption, UnknownPlugin
 from harness.options import check_planner_options
-from harness.units import parse_bytes
+from harness.units import check_fraction, parse_bytes
 
 MATCH_KEYS = ("model", "batch_size", "input_size", "planner", "executor", "allocator", "budget", "repeat", "seed")
 _CONCATENATED = ("models", "excludes")  # lists that an including suite extends instead of replacing
@@ -204,8 +204,18 @@ class ModelEntry(_Strict):
 class Budgets(_Strict):
     """Budgets as fractions of the span min..peak, and/or as byte quantities."""
 
-    fractions: list[NonNegativeFloat] | None = None
+    fractions: list[float] | None = None
     bytes_: list[Annotated[Any, BeforeValidator(_byte_quantity)]] | None = Field(default=None, alias="bytes")
+
+    @field_validator("fractions")
+    @classmethod
+    def _within_the_span(cls, value: list[float] | None) -> list[float] | None:
+        for k, fraction in enumerate(value or []):
+            try:
+                check_fraction(fraction)
+            except ValueError as exc:
+                raise ValueError(f"[{k}]: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _some_budget(self) -> Budgets:

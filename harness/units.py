@@ -1,7 +1,14 @@
-"""Byte quantities as people write them: ``512MiB``, ``4GiB``, ``1.5GB``, ``1e9``."""
+"""Byte quantities as people write them: ``512MiB``, ``4GiB``, ``1.5GB``, ``1e9``; budget fractions.
+
+A byte quantity is a whole number of bytes from 0 to ``MAX_BYTES`` (2**63 - 1, what a
+64-bit count holds). A budget fraction is a share of the span from the minimum memory to
+the keep-all peak: 0..1 in a suite, 0%..100% on the command line, one rule for both
+(:func:`check_fraction`).
+"""
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -16,6 +23,8 @@ _UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
+MAX_BYTES = 2**63 - 1
+FRACTION_RULE = "a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -26,6 +35,7 @@ def parse_bytes(text: str | int | float) -> int:
     if isinstance(text, (int, float)):
         if text < 0 or text != text:
             raise ValueError(f"a byte quantity cannot be negative: {text!r}")
+        _check_size(text, text)
         if text != int(text) and text < 1024:
             raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
         return int(text)
@@ -34,10 +44,28 @@ def parse_bytes(text: str | int | float) -> int:
         raise ValueError(
             f"not a byte quantity: {text!r} (write e.g. 1073741824, 512MiB, 4GiB or 1.5GB)"
         )
-    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    number, unit = match.group(1), _UNITS[match.group(2).upper()]
+    value = int(number) * unit if number.isdigit() else float(number) * unit  # digits: exact
+    _check_size(value, text)
     if value != int(value) and value < 1024:
         raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
     return int(value)
+
+
+def _check_size(value: float, text: str | int | float) -> None:
+    if not math.isfinite(value) or value > MAX_BYTES:  # exact, for floats too
+        raise ValueError(f"too large: {text!r} (at most {MAX_BYTES} bytes)")
+
+
+def check_fraction(fraction: float) -> float:
+    """``fraction`` when it lies within [0, 1]; else ``ValueError(FRACTION_RULE)`` (NaN too).
+
+    The one rule for budget fractions: a suite's ``budgets: {fractions: [...]}`` and the
+    command line's ``--budget 50%`` both call it.
+    """
+    if not 0 <= fraction <= 1:
+        raise ValueError(FRACTION_RULE)
+    return fraction
 
 
 def format_bytes(n: float) -> str:

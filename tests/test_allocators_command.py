@@ -95,3 +95,33 @@ def test_place_command_reports_an_invalid_placement(trace_csv):
     out = io.StringIO()
     assert place_command(trace_csv, "broken", False, registry=Reg(), stream=out) == 1
     assert "valid          NO" in out.getvalue() and "violation" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["first-fit", "greedy-by-size", "caching", "cnmem"])
+def test_zero_length_blocks_take_no_part_in_a_placement(tmp_path, name, builtins_registry):
+    """A block with ``lower == upper`` occupies no time: offset 0, nothing in max-live or the arena."""
+    from harness.allocators.command import place_trace_file
+    from harness.allocators.trace import max_live_bytes, read_csv
+
+    with_empty = tmp_path / "with-empty.csv"
+    with_empty.write_text("id,lower,upper,size\na,0,10,1000\nb,5,5,1000\nc,3,7,24\nd,10,10,4096\n")
+    without = tmp_path / "without.csv"
+    without.write_text("id,lower,upper,size\na,0,10,1000\nc,3,7,24\n")
+    report = place_trace_file(with_empty, name, registry=builtins_registry)
+    alone = place_trace_file(without, name, registry=builtins_registry)
+    assert report["valid"] and report["blocks"] == 4
+    assert report["max_live_bytes"] == max_live_bytes(read_csv(with_empty)) == alone["max_live_bytes"] == 1024
+    assert report["arena_bytes"] == alone["arena_bytes"]
+    assert report["offsets"][1] == report["offsets"][3] == 0
+    assert [report["offsets"][0], report["offsets"][2]] == alone["offsets"]
+
+
+def test_a_trace_with_a_duplicate_id_is_not_placed(tmp_path, builtins_registry):
+    from harness.allocators.trace import TraceError
+
+    trace = tmp_path / "dup.csv"
+    trace.write_text("id,lower,upper,size\na,0,10,100\na,2,5,100\n")
+    with pytest.raises(TraceError, match="duplicate id 'a'"):
+        place_command(trace, "first-fit", output=tmp_path / "out.csv", registry=builtins_registry,
+                      stream=io.StringIO())
+    assert not (tmp_path / "out.csv").exists()

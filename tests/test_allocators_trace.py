@@ -174,6 +174,24 @@ def test_csv_errors_name_the_problem(text, message):
         read_csv(io.StringIO(text))
 
 
+def test_csv_with_a_duplicate_id_is_refused_naming_it():
+    with pytest.raises(TraceError, match=r"<stream>:4: duplicate id 'a' \(first on line 2\)"):
+        read_csv(io.StringIO("id,lower,upper,size\na,0,10,100\nb,1,3,8\na,2,5,100\n"))
+
+
+@pytest.mark.parametrize("text", ["0,0,10,100\n1,2,5,100\n", "a,0,10,100\nb,2,5,100\n", "7,1,2,3\n"])
+def test_csv_without_a_header_says_the_first_line_must_be_the_header(text):
+    with pytest.raises(TraceError, match=r"<stream>:1: the first line must be the header id,lower,upper,size"):
+        read_csv(io.StringIO(text))
+
+
+def test_zero_length_csv_blocks_occupy_nothing():
+    """``lower == upper``: the block holds no bytes at any time, whatever sits beside it."""
+    t = read_csv(io.StringIO("id,lower,upper,size\na,0,10,100\nb,5,5,100\nc,10,10,50\n"))
+    assert max_live_bytes(t) == 100
+    assert live_bytes_profile(t)[1].max() == 100
+
+
 def test_inference_trace_of_a_chain():
     """Each stage input lives from its producer's start to its consumer's end; workspaces during F_i."""
     from harness.allocators.trace import inference_trace

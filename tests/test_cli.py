@@ -61,6 +61,21 @@ def test_list_shows_everything_with_plugin_and_version(capsys):
         assert any(line.split()[:3] == [kind, name, entry["plugin"]] for line in text.splitlines()), name
 
 
+def test_list_shows_the_analytic_profilers_device_specs(capsys):
+    from harness.profilers import devices
+
+    code, out, _ = _run(capsys, "list", "--kind", "device", "--json")
+    entries = json.loads(out)
+    assert code == 0 and [e["name"] for e in entries] == devices.names()
+    assert {e["kind"] for e in entries} == {"device"}
+    v100 = next(e for e in entries if e["name"] == "V100-PCIe")
+    assert "16 GiB" in v100["description"] and "12.2 GB/s host link" in v100["description"]
+    _, out, _ = _run(capsys, "list", "--json")
+    assert {("device", "H100"), ("planner", "keep-all")} <= {(e["kind"], e["name"]) for e in json.loads(out)}
+    _, text, _ = _run(capsys, "list", "--kind", "device")
+    assert all(name in text for name in devices.names())
+
+
 def test_plan_prints_the_summary_and_validation_as_text_and_json(capsys, profile_file):
     profile, path = profile_file
     code, out, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%", "--json")
@@ -125,6 +140,43 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
     assert needle.format(min=min_memory(profile), peak=peak_memory(profile)) in err
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["--budget=1e400"], "budget: too large: '1e400'"),
+    (["--budget=1e30"], "budget: too large: '1e30'"),
+    (["--budget=9223372036854775808"], "budget: too large: '9223372036854775808' (at most 9223372036854775807"),
+    (["--budget=-1GiB"], "budget '-1GiB': a budget must be positive"),
+    (["--budget", "-1GiB"], "budget '-1GiB': a budget must be positive"),
+    (["--budget", "-5%"], "budget '-5%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
+    (["--budget", "150%"], "budget '150%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
+    (["--budget", "nan%"], "budget 'nan%': a fraction of the span min..peak must be within 0..100%"),
+])
+def test_budgets_out_of_range_are_one_line_errors(capsys, profile_file, argv, needle):
+    code, out, err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_the_cli_and_a_suite_share_one_fraction_rule(capsys, profile_file, tmp_path):
+    from harness.suite import SuiteError, load_suite
+
+    _, cli_err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", "--budget", "150%")[1:]
+    suite = support.write_suite(tmp_path, support.SUITE.format(name="x").replace("[0, 0.5, 1.0]", "[0, 1.5]"))
+    with pytest.raises(SuiteError) as exc:
+        load_suite(suite)
+    rule = cli_err.split("': ", 1)[-1].strip()
+    assert str(exc.value).endswith(rule) and "budgets.fractions[1]" in str(exc.value)
+    assert _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", "--budget", "100%")[0] == 0
+
+
+def test_exact_placement_without_ortools_says_how_to_install_it(capsys, tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m == "ortools" or m.startswith("ortools.")] or ["ortools"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("id,lower,upper,size\na,0,3,4\nb,1,5,4\n")
+    code, out, err = _run(capsys, "place", str(trace), "--allocator", "exact")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "pip install 'membudget[exact]'" in err
+
+
 def test_unknown_planner_lists_every_choice(capsys, profile_file):
     from harness.plugins import registry
 
@@ -178,6 +230,26 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
     assert f"{suite}:10: planners[1].name: unknown planner 'prefx'; available:" in err
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["--run-id", "../../escape"], "--run-id '../../escape': a run id is one plain folder name"),
+    (["--run-id", "x", "--resume", "--overwrite"], "--resume or --overwrite, not both"),
+])
+def test_run_refuses_bad_arguments_in_one_line_before_writing(capsys, tmp_path, argv, needle):
+    suite = support.write_suite(tmp_path)
+    code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "out" / "r"), "--no-progress", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_run_refuses_fewer_than_one_job(capsys, tmp_path, jobs):
+    suite = support.write_suite(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(suite), "-o", str(tmp_path / "r"), f"--jobs={jobs}"])
+    assert exc.value.code == 2 and "argument --jobs: must be a whole number >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_publish_and_compare_commands(capsys, tmp_path):
     suite = support.write_suite(tmp_path)
     for run_id in ("a", "b"):
@@ -195,6 +267,41 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
     assert code == 2 and "no results here" in err
+
+
+def test_compare_exits_1_when_runs_differ_beyond_the_tolerance(capsys, tmp_path):
+    suite = support.write_suite(tmp_path)
+    for run_id in ("a", "b"):
+        assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", run_id, "--json")[0] == 0
+    rows = read_rows_csv(tmp_path / "r" / "synth" / "b" / "rows.csv")
+    target = next(r for r in rows if r["status"] == "ok" and r["planner"] == "prefix")
+    target["makespan_s"] = repr(float(target["makespan_s"]) * 1.10)
+    import csv
+
+    with open(tmp_path / "r" / "synth" / "b" / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    a, b = str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b")
+    assert _run(capsys, "compare", a, a)[0] == 0
+    code, out, _ = _run(capsys, "compare", a, b, "--tolerance", "5%")
+    assert code == 1 and "1 case differs beyond the tolerance (5%)" in out
+    code, out, _ = _run(capsys, "compare", a, b, "--tolerance", "20", "--json")
+    assert code == 0 and json.loads(out)["beyond_tolerance"] == []
+    code, out, _ = _run(capsys, "compare", a, b, "--json")
+    assert code == 1 and json.loads(out)["beyond_tolerance"] == [target["case_id"]]
+    for bad in ("lots", "-5%"):
+        with pytest.raises(SystemExit) as exc:
+            main(["compare", a, b, f"--tolerance={bad}"])
+        assert exc.value.code == 2 and "argument --tolerance: a percentage >= 0" in capsys.readouterr().err
+
+
+def test_publish_of_rows_that_are_not_results_is_a_one_line_error(capsys, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rows.csv").write_text("name,score\nalice,3\n")
+    code, out, err = _run(capsys, "publish", str(tmp_path / "run"), "-o", str(tmp_path / "site"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "not a membudget results table: no column(s) suite, case_id, model" in err
 
 
 # --------------------------------------------------------------------------- the quick suite

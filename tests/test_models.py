@@ -92,9 +92,28 @@ def test_dtype_names():
     assert x.dtype == torch.float16 and next(model.parameters()).dtype == torch.float16
 
 
-def test_unknown_model_lists_choices():
-    with pytest.raises(UnknownPlugin, match="builtin:tiny-cnn"):
+def test_unknown_model_suggests_the_closest_names():
+    with pytest.raises(UnknownPlugin) as exc:
         registry().model_factory("torchvision:resnet9000")
+    assert "did you mean torchvision:resnet50" in str(exc.value) and "..." not in str(exc.value)
+    assert "builtin:tiny-cnn" in exc.value.available  # every name, for a suite's choices
+
+
+@pytest.mark.parametrize("typed,meant", [("resnet18", "torchvision:resnet18"), ("vgg101", "modnn:vgg101"),
+                                         ("torchvison:resnet50", "torchvision:resnet50"), ("tiny_cnn", "builtin:tiny-cnn")])
+def test_an_unknown_model_names_the_model_meant_first(typed, meant):
+    with pytest.raises(UnknownPlugin) as exc:
+        registry().model_factory(typed)
+    message = str(exc.value)
+    assert message.startswith(f"unknown model {typed!r}; did you mean {meant}")
+    assert "membudget list --kind model" in message
+
+
+def test_a_name_like_no_model_says_where_to_look():
+    with pytest.raises(UnknownPlugin) as exc:
+        registry().model_factory("qqqqqq")
+    assert str(exc.value).startswith("unknown model 'qqqqqq'; no model has a similar name")
+    assert "membudget list --kind model" in str(exc.value)
 
 
 def test_default_input_sizes():

@@ -299,6 +299,62 @@ def test_compare_finds_changes_and_missing_cases(results, tmp_path):
     assert result["only_in_a"] == [dropped["case_id"]] and result["only_in_b"] == []
 
 
+def _edited_copy(run_dir, folder, edit):
+    """A copy of ``run_dir``'s rows.csv in ``folder`` after ``edit(rows)`` (which may drop rows)."""
+    folder.mkdir()
+    rows = read_rows_csv(run_dir / "rows.csv")
+    rows = edit(rows) or rows
+    with open(folder / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
+def _scale(rows, planner, column, factor):
+    target = next(r for r in rows if r["status"] == "ok" and r["planner"] == planner)
+    value = float(target[column]) * factor
+    target[column] = str(int(value)) if column.endswith("_bytes") else repr(value)
+    return target["case_id"]
+
+
+def test_compare_judges_makespan_peak_and_moved_changes_against_the_tolerance(results, tmp_path):
+    _, _, run_a, run_b = results
+    assert compare(run_a, run_b, tolerance=0.0)["beyond_tolerance"] == []
+    changed = {}
+    slower = _edited_copy(run_b, tmp_path / "slower", lambda rows: changed.update(
+        makespan=_scale(rows, "prefix", "makespan_s", 1.10), moved=_scale(rows, "keep-all", "moved_bytes", 1.0)))
+    result = compare(run_a, slower, tolerance=0.05)
+    assert result["tolerance"] == 0.05 and result["beyond_tolerance"] == [changed["makespan"]]
+    assert compare(run_a, slower, tolerance=0.2)["beyond_tolerance"] == []
+    faster = _edited_copy(run_b, tmp_path / "faster", lambda rows: changed.update(
+        peak=_scale(rows, "prefix", "peak_bytes", 0.8)))
+    assert compare(run_a, faster, tolerance=0.1)["beyond_tolerance"] == [changed["peak"]]
+
+
+def test_compare_counts_status_changes_and_missing_cases_whatever_the_tolerance(results, tmp_path):
+    _, _, run_a, run_b = results
+    dropped = []
+
+    def edit(rows):
+        next(r for r in rows if r["status"] == "ok")["status"] = "error"
+        dropped.append(rows.pop()["case_id"])
+
+    edited = _edited_copy(run_b, tmp_path / "edited", edit)
+    flipped = [c["case_id"] for c in compare(run_a, edited)["cases"] if c["status_a"] != c["status_b"]]
+    assert compare(run_a, edited, tolerance=10.0)["beyond_tolerance"] == flipped + dropped
+    assert compare(edited, run_a, tolerance=10.0)["beyond_tolerance"] == flipped + dropped
+
+
+def test_publish_refuses_rows_that_are_not_a_results_table(tmp_path):
+    run = tmp_path / "other" / "run"
+    run.mkdir(parents=True)
+    (run / "rows.csv").write_text("name,score\nalice,3\n")
+    with pytest.raises(ResultsError, match=r"not a membudget results table: no column\(s\) suite, case_id"):
+        publish([run], tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
 def test_find_runs_resolves_roots_suites_and_runs(results, tmp_path):
     folder, _, run_a, run_b = results
     assert [r.path for r in find_runs([folder / "results"])] == [run_b]

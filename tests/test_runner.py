@@ -203,6 +203,51 @@ def test_interrupted_run_resumes_without_losing_or_repeating_a_case(tmp_path):
     assert again.ran == 0 and len(_rows(run_dir)) == total
 
 
+def test_ctrl_c_inside_a_compiled_kernel_interrupts_the_run_and_is_never_a_row(tmp_path):
+    """Numba turns Ctrl-C into a SystemError whose context is the KeyboardInterrupt: still an interrupt."""
+    suite = _suite(tmp_path, support.SUITE.format(name="numba").replace("[keep-all, prefix]", "[numba-interrupter]"))
+    total = len(suite.cases())
+    support.NumbaInterrupter.calls, support.NumbaInterrupter.interrupt_at = 0, 4
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, tmp_path / "r", progress=False)
+    run_dir = next((tmp_path / "r" / "numba").iterdir())
+    rows = _rows(run_dir)
+    assert len(rows) == 3 and all(r["status"] != "error" for r in rows)
+    assert read_meta(run_dir)["status"] == "interrupted"
+    support.NumbaInterrupter.interrupt_at = 0
+    outcome = run_suite(suite, tmp_path / "r", resume=True, progress=False)
+    assert outcome.ran == total - 3 and len(_rows(run_dir)) == total
+
+
+def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(tmp_path):
+    """Rows recorded as errors by an interrupt (before interrupts were recognised) are run again."""
+    suite = _suite(tmp_path)
+    first = run_suite(suite, tmp_path / "r", run_id="old", progress=False)
+    rows = _rows(first.run_dir)
+    stale = {rows[1]["case_id"]: "SystemError: CPUDispatcher(<function f at 0x7f>) returned a result with an "
+             "exception set", rows[4]["case_id"]: "KeyboardInterrupt: "}
+    for row in rows:
+        if row["case_id"] in stale:
+            row.update(status="error", message=stale[row["case_id"]], makespan_s="")
+    with open(first.run_dir / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    from harness.results import finished_case_ids
+
+    assert finished_case_ids(first.run_dir) == {r["case_id"] for r in rows} - set(stale)
+    support.PLANS.clear()
+    outcome = run_suite(suite, tmp_path / "r", run_id="old", resume=True, progress=False)
+    assert outcome.ran == 2 and outcome.skipped == len(rows) - 2
+    after = _rows(first.run_dir)
+    ids = [r["case_id"] for r in after]
+    assert len(ids) == len(set(ids)) == len(rows)
+    again = {r["case_id"]: r for r in after}
+    assert all(again[c]["message"] != m for c, m in stale.items())
+    assert all(again[c]["status"] in ("ok", "infeasible") for c in stale)
+    assert sorted(outcome.rows["case_id"]) == sorted(ids)
+
+
 @pytest.mark.slow
 def test_killed_process_resumes_from_its_rows(tmp_path):
     """SIGKILL mid-run (no cleanup at all): every finished row survives, resume runs the rest once."""
@@ -248,3 +293,78 @@ def test_process_pool_gives_the_same_rows(tmp_path):
     two = _rows(run_suite(suite, tmp_path / "b", jobs=2, progress=False).run_dir)
     assert _comparable(one) == _comparable(two)
 
+
+
+@pytest.mark.parametrize("run_id", ["../../escape", "a/b", "..", ".", "", "{tmp}/abs", ".hidden", "a\\b"])
+def test_a_run_id_is_one_plain_folder_name(tmp_path, run_id):
+    from harness.errors import MembudgetError
+
+    run_id = run_id.format(tmp=tmp_path)
+    suite = _suite(tmp_path)
+    with pytest.raises(MembudgetError, match="--run-id"):
+        run_suite(suite, tmp_path / "out" / "r", run_id=run_id, progress=False)
+    assert not any(p.name in ("out", "escape", "abs") for p in tmp_path.iterdir())
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path):
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path)
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    with pytest.raises(MembudgetError, match="--resume or --overwrite"):
+        run_suite(suite, tmp_path / "r", run_id="x", resume=True, overwrite=True, progress=False)
+    assert len(_rows(tmp_path / "r" / "synth" / "x")) == len(suite.cases())
+
+
+@pytest.mark.parametrize("jobs", [0, -2])
+def test_jobs_must_be_at_least_one(tmp_path, jobs):
+    from harness.errors import MembudgetError
+
+    with pytest.raises(MembudgetError, match="jobs"):
+        run_suite(_suite(tmp_path), tmp_path / "r", jobs=jobs, progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_ray_backend_without_ray_fails_before_making_a_run_folder(tmp_path, monkeypatch):
+    from harness.errors import MembudgetError
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MembudgetError, match=r"pip install 'membudget\[ray\]'"):
+        run_suite(_suite(tmp_path), tmp_path / "r", backend="ray", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failure_before_the_first_case_does_not_leave_the_run_running(tmp_path, monkeypatch):
+    import harness.runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot open the profile cache")
+
+    monkeypatch.setattr(harness.runner, "ProfileCache", broken)
+    with pytest.raises(RuntimeError):
+        run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", progress=False)
+    meta = read_meta(tmp_path / "r" / "synth" / "x")
+    assert meta["status"] == "interrupted" and meta["sessions"][-1]["status"] == "interrupted"
+
+
+def test_resuming_a_run_written_with_fewer_columns_keeps_every_row(tmp_path):
+    """A run folder from an older version (the committed GPU run has none of the newer columns)
+    resumed by this one: its rows are rewritten under today's header, none is lost, and the
+    new rows read back."""
+    import csv
+
+    suite = _suite(tmp_path)
+    outcome = run_suite(suite, tmp_path / "results", run_id="old", progress=False)
+    rows = _rows(outcome.run_dir)
+    old_columns = list(STABLE_COLUMNS) + ["run_id", "planner_label", "budget_label"]
+    kept = rows[: len(rows) // 2]
+    with open(outcome.run_dir / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=old_columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+    resumed = run_suite(suite, tmp_path / "results", run_id="old", resume=True, progress=False)
+    assert resumed.ran == len(rows) - len(kept)
+    again = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in again) == sorted(r["case_id"] for r in rows)
+    header = (outcome.run_dir / "rows.csv").read_text().splitlines()[0].split(",")
+    assert tuple(header) == COLUMNS

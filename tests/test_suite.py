@@ -75,7 +75,7 @@ def test_byte_budgets_parse_units(tmp_path):
 @pytest.mark.parametrize("old,new,needle,field,words", [
     ("batch_sizes: [1, 2]", "batch_sizes: [1, two]", "batch_sizes", "models[0].batch_sizes[1]", "integer"),
     ("batch_sizes: [1, 2]", "batch_sizes: 2", "batch_sizes", "models[0].batch_sizes", "list"),
-    ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "greater than or equal"),
+    ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "must be within 0..100%"),
     ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
     ("device: synthetic", "device: [a, b]", "device:", "device", "string"),
     ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),

@@ -5,7 +5,8 @@ sizes and times that grow with the batch), a simple offloading planner ``prefix`
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
 (its first call is slow, like a Numba compile),
-``interrupter`` (Ctrl-C on its Nth plan) and ``killer`` (SIGKILLs its own process on its
+``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
+Numba kernel reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer`` (SIGKILLs its own process on its
 Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
 """
@@ -142,6 +143,23 @@ class Interrupter(Prefix):
         return super().plan(profile, budget_bytes, **options)
 
 
+class NumbaInterrupter(Interrupter):
+    """Like ``interrupter``, but the Ctrl-C surfaces as a compiled kernel reports it (a SystemError)."""
+
+    name = "numba-interrupter"
+    description = "Ctrl-C inside a Numba kernel on the Nth plan (test plugin)"
+    interrupt_at = 0
+    calls = 0
+
+    def plan(self, profile, budget_bytes, **options):
+        """Plan like ``prefix`` or raise what CPython raises when Ctrl-C hits a Numba kernel."""
+        try:
+            return super().plan(profile, budget_bytes, **options)
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function _plan_kernel at 0x7f>) returned a result with an "
+                              "exception set") from exc
+
+
 class Killer(Prefix):
     """Like ``prefix``, but the Nth plan SIGKILLs the process (N from ``MEMBUDGET_TEST_KILL_AT``)."""
 
@@ -187,7 +205,7 @@ class Plugin:
 
     @hookimpl
     def membudget_register_planners(self, register):
-        for planner in (Prefix(), Boom(), Oom(), Interrupter(), Killer(), SlowFirst()):
+        for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst()):
             register(planner)
 
 

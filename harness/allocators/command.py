@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from harness.allocators.trace import as_int_trace, read_csv, to_memory_blocks, write_csv
 from harness.allocators.validate import violations
 
@@ -26,7 +28,8 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     Returns the report as a dict: ``trace, allocator, blocks, max_live_bytes, arena_bytes,
     fragmentation, optimal, place_time_s, valid, violations, notes, offsets``. The
     allocator gets the blocks with their integer times as floats (so the CSV's lifetimes
-    are kept exactly); ``place_time_s`` excludes a warm-up call on one block (imports,
+    are kept exactly), less the zero-length blocks (``lower == upper``), which occupy no
+    time and get offset 0; ``place_time_s`` excludes a warm-up call on one block (imports,
     Numba compilation), as docs/architecture.md ("Planning kernels") asks of reported times.
     """
     if registry is None:
@@ -35,13 +38,19 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         registry = get_registry()
     alloc = registry.allocator(allocator)
     trace = read_csv(trace_csv)
-    blocks = to_memory_blocks(trace)
+    timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
+    blocks = to_memory_blocks(trace.subset(timed))
     if blocks:  # warm up (imports, JIT compilation or its cache) outside the timing
         alloc.place(blocks[:1])
     started = time.perf_counter()
     placement = alloc.place(blocks)
     elapsed = time.perf_counter() - started
     problems = violations(as_int_trace(blocks), placement)  # judged on the times the allocator saw
+    offsets = np.zeros(len(trace), np.int64)
+    offsets[timed] = placement.offsets
+    notes = [placement.notes] if placement.notes else []
+    if len(timed) < len(trace):
+        notes.append(f"{len(trace) - len(timed)} zero-length block(s) (lower == upper) occupy nothing: offset 0")
     return {
         "trace": str(trace_csv),
         "allocator": allocator,
@@ -53,8 +62,8 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         "place_time_s": elapsed,
         "valid": not problems,
         "violations": [v.message for v in problems[:20]],
-        "notes": placement.notes,
-        "offsets": list(placement.offsets),
+        "notes": "; ".join(notes),
+        "offsets": [int(x) for x in offsets],
     }
 
 

@@ -50,6 +50,17 @@ def ortools_available() -> bool:
     return True
 
 
+def _cp_model():
+    """OR-Tools' CP-SAT module; a one-line ``MembudgetError`` that says how to install it when missing."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError:
+        from harness.errors import MembudgetError
+
+        raise MembudgetError("the exact allocator needs OR-Tools: pip install 'membudget[exact]'") from None
+    return cp_model
+
+
 @dataclass(frozen=True)
 class ExactResult:
     """What CP-SAT found.
@@ -103,8 +114,7 @@ def solve_exact(
     search reproducible, run to run; more workers prove harder instances sooner.
     ``hint``: offsets of a known placement (default: a heuristic one).
     """
-    from ortools.sat.python import cp_model
-
+    cp_model = _cp_model()
     started = time.perf_counter()
     t = as_int_trace(trace)
     n = len(t)

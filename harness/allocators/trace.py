@@ -26,7 +26,14 @@ older column names are accepted as its converter (``src/converter.cc``) accepts 
 *inclusive* upper bound, read as ``end + 1``). Beware: the asplos2024 benchmark files
 once shipped with a ``buffer,start,end,size`` header whose ``end`` was exclusive (the
 same numbers now appear under ``id,lower,upper,size``, and only the half-open reading
-fits their capacity); read such a file with ``end_inclusive=False``.
+fits their capacity); read such a file with ``end_inclusive=False``. The first line must
+be the header, and every block needs its own id (a file with a duplicate id is refused).
+
+A zero-length block in an integer trace (``lower == upper``, an empty half-open
+lifetime) occupies no time: it holds no bytes in the max-live count, takes no part in a
+placement and gets offset 0 (``membudget place`` hands the allocator only the other
+blocks). Beware that :func:`to_memory_blocks` turns such a block into a float block with
+``alloc == free``, which rule 3 above keeps alive over one event: drop them first.
 """
 
 from __future__ import annotations
@@ -320,6 +327,7 @@ def max_live_bytes(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> int:
 # --------------------------------------------------------------------------- CSV
 
 _ALIASES = {"buffer": "id", "buffer_id": "id", "start": "lower", "begin": "lower"}
+_KNOWN_COLUMNS = {"id", "lower", "upper", "size", "offset", "alignment", "gaps", "end", *_ALIASES}
 
 
 def _read_rows(source: Union[str, Path, io.TextIOBase]) -> tuple[list[str], list[list[str]], str]:
@@ -339,6 +347,9 @@ def _parse(
     source: Union[str, Path, io.TextIOBase], end_inclusive: bool = True
 ) -> tuple[IntTrace, list[int] | None]:
     header, rows, where = _read_rows(source)
+    if not set(header) & _KNOWN_COLUMNS:
+        raise TraceError(f"{where}:1: the first line must be the header id,lower,upper,size, got "
+                         f"{','.join(header)!r}")
     inclusive_end = "end" in header and end_inclusive
     names = [("upper" if h == "end" else _ALIASES.get(h, h)) for h in header]
     if len(set(names)) != len(names):
@@ -354,6 +365,7 @@ def _parse(
     upper: list[int] = []
     size: list[int] = []
     offsets: list[int] | None = [] if "offset" in col else None
+    first_line: dict[str, int] = {}
     for lineno, row in enumerate(rows, start=2):
         if len(row) != len(names):
             raise TraceError(f"{where}:{lineno}: {len(row)} fields, header has {len(names)}")
@@ -365,7 +377,12 @@ def _parse(
                 offsets.append(int(row[col["offset"]].strip()))
         except ValueError as exc:
             raise TraceError(f"{where}:{lineno}: not an integer: {exc}") from None
-        ids.append(row[col["id"]].strip())
+        block_id = row[col["id"]].strip()
+        if block_id in first_line:
+            raise TraceError(f"{where}:{lineno}: duplicate id {block_id!r} (first on line {first_line[block_id]}): "
+                             f"every block needs its own id")
+        first_line[block_id] = lineno
+        ids.append(block_id)
         lower.append(lo)
         upper.append(up + 1 if inclusive_end else up)
         size.append(sz)

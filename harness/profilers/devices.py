@@ -117,6 +117,13 @@ def names() -> list[str]:
     return [s.name for s in SPECS]
 
 
+def summary(device: DeviceSpec) -> str:
+    """One line: memory, FP32 peak, memory and host bandwidth, aliases (``membudget list --kind device``)."""
+    line = (f"{device.memory / GiB:g} GiB, {device.flops_for('float32') / TFLOPS:g} TFLOP/s FP32, "
+            f"{device.memory_bandwidth / GB:g} GB/s memory, {device.host_bandwidth / GB:g} GB/s host link")
+    return line + (f"; aliases {', '.join(device.aliases)}" if device.aliases else "")
+
+
 # --------------------------------------------------------------------------- efficiency
 
 # Fraction of the roofline each stage kind reaches. Rough defaults: cuDNN convolutions and

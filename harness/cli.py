@@ -12,7 +12,6 @@ import json
 import math
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -204,8 +203,8 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
 
 def _plan(args: argparse.Namespace):
     from harness.bounds import min_memory, peak_memory
+    from harness.case import plan_case
     from harness.plugins import registry
-    from harness.runner import warm_up
     from harness.simulate.lowering import stage_profile
 
     profile = _load_profile(args.profile)
@@ -213,13 +212,11 @@ def _plan(args: argparse.Namespace):
     planner = registry().planner(args.planner)
     options = _options(args.option)
     check_planner_options(args.planner, planner, options)
-    warm_up(planner)
-    started = time.perf_counter()
     try:
-        schedule = planner.plan(profile, budget, **options)
+        planned = plan_case(planner, profile, budget, options)
     except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
         raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
-    plan_time = time.perf_counter() - started
+    schedule, plan_time = planned.schedule, planned.plan_time_s
     stages = stage_profile(profile, schedule).stages
     summary = {
         "model": profile.model, "batch_size": profile.batch_size, "planner": args.planner,
@@ -233,7 +230,7 @@ def _plan(args: argparse.Namespace):
         "non_default_algorithms": sum(1 for a in schedule.algorithms if a >= 0),
         "plan_time_s": plan_time, "notes": schedule.notes,
     }
-    return profile, budget, schedule, summary
+    return profile, budget, planned, summary
 
 
 def _validation(schedule, profile, budget) -> dict[str, Any]:
@@ -266,7 +263,8 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan for a budget; print the schedule summary and the validator's verdict."""
-    profile, budget, schedule, report = _plan(args)
+    profile, budget, planned, report = _plan(args)
+    schedule = planned.schedule
     report.update(_validation(schedule, profile, budget))
     if args.output:
         from harness.model import save
@@ -279,27 +277,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Plan, then run the schedule with an executor (the simulator by default) and report."""
-    from harness.bounds import lower_bound, schedule_lower_bound
+    from harness.case import execute_plan
     from harness.plugins import registry
     from harness.protocols import Workload
 
-    profile, budget, schedule, report = _plan(args)
+    profile, budget, planned, report = _plan(args)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
-    run = executor.run(schedule, profile, workload)
-    duplex = bool(getattr(executor, "duplex", False))
-    lb = schedule_lower_bound(profile, schedule, budget, duplex=duplex)
-    budget_lb = lower_bound(profile, budget, duplex=duplex)
-    report.update(
-        executor=args.executor, status=run.status, message=run.message,
-        makespan_s=run.makespan if run.feasible else None, ideal_s=profile.compute_time, lower_bound_s=lb,
-        ratio_to_lb=run.makespan / lb if run.feasible and lb > 0 else None,
-        budget_lower_bound_s=budget_lb,
-        ratio_to_budget_lb=run.makespan / budget_lb if run.feasible and budget_lb > 0 else None,
-        slowdown=run.makespan / profile.compute_time if run.feasible and profile.compute_time > 0 else None,
-        throughput=profile.batch_size / run.makespan if run.feasible and run.makespan > 0 else None,
-        idle_s=run.idle_time if run.feasible else None, peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes,
-    )
+    outcome = execute_plan(planned, profile, budget, executor, workload, validate=False)
+    fields, run = outcome.fields, outcome.run
+    if run is None:  # the executor failed: say why, as the runner's row would
+        raise MembudgetError(f"executor {args.executor}: {fields.get('message')}")
+    report.update(executor=args.executor, status=fields["status"], message=fields["message"],
+                  ideal_s=profile.compute_time)
+    report.update({k: fields.get(k) for k in (
+        "makespan_s", "lower_bound_s", "ratio_to_lb", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
+        "throughput", "idle_s", "peak_bytes", "moved_bytes", "reserved_predicted_bytes")})
     if args.timeline and run.feasible:
         Path(args.timeline).write_text(json.dumps(
             {"case_id": f"{profile.model}/{args.planner}/{budget}", "planner": args.planner, "model": profile.model,

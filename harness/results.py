@@ -41,6 +41,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
     # the parts of the device memory (harness.device_memory)
     "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes", "reserved_predicted_bytes",
+    # every other metric the executor reported, JSON (an executor plugin's own figures)
+    "metrics",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")

@@ -21,11 +21,8 @@ times a planner (docs/architecture.md, "Planning kernels").
 
 from __future__ import annotations
 
-import math
-import random
 import re
 import shutil
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -33,14 +30,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import numpy as np
 import pandas as pd
 
-from harness.errors import InfeasibleBudget, MembudgetError
-from harness.model import Profile, Stage, load, save
+from harness.case import classify, run_case
+from harness.errors import MembudgetError
+from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
-    COLUMNS, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, read_meta,
+    ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, read_meta,
     runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
@@ -104,74 +101,6 @@ class UnitResult:
     timeline: dict[str, Any] | None = None
 
 
-def is_interrupt(exc: BaseException) -> bool:
-    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain).
-
-    Ctrl-C inside a compiled (Numba) function reaches Python as ``SystemError: ...
-    returned a result with an exception set`` whose ``__context__`` is the interrupt.
-    """
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        todo += [current.__cause__, current.__context__]
-    return False
-
-
-def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result."""
-    if is_interrupt(exc):
-        raise KeyboardInterrupt from exc
-    if isinstance(exc, InfeasibleBudget):
-        return "infeasible", str(exc)
-    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
-        return "oom", f"{type(exc).__name__}: {exc}".strip()
-    return "error", f"{type(exc).__name__}: {exc}".strip()
-
-
-_WARMED: set[str] = set()
-
-
-def _tiny_chain() -> Profile:
-    stage = Stage("warm", "conv", 1e-3, 2e-3, 1000, 1000, 1000, 100, 100)
-    return Profile("warm-up", 1, (1,), "synthetic", 10**9, 1e6, 1e6, 100, 100, (stage,) * 4, profiler="warm-up")
-
-
-def warm_up(planner: Any) -> None:
-    """Plan once on a tiny chain so that Numba compilation is not timed (docs/architecture.md, "Planning kernels")."""
-    key = f"{type(planner).__module__}.{type(planner).__qualname__}:{getattr(planner, 'name', '')}"
-    if key in _WARMED:
-        return
-    _WARMED.add(key)
-    from harness.bounds import min_memory, peak_memory
-
-    tiny = _tiny_chain()
-    lo, hi = min_memory(tiny), peak_memory(tiny)
-    for budget in (hi, (lo + hi) // 2, lo):
-        try:
-            planner.plan(tiny, budget)
-        except Exception as exc:  # a planner may refuse a toy chain; warming is best effort
-            if is_interrupt(exc):
-                raise KeyboardInterrupt from exc
-
-
-def _seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(seed)
-
-
-def _nan_if_bad(x: float) -> float:
-    return x if x is not None and math.isfinite(x) else float("nan")
-
-
 def base_row(case: Case, run_id: str, bounds: Bounds | None) -> dict[str, Any]:
     """The identity columns of a case's row (and its bounds when the profile exists)."""
     import json
@@ -209,74 +138,15 @@ def execute_unit(task: UnitTask) -> UnitResult:
         return UnitResult(rows)
     case, profile, bounds = task.cases[0], task.profile, task.bounds
     budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
-    common: dict[str, Any] = {"n_stages": profile.n_stages}
-    try:
-        from harness.bounds import lower_bound, schedule_lower_bound
-
-        duplex = bool(getattr(task.executor, "duplex", False))
-        # the budget's bound: the same for every strategy at this budget (the tables' common column)
-        common["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
-        warm_up(task.planner)
-        _seed(case.seed)
-        started = time.perf_counter()
-        planning_budget = budget
-        if task.device_budget:  # plan against what is left of the device budget (issue #16)
-            from dataclasses import replace
-
-            from harness.device_memory import plan_for_device
-
-            planned = plan_for_device(task.planner, profile, budget, case.planner_options, duplex)
-            schedule = replace(planned.schedule, device_budget_bytes=budget)
-            planning_budget = common["planning_budget_bytes"] = planned.planning_budget
-            if planned.memory is not None:  # the prediction; a run with a memory trace replaces it
-                common.update(runtime_bytes=planned.memory.runtime_bytes,
-                              fragmentation_bytes=planned.memory.fragmentation_bytes,
-                              reserved_predicted_bytes=planned.memory.reserved_bytes)
-        else:
-            schedule = task.planner.plan(profile, budget, **case.planner_options)
-        common["plan_time_s"] = time.perf_counter() - started
-        common.update(offloaded_stages=len(schedule.offloaded_stages), sub_batches=schedule.sub_batches)
-        # judged against the bound of what it runs: its algorithms, passes, recomputation
-        lb = common["lower_bound_s"] = schedule_lower_bound(profile, schedule, planning_budget, duplex=duplex)
-        workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
-        started = time.perf_counter()
-        run = task.executor.run(schedule, profile, workload)
-        common["run_time_s"] = time.perf_counter() - started
-        common.update(peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes, status=run.status,
-                      message=run.message)
-        common.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in common})  # measured (torch)
-        if run.feasible:
-            budget_lb = common["budget_lower_bound_s"]
-            common.update(
-                makespan_s=run.makespan, idle_s=run.idle_time,
-                ratio_to_lb=run.makespan / lb if lb > 0 else float("nan"),
-                ratio_to_budget_lb=run.makespan / budget_lb if budget_lb > 0 else float("nan"),
-                slowdown=run.makespan / bounds.ideal_time if bounds.ideal_time > 0 else float("nan"),
-                throughput=case.batch_size / run.makespan if run.makespan > 0 else float("nan"),
-            )
-            if task.validate:
-                from harness.validate import validate
-
-                problems = validate(schedule, profile, planning_budget)
-                common["valid"] = not problems
-                if problems:
-                    common.update(status="error", message=f"invalid schedule: {problems[0]}"
-                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    except Exception as exc:  # one failing case is a row, never a lost suite
-        common["status"], common["message"] = classify(exc)
-        run = None
+    workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+    outcome = run_case(task.planner, profile, budget, task.executor, workload, options=case.planner_options,
+                       device_budget=task.device_budget, validate=task.validate, seed=case.seed)
+    common, run = outcome.fields, outcome.run
     if common["status"] != "ok" and budget < bounds.min_memory_optimal and "needs at least" not in common["message"]:
         common["message"] += (f" (the budget {budget} bytes is below the minimum: any schedule without "
                               f"sub-batching needs at least {bounds.min_memory_optimal} bytes)")
     timeline = None
     if run is not None and run.feasible:
-        if run.trace:
-            from harness.device_memory import device_memory
-
-            memory = device_memory(run.trace, profile.runtime_bytes)
-            common.update(max_live_bytes=memory.chain_bytes, runtime_bytes=memory.runtime_bytes,
-                          fragmentation_bytes=memory.fragmentation_bytes,
-                          reserved_predicted_bytes=memory.reserved_bytes)
         if task.want_timeline and run.timeline:
             timeline = {
                 "case_id": case.unit_id, "planner": case.planner_label, "model": case.model,

@@ -259,11 +259,12 @@ def suite_traces(path: Any, executor: str = "simulate") -> list[tuple[str, str, 
     (model, planner, budget), run through the simulator; runs that do not fit give none.
     ``suite_traces(ROOT / "suites/quick.yaml")`` are the DNN traces of the quick suite.
     """
-    from harness.errors import InfeasibleBudget, UnknownPlugin
+    from harness.case import run_case
+    from harness.errors import UnknownPlugin
     from harness.plugins import registry
     from harness.protocols import Workload
     from harness.runner import bounds_of
-    from harness.simulate.executor import simulate
+    from harness.simulate.executor import Simulator
     from harness.suite import load_suite
 
     reg = registry()
@@ -280,13 +281,15 @@ def suite_traces(path: Any, executor: str = "simulate") -> list[tuple[str, str, 
                     Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype))
                 profiles[case.profile_key] = (profile, bounds_of(profile))
             profile, bounds = profiles[case.profile_key]
-            budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
-            schedule = reg.planner(case.planner).plan(profile, budget, **case.planner_options)
-        except (InfeasibleBudget, UnknownPlugin):
+            planner = reg.planner(case.planner)
+        except UnknownPlugin:
             continue
-        run = simulate(schedule, profile)
-        if run.feasible:
-            out[key] = list(run.trace)
+        budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
+        workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+        outcome = run_case(planner, profile, budget, Simulator(), workload, options=case.planner_options,
+                           device_budget=suite.spec.budget_model == "device", validate=False, seed=case.seed)
+        if outcome.run is not None and outcome.run.feasible:
+            out[key] = list(outcome.run.trace)
     return [(*key, trace) for key, trace in out.items()]
 
 

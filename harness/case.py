@@ -1,0 +1,212 @@
+"""One case, one path: plan a profile for a budget, run the schedule, and compute its row's figures.
+
+The runner (``harness.runner.execute_unit``), the CLI (``membudget plan`` and ``simulate``)
+and the allocator test kit (``harness.testing_allocators.suite_traces``) all go through
+``plan_case`` and ``run_case``, so the budget's meaning, the bounds, the ratios, the
+throughput and the memory parts of a row are computed in one place.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from harness.errors import InfeasibleBudget
+from harness.model import Profile, Run, Schedule, Stage
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain).
+
+    Ctrl-C inside a compiled (Numba) function reaches Python as ``SystemError: ...
+    returned a result with an exception set`` whose ``__context__`` is the interrupt.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        todo += [current.__cause__, current.__context__]
+    return False
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result."""
+    if is_interrupt(exc):
+        raise KeyboardInterrupt from exc
+    if isinstance(exc, InfeasibleBudget):
+        return "infeasible", str(exc)
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return "oom", f"{type(exc).__name__}: {exc}".strip()
+    return "error", f"{type(exc).__name__}: {exc}".strip()
+
+
+_WARMED: set[str] = set()
+
+
+def _tiny_chain() -> Profile:
+    stage = Stage("warm", "conv", 1e-3, 2e-3, 1000, 1000, 1000, 100, 100)
+    return Profile("warm-up", 1, (1,), "synthetic", 10**9, 1e6, 1e6, 100, 100, (stage,) * 4, profiler="warm-up")
+
+
+def warm_up(planner: Any) -> None:
+    """Plan once on a tiny chain so that Numba compilation is not timed (docs/architecture.md, "Planning kernels")."""
+    key = f"{type(planner).__module__}.{type(planner).__qualname__}:{getattr(planner, 'name', '')}"
+    if key in _WARMED:
+        return
+    _WARMED.add(key)
+    from harness.bounds import min_memory, peak_memory
+
+    tiny = _tiny_chain()
+    lo, hi = min_memory(tiny), peak_memory(tiny)
+    for budget in (hi, (lo + hi) // 2, lo):
+        try:
+            planner.plan(tiny, budget)
+        except Exception:  # a planner may refuse a toy chain; warming is best effort
+            pass
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and (when loaded) torch before planning."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A schedule and how it was planned: the chain budget the planner got and how long it took."""
+
+    schedule: Schedule
+    planning_budget: int
+    plan_time_s: float
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None = None, *,
+              device_budget: bool = False, duplex: bool = False, seed: int = 0) -> Planned:
+    """Plan ``profile`` for ``budget``: directly (the chain model's bytes), or, with
+    ``device_budget``, for what is left of a device budget (``harness.device_memory``).
+    Numba compilation is not timed; ``InfeasibleBudget`` goes through."""
+    options = options or {}
+    warm_up(planner)
+    seed_everything(seed)
+    started = time.perf_counter()
+    fields: dict[str, Any] = {}
+    if device_budget:
+        from harness.device_memory import plan_for_device
+
+        planned = plan_for_device(planner, profile, budget, options, duplex)
+        schedule, planning = replace(planned.schedule, device_budget_bytes=budget), planned.planning_budget
+        fields["planning_budget_bytes"] = planning
+        if planned.memory is not None:  # the prediction; a run with a memory trace replaces it
+            fields.update(_memory_fields(planned.memory))
+    else:
+        schedule, planning = planner.plan(profile, budget, **options), budget
+    return Planned(schedule, planning, time.perf_counter() - started, fields)
+
+
+def _memory_fields(memory: Any) -> dict[str, Any]:
+    return dict(max_live_bytes=memory.chain_bytes, runtime_bytes=memory.runtime_bytes,
+                fragmentation_bytes=memory.fragmentation_bytes, reserved_predicted_bytes=memory.reserved_bytes)
+
+
+@dataclass
+class CaseOutcome:
+    """What one case gave: its row's figures (``fields``: columns of docs/results.md, status and
+    message included), and the schedule and run when there were any."""
+
+    fields: dict[str, Any]
+    schedule: Schedule | None = None
+    run: Run | None = None
+
+
+def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workload: Any, *,
+             options: dict[str, Any] | None = None, device_budget: bool = False, validate: bool = True,
+             seed: int = 0) -> CaseOutcome:
+    """Plan, run and judge one case; a failure is the outcome's status and message, never an exception
+    (but an interrupt, which is re-raised)."""
+    try:
+        duplex = bool(getattr(executor, "duplex", False))
+        planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
+                            seed=seed)
+    except Exception as exc:  # one failing case is a row, never a lost suite
+        from harness.bounds import lower_bound
+
+        status, message = classify(exc)
+        fields = {"n_stages": profile.n_stages, "status": status, "message": message}
+        try:
+            fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
+        except Exception:  # the bound of a profile the planner choked on is not worth a second failure
+            pass
+        return CaseOutcome(fields)
+    return execute_plan(planned, profile, budget, executor, workload, validate=validate)
+
+
+def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any, workload: Any, *,
+                 validate: bool = True) -> CaseOutcome:
+    """Run a planned schedule and compute its row's figures; a failure is the outcome's status.
+
+    Every metric the executor reports reaches the row: the documented columns by name, the
+    others in ``metrics`` (JSON).
+    """
+    from harness.bounds import lower_bound, schedule_lower_bound
+    from harness.results import COLUMNS
+
+    duplex = bool(getattr(executor, "duplex", False))
+    schedule = planned.schedule
+    fields: dict[str, Any] = {"n_stages": profile.n_stages, **planned.fields, "plan_time_s": planned.plan_time_s,
+                              "sub_batches": schedule.sub_batches,
+                              "offloaded_stages": len(schedule.offloaded_stages)}
+    out = CaseOutcome(fields, schedule)
+    try:
+        # the budget's bound: the same for every strategy at this budget (the tables' common column)
+        fields["budget_lower_bound_s"] = budget_lb = lower_bound(profile, budget, duplex=duplex)
+        # judged against the bound of what it runs: its algorithms, passes, recomputation
+        lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget,
+                                                            duplex=duplex)
+        started = time.perf_counter()
+        out.run = run = executor.run(schedule, profile, workload)
+        fields.update(run_time_s=time.perf_counter() - started, peak_bytes=run.peak_bytes,
+                      moved_bytes=run.moved_bytes, status=run.status, message=run.message)
+        fields.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in fields})
+        extra = {k: v for k, v in run.metrics.items() if k not in COLUMNS}
+        if extra:
+            fields["metrics"] = extra
+        if run.feasible:
+            ideal = profile.compute_time
+            fields.update(
+                makespan_s=run.makespan, idle_s=run.idle_time,
+                ratio_to_lb=run.makespan / lb if lb > 0 else math.nan,
+                ratio_to_budget_lb=run.makespan / budget_lb if budget_lb > 0 else math.nan,
+                slowdown=run.makespan / ideal if ideal > 0 else math.nan,
+                throughput=profile.batch_size / run.makespan if run.makespan > 0 else math.nan,
+            )
+            if run.trace:
+                from harness.device_memory import device_memory
+
+                fields.update(_memory_fields(device_memory(run.trace, profile.runtime_bytes)))
+            if validate:
+                from harness.validate import validate as check
+
+                problems = check(schedule, profile, planned.planning_budget)
+                fields["valid"] = not problems
+                if problems:
+                    fields.update(status="error", message=f"invalid schedule: {problems[0]}"
+                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    except Exception as exc:  # one failing case is a row, never a lost suite
+        fields["status"], fields["message"] = classify(exc)
+        out.run = None
+    return out

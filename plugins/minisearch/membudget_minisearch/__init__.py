@@ -20,6 +20,7 @@ from harness.allocators._common import make_placement
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.hookspecs import hookimpl
 from harness.model import MemoryBlock, Placement
+from membudget_minisearch._search import PREFERENCES
 from membudget_minisearch.solver import SearchResult, solve
 
 __all__ = ["MiniSearch", "SearchResult", "solve", "membudget_register_allocators"]
@@ -36,7 +37,9 @@ class MiniSearch:
     --option KEY=VALUE`` passes): ``time_limit`` (seconds, default 5; ``None``: no limit),
     ``node_limit`` (children tried, default none: a limit that makes the result the same
     on any machine), ``kernel`` (``"numba"`` or ``"python"``, the reference), ``preference``
-    (``"lifetime"`` or ``"size"``: which of equally low blocks the search tries first).
+    (which of equally low blocks the search tries first: ``"portfolio"``, the default,
+    runs the orders ``lifetime``, ``size``, ``area`` and three seeded random ones side by
+    side; or one of ``lifetime``, ``size``, ``area`` alone).
 
     Without a proof, the result depends on how far the search got: a time limit makes it
     depend on the machine's speed (a node limit does not).
@@ -47,7 +50,7 @@ class MiniSearch:
     options = ("time_limit", "node_limit", "kernel", "preference")
 
     def __init__(self, time_limit: float | None = DEFAULT_TIME_LIMIT, node_limit: int | None = None,
-                 kernel: str = "numba", preference: str = "lifetime") -> None:
+                 kernel: str = "numba", preference: str = "portfolio") -> None:
         self.settings = self._check(dict(time_limit=time_limit, node_limit=node_limit, kernel=kernel,
                                          preference=preference))
 
@@ -65,8 +68,9 @@ class MiniSearch:
             raise ValueError(f"node_limit must be an integer >= 0 (or None), got {nl!r}")
         if settings.get("kernel", "numba") not in ("numba", "python"):
             raise ValueError(f"kernel must be 'numba' or 'python', got {settings['kernel']!r}")
-        if settings.get("preference", "lifetime") not in ("lifetime", "size"):
-            raise ValueError(f"preference must be 'lifetime' or 'size', got {settings['preference']!r}")
+        if settings.get("preference", "portfolio") not in ("portfolio", *PREFERENCES):
+            raise ValueError(f"preference must be one of portfolio, {', '.join(PREFERENCES)}, "
+                             f"got {settings['preference']!r}")
         return settings
 
     def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], **options) -> SearchResult:

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["Instance", "prepare", "search_reference", "SearchKernel", "FOUND", "EXHAUSTED", "PAUSED"]
+__all__ = ["Instance", "prepare", "PREFERENCES", "search_reference", "SearchKernel", "FOUND", "EXHAUSTED", "PAUSED"]
 
 PAUSED, EXHAUSTED, FOUND = 0, 1, 2
 _INF = np.int64(2**62)
@@ -106,12 +106,16 @@ class Instance:
         return self.nb_idx[self.nb_ptr[i] : self.nb_ptr[i + 1]]
 
 
-def prepare(lower, upper, size, preference: str = "lifetime") -> Instance:
+PREFERENCES = ("lifetime", "size", "area")
+
+
+def prepare(lower, upper, size, preference="lifetime") -> Instance:
     """An :class:`Instance` for blocks that all occupy something (size > 0, lower < upper).
 
     Times are renumbered densely (the same overlaps). ``preference`` orders blocks of
-    equal floor: ``"lifetime"`` (longest first, then largest; best-fit's order) or
-    ``"size"`` (largest first, then longest), then trace position.
+    equal floor: ``"lifetime"`` (longest first, then largest; best-fit's order),
+    ``"size"`` (largest first, then longest), ``"area"`` (size x lifetime, largest first),
+    ties by trace position; or an integer: a random order drawn with that seed.
     """
     lo = np.asarray(lower, dtype=np.int64)
     up = np.asarray(upper, dtype=np.int64)
@@ -122,12 +126,17 @@ def prepare(lower, upper, size, preference: str = "lifetime") -> Instance:
     dlo = np.searchsorted(points, lo).astype(np.int64)
     dup = np.searchsorted(points, up).astype(np.int64)
     idx = np.arange(len(sz))
-    if preference == "lifetime":
-        order = np.lexsort((idx, -sz, -(up - lo)))
+    length = dup - dlo
+    if isinstance(preference, (int, np.integer)) and not isinstance(preference, bool):
+        order = np.random.default_rng(int(preference)).permutation(len(sz))
+    elif preference == "lifetime":
+        order = np.lexsort((idx, -sz, -length))
     elif preference == "size":
-        order = np.lexsort((idx, -(up - lo), -sz))
+        order = np.lexsort((idx, -length, -sz))
+    elif preference == "area":
+        order = np.lexsort((idx, -sz, -(sz.astype(np.float64) * length)))
     else:
-        raise ValueError(f"preference must be 'lifetime' or 'size', got {preference!r}")
+        raise ValueError(f"preference must be one of {', '.join(PREFERENCES)} or a seed, got {preference!r}")
     return Instance(dlo, dup, sz, order)
 
 
@@ -158,10 +167,16 @@ def search_reference(inst: Instance, threshold: int, max_nodes: int | None = Non
         pass
 
     def section_bound(o):
+        # the lowest an unplaced block alive at t can go: its floor (and o)
+        low = [int(_INF)] * inst.horizon
+        for b in range(n):
+            if not placed[b]:
+                for t in range(lower[b], upper[b]):
+                    low[t] = min(low[t], floor[b])
         best = 0
         for t in range(inst.horizon):
             if U[t] > 0:
-                best = max(best, max(o, sky[t]) + U[t])
+                best = max(best, max(o, low[t]) + U[t])
         return best
 
     def dead_end(key):
@@ -244,7 +259,7 @@ def _undo(c, lower, upper, size, nb_ptr, nb_idx, placed, floor, unplaced_nb, U, 
 @njit(cache=True)
 def _run(lower, upper, size, rank, twin_prev, nb_ptr, nb_idx, horizon,
          placed, offset, floor, unplaced_nb, U, sky,
-         blk, key_f, key_r, fl_b, fl_v, fl_ptr, sky_old, sky_ptr, regs, max_nodes):
+         blk, key_f, key_r, fl_b, fl_v, fl_ptr, sky_old, sky_ptr, low, regs, max_nodes):
     """Advance the search by at most ``max_nodes`` children; the state lives in the arrays.
 
     ``key_f[d], key_r[d]``: the key of the last child tried at depth d (at first the key
@@ -328,8 +343,16 @@ def _run(lower, upper, size, rank, twin_prev, nb_ptr, nb_idx, horizon,
                 break
         if nb == 0:
             for t in range(horizon):
+                low[t] = _INF
+            for b in range(n):
+                if not placed[b]:
+                    fb = floor[b]
+                    for t in range(lower[b], upper[b]):
+                        if fb < low[t]:
+                            low[t] = fb
+            for t in range(horizon):
                 if U[t] > 0:
-                    v = (cf if cf > sky[t] else sky[t]) + U[t]
+                    v = (cf if cf > low[t] else low[t]) + U[t]
                     if v > nb:
                         nb = v
         if nb > threshold:
@@ -363,6 +386,7 @@ class SearchKernel:
         self.unplaced_nb = np.diff(inst.nb_ptr).astype(np.int64)
         self.U = inst.live.copy()
         self.sky = np.zeros(T, dtype=np.int64)
+        self.low = np.zeros(T, dtype=np.int64)
         self.blk = np.zeros(n + 1, dtype=np.int64)
         self.key_f = np.full(n + 1, -1, dtype=np.int64)
         self.key_r = np.full(n + 1, -1, dtype=np.int64)
@@ -381,7 +405,7 @@ class SearchKernel:
         _run(i.lower, i.upper, i.size, i.rank, i.twin_prev, i.nb_ptr, i.nb_idx, i.horizon,
              self.placed, self.offset, self.floor, self.unplaced_nb, self.U, self.sky,
              self.blk, self.key_f, self.key_r, self.fl_b, self.fl_v, self.fl_ptr, self.sky_old, self.sky_ptr,
-             self.regs, np.int64(max_nodes))
+             self.low, self.regs, np.int64(max_nodes))
         return self.status
 
     @property

@@ -9,6 +9,15 @@
    reaches the incumbent's arena, the incumbent is proved optimal.
 3. On time out the incumbent stands, with the proved bound and the gap between them.
 
+Backtracking search is heavy-tailed: one order of preference settles an instance in a
+hundred nodes that another does not settle in millions. So by default (``preference=
+"portfolio"``) the search runs several orders (lifetime, size, area, then seeded random
+ones) side by side on the same question, each resumed where it stopped, in slices that
+double every round (every order gets the same slice before any gets a bigger one); any
+one of them that finds a placement or exhausts its space answers the question. From the
+second round on, a search under the midpoint between the bound and the incumbent also
+gets a slice: found, the incumbent improves; exhausted, the bound rises.
+
 Times are first taken to best-fit's canonical times (the same overlaps, fewer distinct
 times), and only the blocks that occupy something take part.
 """
@@ -21,7 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from membudget_minisearch._search import EXHAUSTED, FOUND, PAUSED, SearchKernel, prepare, search_reference
+from membudget_minisearch._search import (
+    EXHAUSTED, FOUND, PAUSED, PREFERENCES, SearchKernel, prepare, search_reference,
+)
 
 __all__ = ["SearchResult", "solve"]
 
@@ -60,14 +71,53 @@ def _incumbent(lower, upper, size) -> np.ndarray:
     return bestfit_offsets(lower, upper, size)
 
 
+class _Question:
+    """"Is there a placement with arena <= threshold?" asked with one order of preference."""
+
+    def __init__(self, inst, threshold: int, kernel: str):
+        self.inst, self.threshold, self.kernel = inst, threshold, kernel
+        self.status, self.offsets, self.next_bound, self.done_nodes = PAUSED, None, None, 0
+        self.search = SearchKernel(inst, threshold) if kernel == "numba" else None
+
+    def advance(self, nodes: int, deadline: float) -> int:
+        """Try up to ``nodes`` more children (fewer at the deadline); returns the work done."""
+        if self.status != PAUSED or nodes <= 0:
+            return 0
+        if self.search is None:  # the reference cannot pause: rerun it with the larger budget
+            before = self.done_nodes
+            self.status, self.offsets, used, self.next_bound = search_reference(
+                self.inst, self.threshold, before + nodes)
+            self.done_nodes = used
+            return used - before
+        s = self.search
+        start, target, chunk = s.nodes, s.nodes + nodes, 2_000
+        while s.nodes < target:
+            t0 = time.perf_counter()
+            step = min(chunk, target - s.nodes)
+            if s.advance(step) != PAUSED:
+                break
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+            per_node = max(now - t0, 1e-7) / max(step, 1)  # aim at ~50 ms a call, never past the deadline
+            chunk = int(max(1_000, min(min(0.05, deadline - now) / per_node, 10_000_000)))
+        self.status, self.offsets, self.next_bound = s.status, s.offsets, s.next_bound
+        self.done_nodes = s.nodes
+        return s.nodes - start
+
+
 def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int | None = None,
-          kernel: str = "numba", preference: str = "lifetime", incumbent=None) -> SearchResult:
+          kernel: str = "numba", preference="portfolio", incumbent=None, slice_nodes: int = 20_000,
+          random_orders: int = 3) -> SearchResult:
     """Place the blocks ``[lower, upper)`` of ``size`` bytes; see the module docstring.
 
     ``time_limit`` (seconds, None: none) and ``node_limit`` (children tried over all
-    thresholds, None: none) stop the search; with only ``node_limit`` the result does not
+    searches, None: none) stop the search; with only ``node_limit`` the result does not
     depend on the machine's speed. ``kernel``: ``"numba"`` or ``"python"`` (the reference,
-    for tests). ``incumbent``: offsets to start from instead of best-fit's.
+    for tests; same answers). ``preference``: ``"portfolio"`` (the default: every order of
+    :data:`~membudget_minisearch._search.PREFERENCES` and ``random_orders`` random ones) or
+    one order. ``slice_nodes``: the first round's slice. ``incumbent``: offsets to start
+    from instead of best-fit's.
     """
     from membudget_bestfit._kernels import canonical_times
 
@@ -77,6 +127,12 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
         raise ValueError(f"time_limit must be a number of seconds >= 0, got {time_limit!r}")
     if node_limit is not None and node_limit < 0:
         raise ValueError(f"node_limit must be >= 0, got {node_limit!r}")
+    if preference == "portfolio":
+        prefs = [*PREFERENCES, *range(1, random_orders + 1)]
+    elif preference in PREFERENCES:
+        prefs = [preference]
+    else:
+        raise ValueError(f"preference must be 'portfolio' or one of {', '.join(PREFERENCES)}, got {preference!r}")
     started = time.perf_counter()
     deadline = math.inf if time_limit is None else started + float(time_limit)
     lo = np.ascontiguousarray(lower, dtype=np.int64)
@@ -93,45 +149,56 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     arena = int((offsets[active] + sz[active]).max())
     incumbent_arena = arena
     clo, cup = canonical_times(lo[active], up[active], sz[active])
-    inst = prepare(clo, cup, sz[active], preference)
-    bound = inst.max_live
-    nodes = thresholds = 0
-    timed_out = False
-    while bound < arena:
-        if time.perf_counter() >= deadline or (node_limit is not None and nodes >= node_limit):
-            timed_out = True
-            break
-        thresholds += 1
-        left = None if node_limit is None else node_limit - nodes
-        if kernel == "python":
-            status, found, used, next_bound = search_reference(inst, bound, left)
-            nodes += used
+    instances = {}
+
+    def instance(pref):
+        if pref not in instances:
+            instances[pref] = prepare(clo, cup, sz[active], pref)
+        return instances[pref]
+
+    bound = instance(prefs[0]).max_live
+    max_live = bound
+    nodes = 0
+    questions: dict[tuple[int, object], _Question] = {}
+    asked: set[int] = set()
+    rnd = 0
+
+    def out_of_budget():
+        return time.perf_counter() >= deadline or (node_limit is not None and nodes >= node_limit)
+
+    while bound < arena and not out_of_budget():
+        budget = slice_nodes << min(rnd, 40)
+        mid = bound + (arena - bound) // 2
+        targets = [bound] + ([mid] if rnd >= 1 and mid > bound else [])
+        settled = False
+        for threshold in targets:
+            for pref in prefs if threshold == bound else [prefs[rnd % len(prefs)]]:
+                if out_of_budget():
+                    break
+                key = (threshold, pref)
+                if key not in questions:
+                    questions[key] = _Question(instance(pref), threshold, kernel)
+                    asked.add(threshold)
+                q = questions[key]
+                step = budget if node_limit is None else min(budget, node_limit - nodes)
+                nodes += q.advance(step, deadline)
+                if q.status == FOUND:
+                    order_offsets = q.offsets
+                    offsets[active] = order_offsets
+                    arena = int((order_offsets + sz[active]).max())
+                    settled = True
+                elif q.status == EXHAUSTED:
+                    bound = max(bound, threshold + 1, q.next_bound)
+                    settled = True
+                if settled:
+                    break
+            if settled:
+                break
+        if settled:  # a new question: forget the old ones (their thresholds are settled)
+            questions = {k: v for k, v in questions.items() if bound <= k[0] < arena}
+            rnd = 0
         else:
-            search = SearchKernel(inst, bound)
-            chunk = 2_000
-            while True:
-                step = chunk if left is None else min(chunk, left - search.nodes)
-                t0 = time.perf_counter()
-                status = search.advance(step)
-                if status != PAUSED:
-                    break
-                now = time.perf_counter()
-                if now >= deadline or (left is not None and search.nodes >= left):
-                    break
-                # aim at ~50 ms a call, never past the deadline
-                per_node = max(now - t0, 1e-6) / max(step, 1)
-                chunk = int(max(1_000, min(min(0.05, deadline - now) / per_node, 10_000_000)))
-            nodes += search.nodes
-            found, next_bound = search.offsets, search.next_bound
-        if status == FOUND:
-            offsets[active] = found
-            arena = int((found + inst.size).max())
-            break
-        if status == EXHAUSTED:
-            bound = max(bound + 1, next_bound)
-            continue
-        timed_out = True
-        break
+            rnd += 1
     bound = min(bound, arena)
-    return SearchResult(offsets, arena, bound, inst.max_live, incumbent_arena, bound == arena, nodes,
-                        thresholds, timed_out, time.perf_counter() - started)
+    return SearchResult(offsets, arena, bound, max_live, incumbent_arena, bound == arena, nodes,
+                        len(asked), bound < arena, time.perf_counter() - started)

@@ -117,6 +117,24 @@ def test_proves_the_cp_sat_optimum_on_small_random_instances():
         assert np.array_equal(ref.offsets, res.offsets) and ref.nodes == res.nodes
 
 
+def test_portfolio_driver_same_with_either_kernel_under_a_node_limit():
+    """The driver's slices, resumptions and midpoint questions under node limits: the
+    reference (rerun with the larger budget) and the kernel (resumed) end in the same state."""
+    for seed in range(6):
+        t = cut_rectangle(24, seed, width=64, granule=1)
+        stacked = np.cumsum(t.size) - t.size
+        for limit in (5, 30, 200):
+            a = solve(t.lower, t.upper, t.size, time_limit=None, node_limit=limit, incumbent=stacked,
+                      slice_nodes=2)
+            b = solve(t.lower, t.upper, t.size, time_limit=None, node_limit=limit, incumbent=stacked,
+                      slice_nodes=2, kernel="python")
+            assert np.array_equal(a.offsets, b.offsets), (seed, limit)
+            assert (a.arena_bytes, a.lower_bound_bytes, a.nodes, a.thresholds) == \
+                (b.arena_bytes, b.lower_bound_bytes, b.nodes, b.thresholds)
+            assert a.nodes <= limit and not violations(t, a.offsets, a.arena_bytes)
+            assert a.lower_bound_bytes <= 64 <= a.arena_bytes
+
+
 @pytest.mark.parametrize("make,n,seeds", [
     (cut_rectangle, 30, range(4)),
     (cut_rectangle, 60, range(4)),

@@ -147,13 +147,15 @@ def prepare(lower, upper, size, preference="lifetime") -> Instance:
 # --------------------------------------------------------------------------- reference
 
 
-def search_reference(inst: Instance, threshold: int, max_nodes: int | None = None):
+def search_reference(inst: Instance, threshold: int, max_nodes: int | None = None, deepest: dict | None = None):
     """Is there a placement of ``inst`` with arena <= ``threshold``? Plain recursive search.
 
     Returns ``(status, offsets, nodes, next_bound)``: ``status`` is ``FOUND`` (``offsets``
     then holds one), ``EXHAUSTED`` (none exists; ``next_bound`` is a proved lower bound on
     the optimum, above ``threshold``) or ``PAUSED`` (``max_nodes`` children were tried).
-    A node is one child tried (placed or pruned).
+    A node is one child tried (placed or pruned). ``deepest``, when given, receives the
+    first partial placement of the greatest depth reached (``depth``, ``placed``,
+    ``offsets``), from which the driver completes an incumbent.
     """
     n = inst.n
     lower, upper, size, rank = inst.lower.tolist(), inst.upper.tolist(), inst.size.tolist(), inst.rank.tolist()
@@ -225,8 +227,12 @@ def search_reference(inst: Instance, threshold: int, max_nodes: int | None = Non
             bound = int(_INF) if dead_end((f, r)) else section_bound(f)
             if bound > threshold:
                 state["bound"] = min(state["bound"], bound)
-            elif dfs(depth + 1, (f, r)):
-                return True
+            else:
+                if deepest is not None and depth + 1 > deepest.get("depth", 0):
+                    deepest.update(depth=depth + 1, placed=np.array(placed, dtype=np.bool_),
+                                   offsets=np.array(offset, dtype=np.int64))
+                if dfs(depth + 1, (f, r)):
+                    return True
             # undo
             for b, v in old_floor:
                 floor[b] = v
@@ -249,7 +255,7 @@ def search_reference(inst: Instance, threshold: int, max_nodes: int | None = Non
 # --------------------------------------------------------------------------- kernel
 
 # regs: 0 depth, 1 nodes, 2 next bound, 3 status, 4 threshold
-_DEPTH, _NODES, _BOUND, _STATUS, _THRESHOLD = 0, 1, 2, 3, 4
+_DEPTH, _NODES, _BOUND, _STATUS, _THRESHOLD, _DEEPEST = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True)
@@ -270,7 +276,7 @@ def _undo(c, lower, upper, size, nb_ptr, nb_idx, placed, floor, unplaced_nb, U, 
 @njit(cache=True)
 def _run(lower, upper, size, rank, twin_prev, nb_ptr, nb_idx, horizon,
          placed, offset, floor, unplaced_nb, U, sky,
-         blk, key_f, key_r, fl_b, fl_v, fl_ptr, sky_old, sky_ptr, low, regs, max_nodes):
+         blk, key_f, key_r, fl_b, fl_v, fl_ptr, sky_old, sky_ptr, low, deep_placed, deep_off, regs, max_nodes):
     """Advance the search by at most ``max_nodes`` children; the state lives in the arrays.
 
     ``key_f[d], key_r[d]``: the key of the last child tried at depth d (at first the key
@@ -383,6 +389,11 @@ def _run(lower, upper, size, rank, twin_prev, nb_ptr, nb_idx, horizon,
         depth += 1
         key_f[depth] = cf
         key_r[depth] = cr
+        if depth > regs[_DEEPEST]:  # the first partial placement this deep: kept for the driver
+            regs[_DEEPEST] = depth
+            for b in range(n):
+                deep_placed[b] = placed[b]
+                deep_off[b] = offset[b]
     regs[_DEPTH] = depth
     regs[_NODES] = nodes
     regs[_BOUND] = bound
@@ -413,7 +424,9 @@ class SearchKernel:
         self.fl_ptr = np.zeros(n + 2, dtype=np.int64)
         self.sky_old = np.zeros(max(1, int((inst.upper - inst.lower).sum())), dtype=np.int64)
         self.sky_ptr = np.zeros(n + 2, dtype=np.int64)
-        self.regs = np.array([0, 0, _INF, PAUSED, threshold], dtype=np.int64)
+        self.deep_placed = np.zeros(n, dtype=np.bool_)
+        self.deep_off = np.zeros(n, dtype=np.int64)
+        self.regs = np.array([0, 0, _INF, PAUSED, threshold, 0], dtype=np.int64)
 
     def advance(self, max_nodes: int) -> int:
         """Run at most ``max_nodes`` more children; returns the status."""
@@ -423,7 +436,7 @@ class SearchKernel:
         _run(i.lower, i.upper, i.size, i.rank, i.twin_prev, i.nb_ptr, i.nb_idx, i.horizon,
              self.placed, self.offset, self.floor, self.unplaced_nb, self.U, self.sky,
              self.blk, self.key_f, self.key_r, self.fl_b, self.fl_v, self.fl_ptr, self.sky_old, self.sky_ptr,
-             self.low, self.regs, np.int64(max_nodes))
+             self.low, self.deep_placed, self.deep_off, self.regs, np.int64(max_nodes))
         return self.status
 
     @property
@@ -437,6 +450,14 @@ class SearchKernel:
     @property
     def next_bound(self) -> int:
         return int(self.regs[_BOUND])
+
+    @property
+    def deepest(self) -> dict:
+        """The first partial placement of the greatest depth reached (as :func:`search_reference` gives it)."""
+        d = int(self.regs[_DEEPEST])
+        if d == 0:
+            return {}
+        return {"depth": d, "placed": self.deep_placed.copy(), "offsets": self.deep_off.copy()}
 
     @property
     def offsets(self) -> np.ndarray | None:

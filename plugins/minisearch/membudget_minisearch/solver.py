@@ -71,6 +71,27 @@ def _incumbent(lower, upper, size) -> np.ndarray:
     return bestfit_offsets(lower, upper, size)
 
 
+def complete(inst, placed, offsets) -> np.ndarray:
+    """A full placement from a partial one: the other blocks, in rank order, each at the
+    lowest offset where it fits between the blocks already placed that overlap it."""
+    off = offsets.copy()
+    done = placed.copy()
+    for b in inst.order:
+        if done[b]:
+            continue
+        nb = inst.neighbours(b)
+        nb = nb[done[nb]]
+        spans = sorted(zip(off[nb].tolist(), (off[nb] + inst.size[nb]).tolist()))
+        x, need = 0, int(inst.size[b])
+        for start, end in spans:
+            if start - x >= need:
+                break
+            x = max(x, end)
+        off[b] = x
+        done[b] = True
+    return off
+
+
 _COMPILED = False
 
 
@@ -90,6 +111,8 @@ class _Question:
         self.inst, self.threshold, self.kernel = inst, threshold, kernel
         self.status, self.offsets, self.next_bound, self.done_nodes = PAUSED, None, None, 0
         self.search = SearchKernel(inst, threshold) if kernel == "numba" else None
+        self.deepest: dict = {}
+        self.completed_depth = 0  # the depth of the last partial placement completed
 
     def advance(self, nodes: int, deadline: float) -> int:
         """Try up to ``nodes`` more children (fewer at the deadline); returns the work done."""
@@ -97,8 +120,9 @@ class _Question:
             return 0
         if self.search is None:  # the reference cannot pause: rerun it with the larger budget
             before = self.done_nodes
+            self.deepest = {}
             self.status, self.offsets, used, self.next_bound = search_reference(
-                self.inst, self.threshold, before + nodes)
+                self.inst, self.threshold, before + nodes, self.deepest)
             self.done_nodes = used
             return used - before
         s = self.search
@@ -114,6 +138,7 @@ class _Question:
             per_node = max(now - t0, 1e-7) / max(step, 1)  # aim at ~50 ms a call, never past the deadline
             chunk = int(max(1_000, min(min(0.05, deadline - now) / per_node, 10_000_000)))
         self.status, self.offsets, self.next_bound = s.status, s.offsets, s.next_bound
+        self.deepest = s.deepest
         self.done_nodes = s.nodes
         return s.nodes - start
 
@@ -196,6 +221,16 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
                 q = questions[key]
                 step = budget if node_limit is None else min(budget, node_limit - nodes)
                 nodes += q.advance(step, deadline)
+                d = q.deepest.get("depth", 0)
+                if q.status == PAUSED and d >= q.completed_depth + max(1, len(active) // 50):
+                    # the deepest partial placement under the threshold, completed greedily:
+                    # often below the incumbent when the threshold is not reached
+                    q.completed_depth = d
+                    cand = complete(q.inst, q.deepest["placed"], q.deepest["offsets"])
+                    cand_arena = int((cand + sz[active]).max())
+                    if cand_arena < arena:
+                        offsets[active] = cand
+                        arena = cand_arena
                 if q.status == FOUND:
                     order_offsets = q.offsets
                     offsets[active] = order_offsets

@@ -87,11 +87,33 @@ def test_kernel_pauses_where_the_reference_does():
     t = random_instance(12, 3)
     inst = prepare(t.lower, t.upper, t.size)
     for limit in (1, 5, 50):
-        ref = search_reference(inst, inst.max_live, limit)
+        deepest = {}
+        ref = search_reference(inst, inst.max_live, limit, deepest)
         k = SearchKernel(inst, inst.max_live)
         status = k.advance(limit)
         assert (status, k.nodes) == (ref[0], ref[2])
         assert status != PAUSED or k.nodes == limit
+        got = k.deepest
+        assert got["depth"] == deepest["depth"]
+        assert np.array_equal(got["placed"], deepest["placed"])
+        assert np.array_equal(got["offsets"][got["placed"]], deepest["offsets"][deepest["placed"]])
+
+
+def test_completing_the_deepest_partial_placement_is_valid():
+    """The driver's completion of a partial placement (the deepest one under a threshold
+    that was not reached) is a valid placement of every block."""
+    from membudget_minisearch.solver import complete
+
+    for seed in range(5):
+        t = cut_rectangle(120, seed)
+        inst = prepare(t.lower, t.upper, t.size)
+        k = SearchKernel(inst, inst.max_live)
+        k.advance(3_000)
+        deep = k.deepest
+        assert 0 < deep["depth"] <= inst.n
+        full = complete(inst, deep["placed"], deep["offsets"])
+        assert np.array_equal(full[deep["placed"]], deep["offsets"][deep["placed"]])
+        assert not violations(IntTrace(inst.lower, inst.upper, inst.size), full)
 
 
 # --------------------------------------------------------------------------- against the optimum

@@ -16,7 +16,11 @@ ones) side by side on the same question, each resumed where it stopped, in slice
 double every round (every order gets the same slice before any gets a bigger one); any
 one of them that finds a placement or exhausts its space answers the question. From the
 second round on, a search under the midpoint between the bound and the incumbent also
-gets a slice: found, the incumbent improves; exhausted, the bound rises.
+gets a slice: found, the incumbent improves; exhausted, the bound rises. A question not
+yet answered helps too: the deepest partial placement it reached (everything placed so
+far fits under its threshold) is completed greedily (the other blocks, in order of
+preference, each at the lowest offset its placed neighbours leave free) and replaces the
+incumbent when its arena is smaller.
 
 Times are first taken to best-fit's canonical times (the same overlaps, fewer distinct
 times), and only the blocks that occupy something take part.

@@ -73,6 +73,12 @@ class MiniSearch:
                              f"got {settings['preference']!r}")
         return settings
 
+    def deterministic(self) -> "MiniSearch":
+        """The same settings with a node limit (20,000 unless one is set) instead of the time
+        limit: the same placement on every machine (what conformance checks need)."""
+        node_limit = self.settings.get("node_limit") or 20_000
+        return MiniSearch(**{**self.settings, "time_limit": None, "node_limit": node_limit})
+
     def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], **options) -> SearchResult:
         """The full :class:`SearchResult` for ``trace`` (options as for :meth:`place`)."""
         settings = {**self.settings, **self._check(options)}

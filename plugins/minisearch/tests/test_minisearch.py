@@ -227,6 +227,14 @@ def test_real_h100_traces(path):
     assert p.gap < 0.01
 
 
+def test_deterministic_variant():
+    from harness.testing_allocators import deterministic_variant
+
+    d = deterministic_variant(MiniSearch(time_limit=3, preference="size"))
+    assert d.settings == {"time_limit": None, "node_limit": 20_000, "kernel": "numba", "preference": "size"}
+    assert deterministic_variant(BestFit()).__class__ is BestFit
+
+
 def test_options_are_checked():
     with pytest.raises(TypeError, match="its options: time_limit"):
         MiniSearch().place([], time_limt=3)

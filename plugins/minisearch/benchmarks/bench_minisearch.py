@@ -16,17 +16,16 @@ Each row is printed at the end (run with ``-s``) and kept in the benchmark's
 Measured (2 CPU cores, time limit 10 s; arena / lower bound, best-fit's arena / lower bound):
 
 - cut rectangles, 50-200 blocks, 3 seeds each: 10 of 12 proved at the optimum (all of
-  50-100 in <= 0.02 s; 150: 2 of 3, 0.01-0.24 s; 200: 2 of 3, up to 5.6 s). Not settled:
-  150 seed 0 (1.1558, best-fit's own; gap 13.5%) and 200 seed 1 (1.1587, best-fit 1.2026;
-  gap 13.7%), both stated with the max-live bound.
+  50-100 in <= 0.02 s; 150: 2 of 3, 0.01-0.27 s; 200: 2 of 3, up to 5.9 s). Not settled:
+  150 seed 0 (1.1018, best-fit 1.1558; gap 9.2%) and 200 seed 1 (1.1587, best-fit 1.2026;
+  gap 13.7%), both stated against the max-live bound (= the optimum here).
 - DNN-shaped cut rectangles, 50-200 blocks: 12 of 12 proved at the optimum (best-fit
-  1.000-1.093), <= 0.03 s up to 150 blocks, 0.09-3.4 s at 200.
+  1.000-1.093), <= 0.02 s up to 150 blocks, 0.09-3.2 s at 200.
 - quick suite (91 simulated traces, 7,178 blocks): best-fit is already at max-live on all
   91; minisearch proves each optimal in <= 0.01 s.
-- H100 traces: ResNet-50 inference (260 blocks), VGG-16 training (149) and inference (43)
-  proved optimal at once (best-fit at max-live); ResNet-50 training (673 blocks) not
-  proved in 10 s: 2,769,188,411 bytes against best-fit's 2,769,419,835 and the bound
-  2,769,178,040 (max-live): 0.0004% above the bound (best-fit 0.0087%).
+- H100 traces: all 4 proved optimal at max-live. ResNet-50 training (673 blocks) in 0.58 s:
+  2,769,178,040 bytes, where best-fit needs 2,769,419,835 (+0.0087%); the other three
+  at once (best-fit already at max-live).
 """
 
 from __future__ import annotations

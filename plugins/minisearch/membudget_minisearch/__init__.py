@@ -64,6 +64,8 @@ class MiniSearch:
         if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or tl < 0):
             raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {tl!r}")
         nl = settings.get("node_limit")
+        if isinstance(nl, float) and nl.is_integer() and nl >= 0:  # --option node_limit=1e6 reads as a float
+            nl = settings["node_limit"] = int(nl)
         if nl is not None and (isinstance(nl, bool) or not isinstance(nl, int) or nl < 0):
             raise ValueError(f"node_limit must be an integer >= 0 (or None), got {nl!r}")
         if settings.get("kernel", "numba") not in ("numba", "python"):

@@ -254,6 +254,7 @@ def test_options_are_checked():
         MiniSearch(time_limit=-1)
     with pytest.raises(ValueError, match="node_limit"):
         MiniSearch(node_limit=1.5)
+    assert MiniSearch(node_limit=1e6).settings["node_limit"] == 1_000_000
     with pytest.raises(ValueError, match="kernel"):
         MiniSearch(kernel="cuda")
     with pytest.raises(ValueError, match="preference"):

@@ -38,8 +38,8 @@ class MiniSearch:
     ``node_limit`` (children tried, default none: a limit that makes the result the same
     on any machine), ``kernel`` (``"numba"`` or ``"python"``, the reference), ``preference``
     (which of equally low blocks the search tries first: ``"portfolio"``, the default,
-    runs the orders ``lifetime``, ``size``, ``area``, ``start`` and two seeded random ones
-    side by side; or one of ``lifetime``, ``size``, ``area``, ``start`` alone).
+    runs the orders ``lifetime``, ``size``, ``area``, ``start``, ``start-size`` and a seeded
+    random one side by side; or one of the named orders alone).
 
     Without a proof, the result depends on how far the search got: a time limit makes it
     depend on the machine's speed (a node limit does not).

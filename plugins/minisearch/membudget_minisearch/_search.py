@@ -110,7 +110,7 @@ class Instance:
         return self.nb_idx[self.nb_ptr[i] : self.nb_ptr[i + 1]]
 
 
-PREFERENCES = ("lifetime", "size", "area", "start")
+PREFERENCES = ("lifetime", "size", "area", "start", "start-size")
 
 
 def prepare(lower, upper, size, preference="lifetime") -> Instance:
@@ -120,8 +120,9 @@ def prepare(lower, upper, size, preference="lifetime") -> Instance:
     equal floor: ``"lifetime"`` (longest first, then largest; best-fit's order),
     ``"size"`` (largest first, then longest), ``"area"`` (size x lifetime, largest first),
     ``"start"`` (earliest first, then longest, then largest: a valley is filled from its
-    left edge, bottom-left as in strip packing), ties by trace position; or an integer: a
-    random order drawn with that seed.
+    left edge, bottom-left as in strip packing), ``"start-size"`` (earliest, then largest,
+    then longest), ties by trace position; or an integer: a random order drawn with that
+    seed.
     """
     lo = np.asarray(lower, dtype=np.int64)
     up = np.asarray(upper, dtype=np.int64)
@@ -141,6 +142,8 @@ def prepare(lower, upper, size, preference="lifetime") -> Instance:
         order = np.lexsort((idx, -length, -sz))
     elif preference == "start":
         order = np.lexsort((idx, -sz, -length, dlo))
+    elif preference == "start-size":
+        order = np.lexsort((idx, -length, -sz, dlo))
     elif preference == "area":
         order = np.lexsort((idx, -sz, -(sz.astype(np.float64) * length)))
     else:

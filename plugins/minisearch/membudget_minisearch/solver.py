@@ -11,8 +11,8 @@
 
 Backtracking search is heavy-tailed: one order of preference settles an instance in a
 hundred nodes that another does not settle in millions. So by default (``preference=
-"portfolio"``) the search runs several orders (lifetime, size, area, start, then two
-seeded random ones) side by side on the same question, each resumed where it stopped, in slices that
+"portfolio"``) the search runs several orders (lifetime, size, area, start, start-size,
+then a seeded random one) side by side on the same question, each resumed where it stopped, in slices that
 double every round (every order gets the same slice before any gets a bigger one); any
 one of them that finds a placement or exhausts its space answers the question. From the
 second round on, a search under the midpoint between the bound and the incumbent also
@@ -149,7 +149,7 @@ class _Question:
 
 def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int | None = None,
           kernel: str = "numba", preference="portfolio", incumbent=None, slice_nodes: int = 20_000,
-          random_orders: int = 2) -> SearchResult:
+          random_orders: int = 1) -> SearchResult:
     """Place the blocks ``[lower, upper)`` of ``size`` bytes; see the module docstring.
 
     ``time_limit`` (seconds, None: none) and ``node_limit`` (children tried over all

@@ -58,7 +58,7 @@ def _kernel(inst, threshold, chunk=None):
     return k.status, k.offsets, k.nodes, k.next_bound
 
 
-@pytest.mark.parametrize("preference", ["lifetime", "size", "area", "start", 7])
+@pytest.mark.parametrize("preference", ["lifetime", "size", "area", "start", "start-size", 7])
 def test_kernel_visits_the_reference_nodes(preference):
     """On random instances, at every threshold up to the optimum: same status, offsets,
     node count and next bound; advancing the kernel in chunks of 7 nodes changes nothing."""

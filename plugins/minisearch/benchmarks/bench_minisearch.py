@@ -15,15 +15,14 @@ Each row is printed at the end (run with ``-s``) and kept in the benchmark's
 
 Measured (2 CPU cores, time limit 10 s; arena / lower bound, best-fit's arena / lower bound):
 
-- cut rectangles, 50-200 blocks, 3 seeds each: 10 of 12 proved at the optimum (all of
-  50-100 in <= 0.02 s; 150: 2 of 3, 0.01-0.27 s; 200: 2 of 3, up to 5.9 s). Not settled:
-  150 seed 0 (1.1018, best-fit 1.1558; gap 9.2%) and 200 seed 1 (1.1587, best-fit 1.2026;
-  gap 13.7%), both stated against the max-live bound (= the optimum here).
+- cut rectangles, 50-200 blocks, 3 seeds each: 11 of 12 proved at the optimum (50-150
+  blocks in <= 0.05 s; 200: 0.00 s, 0.08 s, 7.96 s). Not settled: 150 seed 0, 1.1018
+  (best-fit 1.1558), a stated gap of 9.2% against the max-live bound (= the optimum).
 - DNN-shaped cut rectangles, 50-200 blocks: 12 of 12 proved at the optimum (best-fit
-  1.000-1.093), <= 0.02 s up to 150 blocks, 0.09-3.2 s at 200.
+  1.000-1.093), <= 0.01 s up to 150 blocks, 0.04-1.5 s at 200.
 - quick suite (91 simulated traces, 7,178 blocks): best-fit is already at max-live on all
   91; minisearch proves each optimal in <= 0.01 s.
-- H100 traces: all 4 proved optimal at max-live. ResNet-50 training (673 blocks) in 0.58 s:
+- H100 traces: all 4 proved optimal at max-live. ResNet-50 training (673 blocks) in 0.29 s:
   2,769,178,040 bytes, where best-fit needs 2,769,419,835 (+0.0087%); the other three
   at once (best-fit already at max-live).
 """

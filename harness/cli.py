@@ -316,7 +316,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     """Place a memory trace with an allocator."""
     from harness import allocators
 
-    return int(allocators.place_command(args.trace, args.allocator, args.json, output=args.output) or 0)
+    return int(allocators.place_command(args.trace, args.allocator, args.json, output=args.output,
+                                        options=_options(args.option)) or 0)
 
 
 # --------------------------------------------------------------------------- run
@@ -514,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace")
     p.add_argument("--allocator", required=True)
     p.add_argument("-o", "--output", help="write the trace with an offset column here")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="allocator option, e.g. time_limit=5")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = command("run", cmd_run, "run a suite; rows go to RESULTS_DIR/<suite>/<run-id>/")

@@ -399,11 +399,24 @@ class Placement:
     max_live_bytes: int
     optimal: bool | None = None
     notes: str = ""
+    #: a proved lower bound on the optimal arena (at least the max-live bytes), when the
+    #: allocator computed one; None when it did not say (older files, heuristics)
+    lower_bound_bytes: int | None = None
 
     @property
     def fragmentation(self) -> float:
         """Arena size over the max-live bytes (1.0 is perfect)."""
         return self.arena_bytes / self.max_live_bytes if self.max_live_bytes else 1.0
+
+    @property
+    def gap(self) -> float | None:
+        """``(arena - lower bound) / arena``: how far from optimal at most (0.0 when proved
+        optimal); None when no lower bound was reported."""
+        if self.optimal:
+            return 0.0
+        if self.lower_bound_bytes is None:
+            return None
+        return (self.arena_bytes - self.lower_bound_bytes) / self.arena_bytes if self.arena_bytes else 0.0
 
 
 # --------------------------------------------------------------------------- JSON

@@ -47,6 +47,7 @@ __all__ = [
     "dnn_training_trace",
     "dnn_inference_trace",
     "paper001_sequence",
+    "deterministic_variant",
 ]
 
 MiB = 1 << 20
@@ -294,6 +295,18 @@ def suite_traces(path: Any, executor: str = "simulate") -> list[tuple[str, str, 
 
 
 # --------------------------------------------------------------------------- checks
+
+
+def deterministic_variant(allocator: Any) -> Any:
+    """``allocator.deterministic()`` when it has one, else ``allocator`` itself.
+
+    An anytime allocator under a time limit (``minisearch``) may return a different
+    placement when the machine is slower or busier; its ``deterministic()`` gives the same
+    allocator with a budget that does not depend on time (a node limit), which is what
+    the repeat check of :func:`check_placement_conforms` needs.
+    """
+    make = getattr(allocator, "deterministic", None)
+    return make() if callable(make) else allocator
 
 
 def check_placement_conforms(allocator: Any, trace: Sequence[MemoryBlock], placement: Placement | None = None) -> Placement:

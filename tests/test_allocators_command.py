@@ -125,3 +125,50 @@ def test_a_trace_with_a_duplicate_id_is_not_placed(tmp_path, builtins_registry):
         place_command(trace, "first-fit", output=tmp_path / "out.csv", registry=builtins_registry,
                       stream=io.StringIO())
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_place_command_passes_options_and_reports_the_bound(trace_csv, builtins_registry):
+    """``--option time_limit=...`` reaches the allocator's ``place``; a proved bound is reported."""
+    pytest.importorskip("ortools")
+    out = io.StringIO()
+    code = place_command(trace_csv, "exact", True, registry=builtins_registry, stream=out,
+                         options={"time_limit": 5})
+    report = json.loads(out.getvalue())
+    assert code == 0 and report["options"] == {"time_limit": 5}
+    assert report["optimal"] is True and report["lower_bound_bytes"] == 12 and report["gap"] == 0.0
+    text = io.StringIO()
+    place_command(trace_csv, "exact", False, registry=builtins_registry, stream=text, options={"time_limit": 5})
+    assert "lower bound    12 (gap 0.000%)" in text.getvalue()
+
+
+def test_place_command_without_a_bound_says_none(trace_csv, builtins_registry):
+    out = io.StringIO()
+    place_command(trace_csv, "first-fit", True, registry=builtins_registry, stream=out)
+    report = json.loads(out.getvalue())
+    assert report["lower_bound_bytes"] is None and report["gap"] is None and report["options"] == {}
+
+
+def test_place_command_rejects_an_option_the_allocator_does_not_take(trace_csv, builtins_registry):
+    from harness.errors import UnknownOption
+
+    with pytest.raises(UnknownOption, match="allocator 'first-fit' has no option 'time_limit'; it takes no options"):
+        place_command(trace_csv, "first-fit", registry=builtins_registry, stream=io.StringIO(),
+                      options={"time_limit": 1})
+    with pytest.raises(UnknownOption, match="its options: time_limit"):
+        place_command(trace_csv, "exact", registry=builtins_registry, stream=io.StringIO(),
+                      options={"time_limt": 1})
+    with pytest.raises(UnknownOption, match="time_limit must be"):
+        place_command(trace_csv, "exact", registry=builtins_registry, stream=io.StringIO(),
+                      options={"time_limit": "soon"})
+
+
+def test_cli_place_option(trace_csv, capsys):
+    """``membudget place ... --option KEY=VALUE`` (values read as YAML) and its one-line error."""
+    pytest.importorskip("ortools")
+    from harness.cli import main
+
+    assert main(["place", str(trace_csv), "--allocator", "exact", "--option", "time_limit=2.5", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["options"] == {"time_limit": 2.5} and report["optimal"] is True
+    assert main(["place", str(trace_csv), "--allocator", "first-fit", "--option", "time_limit=1"]) == 2
+    assert "has no option 'time_limit'" in capsys.readouterr().err

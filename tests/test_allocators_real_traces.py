@@ -8,12 +8,15 @@ bytes (issue #7) and never needs more than the caching-allocator model.
 
 Measured (MiB; arena of each allocator):
 
-| trace                  | blocks | max-live | bestfit | bestfit paper_only | caching | first-fit | greedy-by-size |
-| ---                    | ---:   | ---:     | ---:    | ---:               | ---:    | ---:      | ---:           |
-| resnet50-b32-training  | 673    | 2640.9   | 2641.1  | 2647.9             | 3300.0  | 2707.8    | 2653.9         |
-| resnet50-b32-inference | 260    | 318.5    | 318.5   | 318.5              | 414.0   | 368.0     | 416.5          |
-| vgg16-b32-training     | 149    | 2803.4   | 2803.4  | 2803.4             | 5318.0  | 3489.9    | 3024.5         |
-| vgg16-b32-inference    | 43     | 1568.1   | 1568.1  | 1568.1             | 1572.0  | 1568.1    | 1568.1         |
+| trace                  | blocks | max-live | bestfit | bestfit paper_only | caching | first-fit | greedy-by-size | minisearch |
+| ---                    | ---:   | ---:     | ---:    | ---:               | ---:    | ---:      | ---:           | ---:       |
+| resnet50-b32-training  | 673    | 2640.9   | 2641.1  | 2647.9             | 3300.0  | 2707.8    | 2653.9         | 2640.9     |
+| resnet50-b32-inference | 260    | 318.5    | 318.5   | 318.5              | 414.0   | 368.0     | 416.5          | 318.5      |
+| vgg16-b32-training     | 149    | 2803.4   | 2803.4  | 2803.4             | 5318.0  | 3489.9    | 3024.5         | 2803.4     |
+| vgg16-b32-inference    | 43     | 1568.1   | 1568.1  | 1568.1             | 1572.0  | 1568.1    | 1568.1         | 1568.1     |
+
+``minisearch`` (membudget-minisearch, default 5 s limit) proves all four optimal at max-live; here it runs
+with a node limit of 20,000 (``deterministic_variant``), so that placing twice gives the same answer.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from harness.allocators.caching import CachingAllocator
 from harness.allocators.trace import read_csv, to_memory_blocks
 from harness.allocators.validate import violations
 from harness.plugins import registry
-from harness.testing_allocators import check_placement_conforms
+from harness.testing_allocators import check_placement_conforms, deterministic_variant
 
 TRACES = sorted((Path(__file__).resolve().parents[1] / "results" / "traces" / "h100").glob("trace-*.csv"))
 EXACT_MAX_BLOCKS = 300  # CP-SAT gets a short time limit and still settles nothing much larger
@@ -55,7 +58,7 @@ def test_every_allocator_places_the_real_trace(path):
                 assert not violations(trace, placement)
                 arenas[name] = placement.arena_bytes
             continue
-        arenas[name] = check_placement_conforms(alloc, trace).arena_bytes
+        arenas[name] = check_placement_conforms(deterministic_variant(alloc), trace).arena_bytes
     if "bestfit" not in arenas:
         pytest.skip("membudget-bestfit is not installed")
     live = read_csv(path).max_live_bytes

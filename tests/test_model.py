@@ -35,6 +35,18 @@ def test_schedule_run_and_placement_round_trip() -> None:
     assert from_json(Run, to_json(run)).trace[0].free == 0.1 + 0.2  # every bit of a float survives
 
 
+def test_placement_lower_bound_round_trip_and_older_files() -> None:
+    """``lower_bound_bytes`` survives JSON; a placement written before the field existed still reads."""
+    p = Placement("minisearch", (0, 16), 32, 30, optimal=False, notes="n", lower_bound_bytes=31)
+    assert from_json(Placement, to_json(p)) == p
+    assert p.gap == (32 - 31) / 32
+    old = json.loads(to_json(Placement("bestfit", (0, 16), 32, 30)))
+    del old["lower_bound_bytes"]
+    back = from_json(Placement, json.dumps(old))
+    assert back.lower_bound_bytes is None and back.gap is None
+    assert Placement("x", (0,), 8, 8, optimal=True).gap == 0.0
+
+
 def test_malformed_profile_names_every_bad_field() -> None:
     stage = Stage("a", "conv", 1.0, 1.0, 1, 1, 1)
     profile = Profile("m", 1, (3,), "d", 1, 1.0, 1.0, 0, 0, (stage, stage))

@@ -18,6 +18,7 @@ def make_placement(
     arena_bytes: int | None = None,
     optimal: bool | None = None,
     notes: str = "",
+    lower_bound_bytes: int | None = None,
 ) -> Placement:
     """A ``Placement`` for ``trace``; the arena defaults to the highest block end."""
     off = np.asarray(offsets, dtype=np.int64)
@@ -30,6 +31,7 @@ def make_placement(
         max_live_bytes=max_live_bytes(trace),
         optimal=optimal,
         notes=notes,
+        lower_bound_bytes=None if lower_bound_bytes is None else int(lower_bound_bytes),
     )
 
 

@@ -4,10 +4,18 @@ Reads a trace in the benchmark CSV format (``id,lower,upper,size``, half-open
 lifetimes; see :mod:`harness.allocators.trace`), places it with a registered allocator,
 validates the placement and prints the arena, the max-live bytes, their ratio and the
 placement time; with ``--json`` the same content as one JSON object on stdout.
+
+``--option KEY=VALUE`` (repeatable, values read as YAML like ``membudget plan --option``)
+passes options to the allocator's ``place(trace, **options)``. An allocator takes the
+options its ``place`` names as keyword parameters, or those listed in an ``options``
+attribute when ``place`` takes ``**options``; any other name is an error that lists them.
+When the allocator reports a lower bound (``Placement.lower_bound_bytes``) the report
+gives it and the gap; ``optimal`` says whether the arena is proved minimal.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import time
@@ -18,15 +26,36 @@ import numpy as np
 
 from harness.allocators.trace import as_int_trace, read_csv, to_memory_blocks, write_csv
 from harness.allocators.validate import violations
+from harness.errors import UnknownOption
 
-__all__ = ["place_command", "place_trace_file"]
+__all__ = ["place_command", "place_trace_file", "allocator_options"]
 
 
-def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = None) -> dict[str, Any]:
+def allocator_options(alloc: Any) -> tuple[str, ...]:
+    """The option names ``alloc.place`` takes besides the trace (``()``: none)."""
+    params = list(inspect.signature(alloc.place).parameters.values())[1:]
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        named += list(getattr(alloc, "options", ()) or ())
+    return tuple(dict.fromkeys(named))
+
+
+def _check_options(name: str, alloc: Any, options: dict[str, Any]) -> None:
+    known = allocator_options(alloc)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"its options: {', '.join(known)}" if known else "it takes no options"
+        raise UnknownOption(f"allocator {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
+
+
+def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = None,
+                     options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Place the trace in ``trace_csv`` with the allocator registered as ``allocator``.
 
-    Returns the report as a dict: ``trace, allocator, blocks, max_live_bytes, arena_bytes,
-    fragmentation, optimal, place_time_s, valid, violations, notes, offsets``. The
+    Returns the report as a dict: ``trace, allocator, options, blocks, max_live_bytes,
+    arena_bytes, fragmentation, optimal, lower_bound_bytes, gap, place_time_s, valid,
+    violations, notes, offsets`` (``lower_bound_bytes``/``gap``: None when the allocator
+    reports no bound). ``options`` go to ``place`` (:func:`allocator_options`). The
     allocator gets the blocks with their integer times as floats (so the CSV's lifetimes
     are kept exactly), less the zero-length blocks (``lower == upper``), which occupy no
     time and get offset 0; ``place_time_s`` excludes a warm-up call on one block (imports,
@@ -37,13 +66,21 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
 
         registry = get_registry()
     alloc = registry.allocator(allocator)
+    options = dict(options or {})
+    if options:
+        _check_options(allocator, alloc, options)
     trace = read_csv(trace_csv)
     timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
     blocks = to_memory_blocks(trace.subset(timed))
-    if blocks:  # warm up (imports, JIT compilation or its cache) outside the timing
-        alloc.place(blocks[:1])
-    started = time.perf_counter()
-    placement = alloc.place(blocks)
+    try:
+        if blocks:  # warm up (imports, JIT compilation or its cache) outside the timing
+            alloc.place(blocks[:1], **options)
+        started = time.perf_counter()
+        placement = alloc.place(blocks, **options)
+    except (TypeError, ValueError) as exc:
+        if not options:
+            raise
+        raise UnknownOption(f"allocator {allocator!r} with options {options}: {exc}") from None
     elapsed = time.perf_counter() - started
     problems = violations(as_int_trace(blocks), placement)  # judged on the times the allocator saw
     offsets = np.zeros(len(trace), np.int64)
@@ -59,6 +96,9 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         "arena_bytes": placement.arena_bytes,
         "fragmentation": placement.fragmentation,
         "optimal": placement.optimal,
+        "lower_bound_bytes": getattr(placement, "lower_bound_bytes", None),
+        "gap": getattr(placement, "gap", None),
+        "options": options,
         "place_time_s": elapsed,
         "valid": not problems,
         "violations": [v.message for v in problems[:20]],
@@ -75,6 +115,7 @@ def place_command(
     output: str | Path | None = None,
     registry: Any = None,
     stream: TextIO | None = None,
+    options: dict[str, Any] | None = None,
 ) -> int:
     """Run ``membudget place``: print the report (text or JSON) and return the exit status.
 
@@ -82,7 +123,7 @@ def place_command(
     receives the trace with an ``offset`` column (MiniMalloc's solution format).
     """
     out = stream or sys.stdout
-    report = place_trace_file(trace_csv, allocator, registry=registry)
+    report = place_trace_file(trace_csv, allocator, registry=registry, options=options)
     if output is not None:
         write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
     if as_json:
@@ -96,6 +137,10 @@ def place_command(
             f"arena bytes    {report['arena_bytes']}",
             f"fragmentation  {report['fragmentation']:.4f}",
             f"optimal        {opt}",
+        ]
+        if report["lower_bound_bytes"] is not None:
+            lines.append(f"lower bound    {report['lower_bound_bytes']} (gap {100 * report['gap']:.3f}%)")
+        lines += [
             f"place time     {report['place_time_s']:.4f} s",
             f"valid          {'yes' if report['valid'] else 'NO'}",
         ]

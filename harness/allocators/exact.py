@@ -214,10 +214,19 @@ class ExactAllocator:
             trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers, seed=self.seed
         )
 
-    def place(self, trace: Sequence[MemoryBlock]) -> Placement:
-        """Place ``trace`` optimally if CP-SAT proves it within the time limit, else as well as it found."""
+    def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None = None) -> Placement:
+        """Place ``trace`` optimally if CP-SAT proves it within the time limit, else as well as it found.
+
+        ``time_limit`` (seconds) overrides ``time_limit_s`` for this call (``membudget place
+        --option time_limit=5``). The placement carries CP-SAT's proved lower bound.
+        """
         t = as_int_trace(trace)
-        res = self.solve(t)
+        if time_limit is None:
+            res = self.solve(t)
+        else:
+            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or time_limit < 0:
+                raise ValueError(f"time_limit must be a number of seconds >= 0, got {time_limit!r}")
+            res = solve_exact(t, time_limit_s=float(time_limit), workers=self.workers, seed=self.seed)
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
@@ -226,4 +235,5 @@ class ExactAllocator:
                 f"best found in {self.time_limit_s:g} s: lower bound {res.lower_bound_bytes} bytes, "
                 f"gap {100 * res.gap:.2f}%"
             )
-        return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes)
+        return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,
+                              lower_bound_bytes=res.arena_bytes if res.optimal else res.lower_bound_bytes)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from harness.memory import stage_memory
 from harness.model import Profile, Schedule, training_ops
 from harness.simulate.lowering import pass_profiles
 
@@ -38,20 +39,16 @@ def peak_memory(profile: Profile) -> int:
 def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple[str, int]]:
     """Bytes each operation needs on the device when everything offloadable is offloaded.
 
-    F_i holds x_i, the rest of its saved data, its output and workspace; B_i holds its
-    saved data, the part of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and
-    workspace (the last stage also the output and its gradient); the weights are always
-    there. ``algorithm`` gives each stage's algorithm index (default: the stage defaults).
+    The weights plus ``harness.memory``'s forward and backward needs: F_i holds x_i, the
+    rest of its saved data, its output and workspace; B_i holds its saved data, the part
+    of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and workspace (the last
+    stage also the output and its gradient). ``algorithm`` gives each stage's algorithm
+    index (default: the stage defaults).
     """
-    n = profile.n_stages
     needs = []
-    for i, s in enumerate(profile.stages):
-        a = s.algorithm(algorithm[i] if algorithm else -1)
-        out = profile.stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
-        f = profile.weight_bytes + max(s.input_bytes, s.saved_bytes) + out + a.fwd_workspace
-        grad_in = profile.stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
-        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace + s.output_saved_bytes
-        needs += [(f"F{i}", f), (f"B{i}", b)]
+    for i in range(profile.n_stages):
+        m = stage_memory(profile, i, algorithm[i] if algorithm else -1)
+        needs += [(f"F{i}", profile.weight_bytes + m.forward_need), (f"B{i}", profile.weight_bytes + m.backward_need)]
     return needs
 
 

@@ -10,7 +10,8 @@
   each operation's fastest time and smallest workspace, so that the bound holds whatever
   algorithms a planner picks;
 - ``schedule_lower_bound``: the same bound for one schedule: its algorithms, the sum over
-  its sub-batch passes, and no transfer term for recomputing (checkpointing) schedules.
+  its sub-batch passes, and no transfer term for a pass that recomputes (its compute
+  term counts the recomputations).
 """
 
 from __future__ import annotations
@@ -111,18 +112,18 @@ def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, du
     """Prop. 3 for one schedule: its algorithms, summed over its sub-batch passes.
 
     Every transfer of a pass happens between its first forward and its last backward, so
-    each pass is bounded on its own. A schedule that recomputes (checkpointing) reduces
-    memory without moving data, so only its compute term applies.
+    each pass is bounded on its own. A pass that recomputes (``R`` operations) reduces
+    memory without moving data, so only its compute term applies, its recomputations
+    included.
     """
-    from harness.simulate.recompute import recompute_segments
-
     total = 0.0
-    for p in pass_profiles(profile, schedule):
+    for sb, p in enumerate(pass_profiles(profile, schedule)):
         if schedule.algorithms:
             p = replace(p, variants=(), stages=tuple(
                 replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
-        if recompute_segments(schedule):
-            total += p.compute_time
+        recomputed = [op.stage for op in schedule.ops if op.kind == "R" and op.sub_batch == sb]
+        if recomputed:
+            total += p.compute_time + sum(p.stages[i].fwd_time for i in recomputed)
         else:
             total += lower_bound(p, budget, duplex=duplex)
     return total

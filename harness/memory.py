@@ -112,7 +112,10 @@ def stage_memory(profile: Profile, i: int, algorithm: Algorithm | int = -1) -> S
     """The sizes of stage ``i`` of ``profile`` with ``algorithm`` (an Algorithm, or an index; -1: the default)."""
     stages, n = profile.stages, profile.n_stages
     s = stages[i]
-    a = s.algorithm(algorithm) if isinstance(algorithm, int) else algorithm
+    if isinstance(algorithm, int):  # the stage's own figures are its default algorithm's
+        a = s if algorithm < 0 else s.algorithms[algorithm]
+    else:
+        a = algorithm
     last = i == n - 1
     return StageMemory(
         input=s.input_bytes, saved=s.saved_bytes,
@@ -227,13 +230,13 @@ def _stage_blocks(i: int, m: StageMemory, prev: StageMemory | None, ops: PassOps
         return out
     # the forward does not save: what it computes beyond its input lives only while it runs
     out.append(block(f"saved{i}.transient", m.extra, f, f))
-    share = min(held, m.input) if prev_reads_forward else 0
+    share = held if prev_reads_forward else 0  # B_{i-1}'s share of x_i (within x_i in a consistent profile)
     if kind == "Fc":  # the checkpoint: all of x_i until B_i
         out.append(block(f"x{i}.checkpoint", m.input, born, b))
         if share:
             out.append(block(f"x{i}.held", share, b, ops.backward[i - 1], at_end=True))
     else:  # Fn: x_i goes when the forward ends, but for the share B_{i-1} reads
-        out.append(block(f"x{i}.forward", m.input - share, born, f))
+        out.append(block(f"x{i}.forward", max(0, m.input - share), born, f))
         if share:
             out.append(block(f"x{i}.held", share, born, ops.backward[i - 1]))
     if r is None:
@@ -250,13 +253,12 @@ def _stage_blocks(i: int, m: StageMemory, prev: StageMemory | None, ops: PassOps
     # x_{i+1} as recomputed here, when no recomputation of stage i+1 reads it: B_i keeps its share
     feeds_next = i + 1 < n and ops.kind[i + 1] == "Fn" and ops.recompute[i + 1] is not None
     if i + 1 < n and not feeds_next:
-        share_out = min(m.held, m.output)
-        out.append(block(f"x{i + 1}.recomputed", m.output - share_out, r, r))
-        out.append(block(f"x{i + 1}.recomputed.held", share_out, r, b))
+        out.append(block(f"x{i + 1}.recomputed", max(0, m.output - m.held), r, r))
+        out.append(block(f"x{i + 1}.recomputed.held", m.held, r, b))
     return out
 
 
-def op_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
+def schedule_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
     """Bytes each operation of ``schedule`` needs on the device (weights apart) when every saved
     tensor that may be away is away: what is live while it runs, less the saved tensors whose
     producer has ended and whose backward has not begun."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from harness.bounds import op_needs as bound_needs
-from harness.memory import op_needs, schedule_blocks, stage_memory
+from harness.memory import schedule_blocks, schedule_needs, stage_memory
 from harness.model import Profile, Stage, training_ops, Schedule
 from harness.simulate.executor import simulate
 from harness.simulate.lowering import lower
@@ -19,7 +19,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(H
 def test_the_needs_of_the_blocks_are_the_closed_forms(profile: Profile) -> None:
     """What is live during each operation, less what may be away, is F_i's and B_i's need."""
     schedule = Schedule("keep-all", 0, training_ops(profile.n_stages))
-    needs = op_needs(schedule, [profile])
+    needs = schedule_needs(schedule, [profile])
     for k, op in enumerate(schedule.ops):
         m = stage_memory(profile, op.stage)
         assert needs[k] == (m.forward_need if op.kind == "F" else m.backward_need), op.label

@@ -7,7 +7,6 @@ import numpy as np
 from harness.memory import schedule_blocks
 from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent
 from harness.simulate.lowering import Lowered, lower, pass_profiles
-from harness.simulate.recompute import equivalent, recompute_segments
 from harness.simulate.reference import OK, Timing, simulate_reference
 
 ENGINES = ("kernel", "reference")
@@ -16,7 +15,6 @@ ENGINES = ("kernel", "reference")
 def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
            engine: str = "kernel") -> tuple[Lowered, Timing]:
     """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference."""
-    schedule, profile = equivalent(schedule, profile)
     return _run(schedule, profile, budget, duplex, engine)
 
 
@@ -35,12 +33,10 @@ def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: boo
 def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
              engine: str = "kernel", with_trace: bool = True) -> Run:
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
-    recomputes = bool(recompute_segments(schedule))
-    schedule, profile = equivalent(schedule, profile)
     low, tm = _run(schedule, profile, budget, duplex, engine)
     compute = float(low.op_dur.sum())
     started = ~np.isnan(tm.tr_start)
-    moved = 0 if recomputes else int(low.tr_bytes[started].sum())
+    moved = int(low.tr_bytes[started].sum())
     if tm.status != OK:
         return Run(
             executor="simulate", planner=schedule.planner, status="infeasible",
@@ -51,7 +47,7 @@ def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = Non
     return Run(
         executor="simulate", planner=schedule.planner, status="ok", message="",
         makespan=makespan, compute_time=compute, peak_bytes=int(tm.peak), moved_bytes=moved,
-        timeline=timeline(schedule, tm, duplex, copies=not recomputes) if with_trace else (),
+        timeline=timeline(schedule, tm, duplex) if with_trace else (),
         trace=memory_trace(schedule, profile, tm, makespan) if with_trace else (),
     )
 
@@ -78,11 +74,11 @@ def stuck_reason(schedule: Schedule, low: Lowered, tm: Timing) -> str:
             f"{int(tm.free_at_block)} of the budget's {int(low.budget)} are free and nothing can free more")
 
 
-def timeline(schedule: Schedule, tm: Timing, duplex: bool, copies: bool = True) -> tuple[TimelineEvent, ...]:
+def timeline(schedule: Schedule, tm: Timing, duplex: bool) -> tuple[TimelineEvent, ...]:
     """Compute operations and copies as intervals on their streams."""
     events = [TimelineEvent(op.label, "compute", float(tm.op_start[k]), float(tm.op_end[k]))
               for k, op in enumerate(schedule.ops)]
-    for j, tr in enumerate(schedule.transfers if copies else ()):
+    for j, tr in enumerate(schedule.transfers):
         if np.isnan(tm.tr_start[j]):
             continue
         pre = tr.direction == "prefetch"

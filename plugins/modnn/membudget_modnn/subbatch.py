@@ -73,7 +73,7 @@ def ideal_memory(profile: Profile) -> int:
     """
     mem = [stage_memory(profile, i) for i in range(profile.n_stages)]
     blocks = sum(m.input + m.extra + m.grad + m.fwd_workspace + m.bwd_workspace for m in mem)
-    return profile.weight_bytes + blocks + 2 * profile.output_bytes
+    return profile.weight_bytes + blocks + mem[-1].output + mem[-1].grad_in  # the output and its gradient
 
 
 def m_min(profile: Profile) -> int:

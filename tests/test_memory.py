@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 
 from harness.bounds import op_needs as bound_needs
@@ -50,3 +52,21 @@ def test_forward_need_is_papers_004_eq_1() -> None:
     # keep-all peaks at B_1: weights, saved_0, saved_1 (x_1 less its 10-byte drop), output, its gradient, y_1
     run = simulate(Schedule("keep-all", 0, training_ops(2)), profile, budget=10**9)
     assert run.peak_bytes == 1000 + 150 + 30 + 60 + 60 + 5
+
+
+def test_lowerings_of_one_profile_share_the_operation_arrays_safely() -> None:
+    """The per-operation arrays are cached by operations, algorithms and the profile's identity:
+    another profile gets its own, and a caller that writes into its copy changes nothing else."""
+    small, large = uniform_profile(100), uniform_profile(200)
+    schedule = Schedule("keep-all", 0, training_ops(3))
+    first = lower(schedule, small)
+    first.op_alloc[:] = -1
+    again = lower(schedule, small)
+    assert (again.op_alloc >= 0).all() and again.op_alloc.sum() == lower(schedule, replace(small)).op_alloc.sum()
+    assert lower(schedule, large).op_alloc.sum() == 2 * again.op_alloc.sum()
+
+
+def uniform_profile(size: int) -> Profile:
+    """Three stages of ``size`` bytes each, no weights."""
+    stage = Stage("s", "conv", 1.0, 2.0, size, size, size)
+    return Profile("uniform", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, size, (stage,) * 3)

@@ -72,11 +72,22 @@ def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
     return pass_profiles(profile, schedule)[0]
 
 
-def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
-    """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
-    passes = pass_profiles(profile, schedule)
-    n = profile.n_stages
+_OPS_CACHE: dict[tuple, tuple[list[Profile], tuple[np.ndarray, ...]]] = {}
+_OPS_CACHE_SIZE = 32
 
+
+def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.ndarray, ...]:
+    """The per-operation arrays and the saved tensors' sizes: ``harness.memory``'s blocks, flattened.
+
+    They depend on the operations, the algorithms and the passes only, not on the
+    transfers or the budget, so the candidates a planner tries on one profile share them
+    (a small cache, keyed by the passes' identity and kept alive with them).
+    """
+    key = (schedule.ops, schedule.algorithms, tuple(id(p) for p in passes))
+    hit = _OPS_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], passes)):
+        return tuple(x.copy() for x in hit[1])
+    n = passes[0].n_stages
     n_ops = len(schedule.ops)
     op_is_b = np.zeros(n_ops, dtype=np.bool_)
     op_dur = np.zeros(n_ops)
@@ -85,7 +96,9 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
     op_tensor = np.full(n_ops, -1, dtype=np.int64)
     for k, op in enumerate(schedule.ops):
         p = passes[op.sub_batch] if op.sub_batch < len(passes) else passes[-1]
-        a = p.stages[op.stage].algorithm(schedule.algorithm_of(op.stage))
+        stage = p.stages[op.stage]
+        index = schedule.algorithm_of(op.stage)
+        a = stage if index < 0 else stage.algorithms[index]  # the stage's own figures are its default
         op_is_b[k] = op.kind == "B"
         op_dur[k] = a.bwd_time if op.kind == "B" else a.fwd_time
         if op.kind in ("F", "R", "B"):  # creates (F, R) or consumes (B) the stage's saved tensor
@@ -101,6 +114,18 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None, dup
             t_size[b.tensor] += b.size  # freed with its tensor when the backward ends
         else:
             op_free[b.dies] += b.size
+    arrays = (op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size)
+    if len(_OPS_CACHE) >= _OPS_CACHE_SIZE:
+        _OPS_CACHE.pop(next(iter(_OPS_CACHE)))
+    _OPS_CACHE[key] = (list(passes), arrays)
+    return tuple(x.copy() for x in arrays)
+
+
+def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
+    """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
+    passes = pass_profiles(profile, schedule)
+    n = profile.n_stages
+    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, passes)
 
     m = len(schedule.transfers)
     tr_tensor = np.zeros(m, dtype=np.int64)

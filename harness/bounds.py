@@ -11,7 +11,8 @@
   never below the ideal time of a choice that cannot beat the defaults. This is the
   *budget's* bound: the same for every strategy at a budget (the tables' common column);
 - ``schedule_lower_bound``: the same bound for one schedule: its algorithms, the sum over
-  its sub-batch passes, and no transfer term for recomputing (checkpointing) schedules.
+  its sub-batch passes, and no transfer term for a pass that recomputes (its compute
+  term counts the recomputations).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Iterable
 
+from harness.memory import stage_memory
 from harness.model import Profile, Schedule, training_ops
 from harness.simulate.lowering import pass_profiles
 
@@ -41,20 +43,16 @@ def peak_memory(profile: Profile) -> int:
 def op_needs(profile: Profile, algorithm: list[int] | None = None) -> list[tuple[str, int]]:
     """Bytes each operation needs on the device when everything offloadable is offloaded.
 
-    F_i holds x_i, the rest of its saved data, its output and workspace; B_i holds its
-    saved data, the part of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and
-    workspace (the last stage also the output and its gradient); the weights are always
-    there. ``algorithm`` gives each stage's algorithm index (default: the stage defaults).
+    The weights plus ``harness.memory``'s forward and backward needs: F_i holds x_i, the
+    rest of its saved data, its output and workspace; B_i holds its saved data, the part
+    of x_{i+1} it needs (``output_saved_bytes``), y_{i+1}, y_i and workspace (the last
+    stage also the output and its gradient). ``algorithm`` gives each stage's algorithm
+    index (default: the stage defaults).
     """
-    n = profile.n_stages
     needs = []
-    for i, s in enumerate(profile.stages):
-        a = s.algorithm(algorithm[i] if algorithm else -1)
-        out = profile.stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
-        f = profile.weight_bytes + max(s.input_bytes, s.saved_bytes) + out + a.fwd_workspace
-        grad_in = profile.stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
-        b = profile.weight_bytes + s.saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace + s.output_saved_bytes
-        needs += [(f"F{i}", f), (f"B{i}", b)]
+    for i in range(profile.n_stages):
+        m = stage_memory(profile, i, algorithm[i] if algorithm else -1)
+        needs += [(f"F{i}", profile.weight_bytes + m.forward_need), (f"B{i}", profile.weight_bytes + m.backward_need)]
     return needs
 
 
@@ -150,19 +148,19 @@ def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, du
     """Prop. 3 for one schedule: its algorithms, summed over its sub-batch passes.
 
     Every transfer of a pass happens between its first forward and its last backward, so
-    each pass is bounded on its own. A schedule that recomputes (checkpointing) reduces
-    memory without moving data, so only its compute term applies.
+    each pass is bounded on its own. A pass that recomputes (``R`` operations) reduces
+    memory without moving data, so only its compute term applies, its recomputations
+    included.
     """
-    from harness.simulate.recompute import recompute_segments
-
     total = 0.0
-    for p in pass_profiles(profile, schedule):
+    for sb, p in enumerate(pass_profiles(profile, schedule)):
         # the algorithms the schedule runs (the defaults when it names none), never the relaxation:
         # a keep-all schedule at the peak must meet its bound exactly
         p = replace(p, variants=(), stages=tuple(
             replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
-        if recompute_segments(schedule):
-            total += p.compute_time
+        recomputed = [op.stage for op in schedule.ops if op.kind == "R" and op.sub_batch == sb]
+        if recomputed:
+            total += p.compute_time + sum(p.stages[i].fwd_time for i in recomputed)
         else:
             total += lower_bound(p, budget, duplex=duplex)
     return total

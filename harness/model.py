@@ -260,13 +260,38 @@ def _interpolate(base: Profile, lo: Profile, hi: Profile, batch_size: int) -> Pr
 # --------------------------------------------------------------------------- schedule
 
 
+OpKind = Literal["F", "Fc", "Fn", "R", "B"]
+OP_KINDS: tuple[str, ...] = OpKind.__args__  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Op:
-    """A compute operation: the forward (``F``) or backward (``B``) of ``stage`` for ``sub_batch``."""
+    """A compute operation on ``stage`` for ``sub_batch``; ``kind`` says which, in the vocabulary
+    of checkpointing (papers/004 section 2.1 and its reference [29], rotor: Beaumont et al.,
+    "Optimal checkpointing for heterogeneous chains"):
 
-    kind: Literal["F", "B"]
+    - ``F``: the forward that saves what B_i needs (rotor's F_all);
+    - ``Fc``: the forward that keeps only its input x_i, a checkpoint (rotor's F_ck);
+    - ``Fn``: the forward that saves nothing ("forward-without-saving", rotor's F_nograd);
+    - ``R``: the recomputation, a forward run again during the backward pass to re-create
+      the stage's saved data (after ``Fc``, from the checkpoint; after ``Fn``, from the
+      x_i that the recomputation of stage i-1 produced);
+    - ``B``: the backward.
+
+    Every stage of a pass has one forward (``F``, ``Fc`` or ``Fn``) and one ``B``, and an
+    ``R`` exactly when its forward did not save; some stages may be offloaded while
+    others are recomputed (the combination papers/004 section 7 calls complementary).
+    What each allocates and frees is ``harness.memory``'s.
+    """
+
+    kind: OpKind
     stage: int
     sub_batch: int = 0
+
+    @property
+    def is_forward(self) -> bool:
+        """A forward-pass operation (``F``, ``Fc`` or ``Fn``)."""
+        return self.kind in ("F", "Fc", "Fn")
 
     @property
     def label(self) -> str:
@@ -299,13 +324,15 @@ class Transfer:
 class Schedule:
     """What a planner decided, runnable by any executor without knowing the planner.
 
-    ``ops`` is the compute order; ``transfers`` the copies; ``algorithms`` the algorithm
-    index per stage (-1: the stage default; empty: all defaults); ``sub_batches`` how
-    many gradient-accumulation passes the batch is split into (the stage figures are then
-    those of ``Profile.at_batch(batch_size // sub_batches)``). ``budget_bytes`` is the chain
-    model's budget the planner planned for; ``device_budget_bytes``, when set, the bytes the
-    process may reserve on the device (``harness.device_memory``), the cap a real executor
-    enforces.
+    ``ops`` is the compute order (``Op``: forwards that save, keep a checkpoint or keep
+    nothing, recomputations, backwards); ``transfers`` the copies; ``algorithms`` the
+    algorithm index per stage (-1: the stage default; empty: all defaults);
+    ``sub_batches`` how many gradient-accumulation passes the batch is split into (the
+    stage figures are then those of ``Profile.at_batch(batch_size // sub_batches)``).
+    ``budget_bytes`` is the chain model's budget the planner planned for;
+    ``device_budget_bytes``, when set, the bytes the process may reserve on the device
+    (``harness.device_memory``), the cap a real executor enforces. ``options`` and ``notes``
+    describe the plan; no executor reads them.
     """
 
     planner: str
@@ -319,7 +346,13 @@ class Schedule:
     device_budget_bytes: int | None = None
 
     def algorithm_of(self, stage: int) -> int:
+        """The algorithm index of ``stage`` (-1: the stage default)."""
         return self.algorithms[stage] if self.algorithms else -1
+
+    @property
+    def recomputed_stages(self) -> tuple[int, ...]:
+        """Stages this schedule recomputes (in any sub-batch)."""
+        return tuple(sorted({op.stage for op in self.ops if op.kind == "R"}))
 
     @property
     def offloaded_stages(self) -> tuple[int, ...]:

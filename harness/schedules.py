@@ -26,6 +26,27 @@ def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:
     return {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(ops)}
 
 
+def recompute_ops(n_stages: int, segments: list[tuple[int, int]], sub_batches: int = 1) -> tuple[Op, ...]:
+    """The training order with each segment ``(a, b)`` (b exclusive) checkpointed and recomputed.
+
+    In the forward pass stage a keeps only its input (``Fc``, the checkpoint) and stages
+    a+1..b-1 save nothing (``Fn``); just before B_{b-1} the segment is recomputed, R_a..R_{b-1},
+    which re-creates its saved data (papers/004 section 2.1's checkpointing, as PyTorch's
+    non-reentrant ``torch.utils.checkpoint`` runs it). Stages outside the segments save (``F``).
+    """
+    first = {a for a, b in segments}
+    inside = {i for a, b in segments for i in range(a + 1, b)}
+    last = {b - 1: a for a, b in segments}
+    ops: list[Op] = []
+    for sb in range(sub_batches):
+        ops.extend(Op("Fc" if i in first else "Fn" if i in inside else "F", i, sb) for i in range(n_stages))
+        for i in reversed(range(n_stages)):
+            if i in last:
+                ops.extend(Op("R", j, sb) for j in range(last[i], i + 1))
+            ops.append(Op("B", i, sb))
+    return tuple(ops)
+
+
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:
     """Raise ``InfeasibleBudget`` ("needs at least N bytes") when no schedule can fit."""
     from harness.bounds import min_memory
@@ -69,6 +90,7 @@ def ordered_schedule(
     sub_batches: int = 1,
     algorithms: tuple[int, ...] = (),
     options: dict | None = None,
+    recompute: list[tuple[int, int]] | tuple = (),
 ) -> Schedule:
     """The ordered schedule that offloads ``offload`` (stage -> bytes, None: all saved bytes).
 
@@ -81,27 +103,31 @@ def ordered_schedule(
     None) are issued at the start of F_{L-a} instead (F_{i+1} if that is later, the end of
     the last forward for the last stage): the copy engine runs them as soon as the offloads
     before them are done and the memory they reserve fits (papers/004 eq. (10)).
+
+    ``recompute``: segments ``(a, b)`` checkpointed and recomputed as ``recompute_ops`` says
+    (their stages cannot be offloaded too: they save nothing in the forward pass).
     """
     amounts = dict.fromkeys(offload) if not isinstance(offload, Mapping) else dict(offload)
     n = profile.n_stages
-    ops = training_ops(n, sub_batches)
+    ops = recompute_ops(n, list(recompute), sub_batches) if recompute else training_ops(n, sub_batches)
     where = op_index(ops)
+    forward = {(op.stage, op.sub_batch): k for k, op in enumerate(ops) if op.is_forward}
     transfers: list[Transfer] = []
     for sb in range(sub_batches):
         stages = sorted(amounts)
         for i in stages:
-            wait = where[("F", i + 1, sb)] if sync and i + 1 < n else None
-            transfers.append(Transfer(i, "offload", where[("F", i, sb)], "start", wait, sb, amounts[i]))
+            wait = forward[(i + 1, sb)] if sync and i + 1 < n else None
+            transfers.append(Transfer(i, "offload", forward[(i, sb)], "start", wait, sb, amounts[i]))
         for i in reversed(stages):
             j = n - 1 if prefetch_window is None else i + prefetch_window
             if j < n - 1 and j > i:
                 issue, at = where[("B", j, sb)], "start"
             elif prefetch_lead is not None and i < n - 1:
-                issue, at = where[("F", max(n - prefetch_lead, i + 1), sb)], "start"
+                issue, at = forward[(max(n - prefetch_lead, i + 1), sb)], "start"
             elif j == n - 1 and j > i:
                 issue, at = where[("B", j, sb)], "start"
             else:
-                issue, at = where[("F", n - 1, sb)], "end"
+                issue, at = forward[(n - 1, sb)], "end"
             transfers.append(Transfer(i, "prefetch", issue, at, None, sb, amounts[i]))
     return Schedule(
         planner, int(budget), ops, tuple(transfers), algorithms=algorithms, sub_batches=sub_batches,

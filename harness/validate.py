@@ -2,14 +2,23 @@
 
 Two layers, each independent of the planner:
 
-1. the schedule as data: every operation once and in dependency order, transfers that
-   name real stages and operations, no offload of data not produced yet, one prefetch
-   for every offload, issued before the operation that needs it;
+1. the schedule as data: every stage of every pass has one forward (``F``, ``Fc`` or
+   ``Fn``), one backward and, exactly when its forward did not save, one recomputation
+   ``R``; all in dependency order; transfers that name real stages and operations, no
+   offload of data not produced yet nor of a stage that is recomputed, one prefetch for
+   every offload, issued before the operation that needs it;
 2. the schedule as run: the reference simulator runs it, and its timeline and memory
    trace are checked against the profile from scratch: operations in order and for
    their durations, no copy before its data exists, each backward after its data is
    back, one copy at a time per engine, and a sweep over the memory trace that never
    exceeds the budget.
+
+The checker keeps its own derivation of every rule it checks, deliberately: the order
+of operations, which data each operation reads, what a transfer moves and how long an
+operation or a copy lasts are worked out here from the profile, not taken from
+``harness.memory``, the lowering or the simulator, so that a mistake there shows up as
+a violation here instead of being repeated. (The memory trace it sweeps is the run's:
+the budget check is of what the simulator held, bracketed by two sweeps.)
 
 Each problem is a ``Violation`` naming the stage and the time it happens.
 """
@@ -19,6 +28,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from harness.model import Profile, Run, Schedule
 from harness.schedules import op_index
@@ -48,12 +59,6 @@ def validate(schedule: Schedule, profile: Profile, budget: float | None = None, 
              duplex: bool = False) -> list[Violation]:
     """Every violation of ``schedule`` on ``profile`` under ``budget`` (default: the schedule's)."""
     budget = float(schedule.budget_bytes if budget is None else budget)
-    from harness.simulate.recompute import equivalent
-
-    try:
-        schedule, profile = equivalent(schedule, profile)  # recomputation, as the simulator charges it
-    except (ValueError, NotImplementedError) as exc:
-        return [Violation(f"recompute segments: {exc}")]
     problems = check_structure(schedule, profile)
     if problems:
         return problems
@@ -72,25 +77,59 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
     n, n_sb = profile.n_stages, schedule.sub_batches
     if not 1 <= n_sb <= profile.batch_size:
         return [Violation(f"sub_batches must be between 1 and the batch size {profile.batch_size}, got {n_sb}")]
-    expected = {(k, i, sb) for k in "FB" for i in range(n) for sb in range(n_sb)}
     counts = Counter((op.kind, op.stage, op.sub_batch) for op in schedule.ops)
-    for key in sorted(expected - set(counts)):
-        out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} is missing", key[1]))
-    for key, c in sorted(counts.items()):
-        if key not in expected:
-            out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} is not in this chain", key[1]))
-        elif c > 1:
-            out.append(Violation(f"operation {key[0]}{key[1]} of sub-batch {key[2]} appears {c} times", key[1]))
+    for kind, i, sb in sorted(counts):
+        if not (0 <= i < n and 0 <= sb < n_sb):
+            out.append(Violation(f"operation {kind}{i} of sub-batch {sb} is not in this chain", i))
+    forward_kind: dict[tuple[int, int], str] = {}
+    for sb in range(n_sb):
+        for i in range(n):
+            forwards = [(k, counts[(k, i, sb)]) for k in ("F", "Fc", "Fn") if counts[(k, i, sb)]]
+            if not forwards:
+                out.append(Violation(f"the forward of stage {i} of sub-batch {sb} is missing", i))
+            elif len(forwards) > 1 or forwards[0][1] > 1:
+                out.append(Violation(f"stage {i} of sub-batch {sb} has {sum(c for _, c in forwards)} forwards", i))
+            else:
+                forward_kind[(i, sb)] = forwards[0][0]
+            for kind in ("B", "R"):
+                c = counts[(kind, i, sb)]
+                if kind == "B" and not c:
+                    out.append(Violation(f"operation B{i} of sub-batch {sb} is missing", i))
+                if c > 1:
+                    out.append(Violation(f"operation {kind}{i} of sub-batch {sb} appears {c} times", i))
+            kind = forward_kind.get((i, sb))
+            recomputed = counts[("R", i, sb)] > 0
+            if kind == "F" and recomputed:
+                out.append(Violation(f"R{i} recomputes what F{i} saved (sub-batch {sb}): recompute only after Fc or Fn", i))
+            if kind in ("Fc", "Fn") and not recomputed:
+                out.append(Violation(f"{kind}{i} does not save for B{i} and no R{i} recomputes it (sub-batch {sb})", i))
+            if kind == "Fn" and i == 0:
+                out.append(Violation("Fn0 drops the batch itself, which nothing can recompute: use Fc0", i))
+            elif kind == "Fn" and forward_kind.get((i - 1, sb)) == "F":
+                out.append(Violation(f"R{i} needs x_{i}, which only a recomputation of stage {i - 1} re-creates, "
+                                     f"but stage {i - 1} is not recomputed (sub-batch {sb})", i))
     if out:
         return out
     pos = op_index(schedule.ops)
     for sb in range(n_sb):
+        fwd = {i: pos[(forward_kind[(i, sb)], i, sb)] for i in range(n)}
         for i in range(n):
-            if i and pos[("F", i, sb)] < pos[("F", i - 1, sb)]:
-                out.append(Violation(f"F{i} runs before F{i - 1}, whose output it reads", i))
-            after = ("F", n - 1, sb) if i == n - 1 else ("B", i + 1, sb)
-            if pos[("B", i, sb)] < pos[after]:
-                out.append(Violation(f"B{i} runs before {after[0]}{after[1]}, whose result it needs", i))
+            kind = forward_kind[(i, sb)]
+            if i and fwd[i] < fwd[i - 1]:
+                out.append(Violation(f"{kind}{i} runs before {forward_kind[(i - 1, sb)]}{i - 1}, whose output it reads", i))
+            after = fwd[n - 1] if i == n - 1 else pos[("B", i + 1, sb)]
+            if pos[("B", i, sb)] < after:
+                what = "the last forward" if i == n - 1 else f"B{i + 1}"
+                out.append(Violation(f"B{i} runs before {what}, whose result it needs", i))
+            r = pos.get(("R", i, sb))
+            if r is None:
+                continue
+            if r < fwd[n - 1]:
+                out.append(Violation(f"R{i} runs before the forward pass is over (sub-batch {sb})", i))
+            if r > pos[("B", i, sb)]:
+                out.append(Violation(f"R{i} runs after B{i}, which needs what it re-creates", i))
+            if kind == "Fn" and r < pos[("R", i - 1, sb)]:
+                out.append(Violation(f"R{i} runs before R{i - 1}, which re-creates its input", i))
     if schedule.algorithms and len(schedule.algorithms) != n:
         out.append(Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages"))
     for i, a in enumerate(schedule.algorithms):
@@ -113,6 +152,10 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
         if tr.nbytes is not None and not 0 <= tr.nbytes <= size:
             out.append(Violation(f"transfer {j} moves {tr.nbytes} bytes of a {size}-byte saved tensor", tr.stage))
         key = (tr.stage, tr.sub_batch)
+        if forward_kind[key] != "F":
+            out.append(Violation(f"transfer {j} moves the saved data of stage {tr.stage}, which is recomputed, not saved "
+                                 f"by its forward", tr.stage))
+            continue
         book = prefetches if tr.direction == "prefetch" else offloads
         if key in book:
             out.append(Violation(f"stage {tr.stage} is {tr.direction}ed twice in sub-batch {tr.sub_batch}", tr.stage))
@@ -151,7 +194,7 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, dup
     prev_end = 0.0
     for op, ev in zip(schedule.ops, compute):
         a = passes[op.sub_batch].stages[op.stage].algorithm(schedule.algorithm_of(op.stage))
-        dur = a.fwd_time if op.kind == "F" else a.bwd_time
+        dur = a.bwd_time if op.kind == "B" else a.fwd_time  # forwards, saving or not, and recomputations
         if ev.start < prev_end - _EPS:
             out.append(Violation(f"{op.label} starts before the previous operation ends", op.stage, ev.start))
         if not math.isclose(ev.end - ev.start, dur, rel_tol=1e-9, abs_tol=1e-12):
@@ -199,6 +242,41 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, dup
     low, high = trace_peaks(run.trace, budget, out)
     if not low <= run.peak_bytes <= high:
         out.append(Violation(f"the memory trace peaks at {low}..{high} bytes, the run reports {run.peak_bytes}"))
+    out += check_needs(schedule, passes, run, compute)
+    return out
+
+
+def check_needs(schedule: Schedule, passes: list[Profile], run: Run, compute: list) -> list[Violation]:
+    """Each operation had at least what it needs on the device while it ran (this module's own rule).
+
+    Written out here again on purpose, from papers/004 section 3.1 (eq. (1) for a forward,
+    eq. (6)'s terms for a backward): any forward or recomputation of stage i reads x_i and
+    holds its output x_{i+1}, its workspace and what it saves beyond x_i; B_i holds the
+    saved data of stage i, the part of x_{i+1} it needs, y_{i+1} (the last stage: the
+    output and its gradient), y_i and its workspace; the weights are always there. The
+    trace's blocks alive over the whole operation must add up to that (a memory model
+    that forgot something would come out below).
+    """
+    out: list[Violation] = []
+    alloc = np.array([b.alloc for b in run.trace])
+    free = np.array([b.free for b in run.trace])
+    size = np.array([b.size for b in run.trace], dtype=np.int64)
+    for op, ev in zip(schedule.ops, compute):
+        p = passes[op.sub_batch]
+        n, s = p.n_stages, p.stages[op.stage]
+        a = s.algorithm(schedule.algorithm_of(op.stage))
+        last = op.stage == n - 1
+        if op.kind == "B":
+            grad_in = 2 * p.output_bytes if last else p.stages[op.stage + 1].grad_bytes
+            need = s.saved_bytes + s.output_saved_bytes + grad_in + s.grad_bytes + a.bwd_workspace
+        else:
+            output = p.output_bytes if last else p.stages[op.stage + 1].input_bytes
+            need = max(s.input_bytes, s.saved_bytes) + output + a.fwd_workspace
+        need += p.weight_bytes
+        held = int(size[(alloc <= ev.start + _EPS) & (free >= ev.end - _EPS)].sum()) if len(size) else 0
+        if held < need:
+            out.append(Violation(f"{op.label} runs with {held} bytes on the device, less than the {need} it needs",
+                                 op.stage, ev.start))
     return out
 
 

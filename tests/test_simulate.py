@@ -12,6 +12,7 @@ import pytest
 from harness.bounds import lower_bound, min_memory, op_needs, peak_memory
 from harness.model import Profile, Schedule, Stage, Transfer, training_ops
 from harness.schedules import best_ordered_schedule, keep_all_schedule, ordered_schedule
+from harness.validate import validate
 from harness.simulate.executor import simulate, timing
 
 
@@ -176,9 +177,9 @@ def test_a_stage_cannot_keep_more_of_its_output_than_the_next_stage_saves() -> N
                 (Stage("a", "conv", 1.0, 1.0, 10, 10, 10, output_saved_bytes=11), Stage("b", "act", 1.0, 1.0, 10, 10, 10)))
 
 
-def test_a_checkpointed_segment_does_not_hold_the_original_output_of_its_last_stage() -> None:
-    """With a non-reentrant checkpoint of [0, 2), B_1 reads the recomputed x_2 (charged in its
-    recompute transient), so the x_2 share stage 1 would otherwise keep after B_2 is not held."""
+def test_a_checkpointed_segment_holds_the_recomputed_output_of_its_last_stage() -> None:
+    """With [0, 2) checkpointed, B_1 reads the x_2 that R_1 re-creates (harness.memory): the share
+    of the original x_2 that stage 1 would keep after B_2 is not held, the recomputed one is, until B_1 ends."""
     from harness.planners.torch_peers import checkpoint_schedule
 
     stages = (
@@ -190,9 +191,19 @@ def test_a_checkpointed_segment_does_not_hold_the_original_output_of_its_last_st
     held = Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 10, stages)
     plain = replace(held, stages=(stages[0], replace(stages[1], output_saved_bytes=0), *stages[2:]))
     schedule = checkpoint_schedule(held, 10**9, every=2)
-    assert simulate(schedule, held).peak_bytes == simulate(schedule, plain).peak_bytes
-    # without the checkpoint the held bytes do count
+    assert [op.label for op in schedule.ops] == ["Fc0", "Fn1", "F2", "F3", "B3", "B2", "R0", "R1", "B1", "B0"]
+
+    def live(profile: Profile, label: str) -> int:
+        run = simulate(schedule, profile)
+        e = [e for e in run.timeline if e.label == label][0]
+        return sum(b.size for b in run.trace if b.alloc <= (e.start + e.end) / 2 < b.free)
+
+    assert live(held, "R0") == live(plain, "R0")  # the original x_2 is gone with B_2
+    assert live(held, "B1") - live(plain, "B1") == 300  # R_1's x_2, kept for B_1
+    assert not validate(schedule, held, 10**9)
+    # without the checkpoint the original x_2's share is held from B_2's end
     keep = keep_all_schedule(held, 10**9)
     b1 = lambda run: [e for e in run.timeline if e.label.startswith("B1")][0]  # noqa: E731
-    live = lambda run, e: sum(b.size for b in run.trace if b.alloc <= (e.start + e.end) / 2 < b.free)  # noqa: E731
-    assert live(simulate(keep, held), b1(simulate(keep, held))) - live(simulate(keep, plain), b1(simulate(keep, plain))) == 300
+    live_keep = lambda run, e: sum(b.size for b in run.trace if b.alloc <= (e.start + e.end) / 2 < b.free)  # noqa: E731
+    assert (live_keep(simulate(keep, held), b1(simulate(keep, held)))
+            - live_keep(simulate(keep, plain), b1(simulate(keep, plain)))) == 300

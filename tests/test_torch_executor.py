@@ -18,7 +18,7 @@ pytest.importorskip("torchvision")
 
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.errors import InfeasibleBudget  # noqa: E402
-from harness.executors._torch_chain import TorchChain, output_gradient  # noqa: E402
+from harness.executors._torch_chain import TorchChain  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
 from harness.model import Algorithm, Profile, Schedule  # noqa: E402
 from harness.plugins import registry  # noqa: E402
@@ -85,7 +85,7 @@ def test_the_tight_budget_makes_planners_move_data():
     _, profile = setup(MODELS[0])
     moving = [name for name in ("greedy", "torch-save-on-cpu") if plan_tight(profile, name).transfers]
     assert moving == ["greedy", "torch-save-on-cpu"]
-    assert plan_tight(profile, "torch-checkpoint").options["recompute_segments"]
+    assert any(op.kind == "R" for op in plan_tight(profile, "torch-checkpoint").ops)
 
 
 def test_sub_batches_accumulate_the_gradients():
@@ -100,6 +100,37 @@ def test_sub_batches_accumulate_the_gradients():
     assert_gradients_equal(chain, accumulated)
     with pytest.raises(AssertionError):  # accumulation over two halves is not the full-batch gradient (BN)
         assert_gradients_equal(chain, full)
+
+
+@pytest.mark.parametrize("sub_batches", [1, 2])
+def test_offloading_and_recomputing_together_give_the_plain_gradients(sub_batches: int):
+    """Two checkpointed segments (Fc, Fn, R) and offloaded stages after them, in one schedule."""
+    from harness.validate import validate
+
+    chain, profile = setup(MODELS[0])
+    n = profile.n_stages
+    segments = [(0, 2), (2, n // 2)]
+    offload = {i for i in range(n // 2, n - 1) if profile.stages[i].saved_bytes > 0}
+    schedule = ordered_schedule(profile, 10**12, offload, planner="both", recompute=segments,
+                                sub_batches=sub_batches, prefetch_window=1)
+    assert schedule.offloaded_stages and schedule.recomputed_stages == tuple(range(n // 2))
+    assert not validate(schedule, profile)
+    expected = cached_reference(MODELS[0], sub_batches)  # before the run: it leaves the model's gradients empty
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert run.moved_bytes > 0
+    assert_gradients_equal(chain, expected)
+
+
+def test_save_on_cpu_is_an_option_of_the_executor():
+    """PyTorch's own save_on_cpu hooks, chosen by the executor, for any schedule (here a checkpointing one)."""
+    chain, profile = setup(MODELS[0])
+    schedule = registry().planner("torch-checkpoint").plan(profile, 10**12)
+    expected = cached_reference(MODELS[0], 1)
+    run = TorchExecutor(warmup=0, iterations=1, save_on_cpu=True).execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert run.moved_bytes > 0  # the hooks copied every saved tensor out and back
+    assert_gradients_equal(chain, expected)
 
 
 def test_repeated_iterations_give_the_same_gradients():

@@ -187,13 +187,20 @@ def test_sub_batches_hold_their_own_groups():
         assert all(g[0] == 1 for g in record.held[where[("F", 3, 1)]])
 
 
-def test_checkpointed_stages_leave_nothing_saved():
+def test_recomputed_stages_hold_nothing_between_their_forward_and_their_recomputation():
+    """Fc and Fn save nothing into the store; R_i re-creates stage i's saved data, the profiled size."""
     chain, profile = setup(MODELS[0])
     schedule = registry().planner("torch-checkpoint").plan(profile, 10**12)
-    recomputed = set(schedule.options["recompute"])
+    recomputed = set(schedule.recomputed_stages)
     assert recomputed
     record = execute(schedule, profile, chain)
-    assert all(i not in recomputed for held in record.held for (_, i) in held)
+    where = op_index(schedule.ops)
+    for i in recomputed:
+        forward = where[("Fc", i, 0)] if ("Fc", i, 0) in where else where[("Fn", i, 0)]
+        # stage i's group may hold only the share of x_i the stage before saved (the attribution rule)
+        share = profile.stages[i - 1].output_saved_bytes if i else 0
+        assert all(record.held[k].get((0, i), 0) <= share for k in range(forward, where[("R", i, 0)]))
+        assert record.held[where[("R", i, 0)]].get((0, i), 0) > 0 or profile.stages[i].saved_bytes == 0
     kept = [i for i in range(profile.n_stages) if i not in recomputed]
     # the first kept stage may miss its input, saved (inside the checkpoint) by the stage before
     assert all(record.group_bytes.get((0, i), 0) == profile.stages[i].saved_bytes for i in kept[1:])

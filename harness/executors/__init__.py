@@ -1,4 +1,4 @@
-"""Built-in executors: the event simulator and the torch executor."""
+"""Built-in executors: the event simulator and the torch executor (also with PyTorch's save_on_cpu)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,26 @@ class LazyTorchExecutor:
         return self.executor().run(schedule, profile, workload)
 
 
+class LazyTorchSaveOnCpuExecutor(LazyTorchExecutor):
+    """The ``torch-save-on-cpu`` executor: the torch executor with its ``save_on_cpu`` option.
+
+    Every saved tensor goes through PyTorch's ``torch.autograd.graph.save_on_cpu`` hooks
+    (to the host as it is saved, back when the backward uses it), for any planner's
+    schedule; the schedule's own transfers do not run.
+    """
+
+    name = "torch-save-on-cpu"
+    description = "The torch executor with PyTorch's save_on_cpu hooks for every saved tensor (no planned copies)"
+
+    def __init__(self, **options):
+        super().__init__(**{"save_on_cpu": True, **options})
+
+
 def register_builtin(register):
-    """Register the built-in executors: ``simulate`` and ``torch`` (lazily: no torch import here)."""
+    """Register the built-in executors: ``simulate``, ``torch`` and ``torch-save-on-cpu``
+    (lazily: no torch import here)."""
     from harness.simulate.executor import Simulator
 
     register(Simulator())
     register(LazyTorchExecutor())
+    register(LazyTorchSaveOnCpuExecutor())

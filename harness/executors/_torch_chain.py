@@ -2,7 +2,8 @@
 
 The chain is the profilers' (``harness.profilers.extract``): the model traced into a
 graph and cut where one tensor is live (papers/004 section 6.1). ``ChainPass`` runs the
-forward F_i and the backward B_i of each stage as separate calls, the way
+forward of each stage (F_i, or Fc_i and Fn_i, which do not save), its recomputation R_i
+and its backward B_i as separate calls, the way
 ``harness.profilers.instrument`` does, with two differences that let an executor move
 a stage's data away:
 
@@ -115,17 +116,25 @@ class _SubBatch:
     boxes: dict[int, dict] = field(default_factory=dict)
     edges: dict[int, Any] = field(default_factory=dict)
     output_shape: tuple[int, ...] | None = None
+    kinds: dict[int, str] = field(default_factory=dict)  # the forward kind of each stage run so far
+    inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # x_i kept for R_i (a checkpoint or R_{i-1}'s)
+    carried: dict[int, dict[int, Any]] = field(default_factory=dict)  # non-tensor values live before stage i
+    rng: dict[int, Any] = field(default_factory=dict)  # the random state a recomputation restores
 
 
 class ChainPass:
     """One training iteration of a chain, operation by operation, in any valid order.
 
     ``grads(sub_batch, output_shape)`` gives the gradient of the model output;
-    ``packing(sub_batch, stage)`` is the saved-tensor context for a forward (the
-    executor's store); ``on_forward_end(sub_batch, stage, output)`` is called when the
-    forward of a stage is over; ``algorithm(stage)`` gives the context that selects the
-    stage's algorithm; ``segments`` maps the first stage of each checkpointed segment
-    to its end (exclusive), run with ``torch.utils.checkpoint``.
+    ``packing(sub_batch, stage)`` is the saved-tensor context for a forward that saves and
+    for a recomputation (the executor's store); ``on_forward_end(sub_batch, stage, output)``
+    is called when such an operation is over (``output`` None when no later stage saves
+    it); ``algorithm(stage)`` gives the context that selects the stage's algorithm.
+
+    The operations are ``harness.model.Op``'s: ``forward`` runs F (saving), Fc (keeping
+    only its input, a checkpoint) or Fn (saving nothing: under ``torch.no_grad``);
+    ``recompute`` runs R, the stage again from its kept input with the random state of
+    its first run (as ``torch.utils.checkpoint`` does), saving for its backward.
     """
 
     def __init__(
@@ -136,12 +145,9 @@ class ChainPass:
         packing: Callable[[int, int], ContextManager],
         on_forward_end: Callable[[int, int, torch.Tensor | None], None],
         algorithm: Callable[[int], ContextManager] = lambda stage: nullcontext(),
-        segments: dict[int, int] | None = None,
     ) -> None:
         self.chain, self.inputs, self.grads = chain, inputs, grads
         self.packing, self.on_forward_end, self.algorithm = packing, on_forward_end, algorithm
-        self.segments = segments or {}
-        self.inside = {i: a for a, b in self.segments.items() for i in range(a, b)}
         self.token = torch.zeros((), device=chain.device, requires_grad=True)
         self.state: dict[int, _SubBatch] = {}
 
@@ -154,57 +160,90 @@ class ChainPass:
             self.state[sb] = _SubBatch(env={graph.input_index: x})
         return self.state[sb]
 
-    def forward(self, stage: int, sb: int) -> None:
-        """Run F_stage of sub-batch ``sb``."""
+    def forward(self, stage: int, sb: int, kind: str = "F") -> None:
+        """Run the forward of ``stage`` for sub-batch ``sb``: ``F`` saves, ``Fc`` keeps its input, ``Fn`` nothing."""
         st = self._sub(sb)
-        start = self.inside.get(stage)
-        if start is not None and start != stage:
-            return  # ran with its checkpointed segment
-        spans = self.chain.plan.stages
-        end = self.segments.get(stage, stage + 1)
-        first = spans[stage]
+        st.kinds[stage] = kind
+        if kind != "F":
+            self._forward_without_saving(stage, st, keep_input=kind == "Fc")
+            return
+        first = self.chain.plan.stages[stage]
         if stage > 0:
             box: dict = {}
             st.boxes[stage] = box
             st.env[first.input] = _Entry.apply(self.token, st.next_input, box)
         st.next_input = None
-        if stage in self.segments:
-            out = self._checkpointed(stage, end, st)
-        else:
-            with self.algorithm(stage), self.packing(sb, stage):
-                self.chain.graph.run(first.first, first.last, st.env)
-            out = st.env.pop(first.output)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"stage {spans[end - 1].name} produced {type(out).__name__}, not a tensor")
-        if out.requires_grad:
-            st.edges[end - 1] = torch.autograd.graph.get_gradient_edge(out)
-        final = end == len(spans)
-        self.on_forward_end(sb, end - 1, None if final else out)
-        if final:
+        with self.algorithm(stage), self.packing(sb, stage):
+            self.chain.graph.run(first.first, first.last, st.env)
+        out = st.env.pop(first.output)
+        self._produced(stage, sb, st, out, forward_pass=True)
+
+    def _forward_without_saving(self, stage: int, st: _SubBatch, keep_input: bool) -> None:
+        """Fc or Fn: the stage under ``torch.no_grad`` on a copy of the values it reads."""
+        spans = self.chain.plan.stages
+        first = spans[stage]
+        x = st.env.pop(first.input) if stage == 0 else st.next_input
+        st.next_input = None
+        st.carried[stage] = {k: v for k, v in st.env.items() if not isinstance(v, torch.Tensor)}
+        st.rng[stage] = self._rng_state()
+        if keep_input:
+            st.inputs[stage] = x
+        env = dict(st.carried[stage])
+        env[first.input] = x
+        with torch.no_grad(), self.algorithm(stage):
+            self.chain.graph.run(first.first, first.last, env)
+        out = env.pop(first.output)
+        for k, v in env.items():
+            if not isinstance(v, torch.Tensor):
+                st.env.setdefault(k, v)
+        if stage == len(spans) - 1:
             st.output_shape = tuple(out.shape)
         else:
+            st.next_input = out
+
+    def recompute(self, stage: int, sb: int) -> None:
+        """Run R_stage of sub-batch ``sb``: the stage again, saving, from the input it kept."""
+        st = self._sub(sb)
+        first = self.chain.plan.stages[stage]
+        box: dict = {}
+        st.boxes[stage] = box
+        env = dict(st.carried.pop(stage))
+        env[first.input] = _Entry.apply(self.token, st.inputs.pop(stage), box)
+        devices = [self.chain.device] if self.chain.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            self._set_rng_state(st.rng.pop(stage))
+            with self.algorithm(stage), self.packing(sb, stage):
+                self.chain.graph.run(first.first, first.last, env)
+        out = env.pop(first.output)
+        self._produced(stage, sb, st, out, forward_pass=False)
+
+    def _produced(self, stage: int, sb: int, st: _SubBatch, out: Any, forward_pass: bool) -> None:
+        """After F or R: keep the output's gradient edge for B_stage and hand the output on."""
+        spans = self.chain.plan.stages
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"stage {spans[stage].name} produced {type(out).__name__}, not a tensor")
+        if out.requires_grad:
+            st.edges[stage] = torch.autograd.graph.get_gradient_edge(out)
+        final = stage == len(spans) - 1
+        # the output goes on to the next stage's forward, or to its recomputation (after an Fn)
+        feeds = not final and (forward_pass or st.kinds.get(stage + 1) == "Fn")
+        self.on_forward_end(sb, stage, out if feeds else None)
+        if final:
+            st.output_shape = tuple(out.shape)
+        elif forward_pass:
             st.next_input = out.detach()
+        elif feeds:
+            st.inputs[stage + 1] = out.detach()
 
-    def _checkpointed(self, a: int, b: int, st: _SubBatch) -> torch.Tensor:
-        """Run stages a..b-1 as one ``torch.utils.checkpoint`` segment (recomputed in B_{b-1})."""
-        import torch.utils.checkpoint as checkpoint
+    def _rng_state(self) -> Any:
+        cpu = torch.get_rng_state()
+        return (cpu, torch.cuda.get_rng_state(self.chain.device)) if self.chain.device.type == "cuda" else (cpu, None)
 
-        spans, graph = self.chain.plan.stages, self.chain.graph
-        carried = {k: v for k, v in st.env.items() if not isinstance(v, torch.Tensor)}
-        x = st.env.pop(spans[a].input)
-
-        def segment(inp: torch.Tensor) -> torch.Tensor:
-            env = dict(carried)
-            env[spans[a].input] = inp
-            for i in range(a, b):
-                with self.algorithm(i):
-                    graph.run(spans[i].first, spans[i].last, env)
-            for k, v in env.items():
-                if not isinstance(v, torch.Tensor):
-                    st.env.setdefault(k, v)
-            return env[spans[b - 1].output]
-
-        return checkpoint.checkpoint(segment, x, use_reentrant=False, preserve_rng_state=True)
+    def _set_rng_state(self, state: Any) -> None:
+        cpu, cuda = state
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda, self.chain.device)
 
     def backward(self, stage: int, sb: int) -> None:
         """Run B_stage of sub-batch ``sb``: from its output's gradient to its input's."""
@@ -218,7 +257,7 @@ class ChainPass:
             if grad is not None:
                 with self.algorithm(stage):
                     torch.autograd.backward(edge, grad_tensors=grad.to(self.chain.device, non_blocking=True))
-        elif stage not in self.inside:  # a segment's other stages ran with the backward of its last one
+        else:
             st.boxes.pop(stage + 1, None)
         if stage == 0:
             self.state.pop(sb, None)  # the sub-batch is over

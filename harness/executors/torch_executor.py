@@ -5,6 +5,9 @@ It trains with exactly the schedule's decisions, operation by operation in
 
 - F_i runs stage i under ``saved_tensors_hooks`` that put what it saves in the
   ``SavedStore`` (grouped per stage, by storage, with the profiler's attribution rule);
+  Fc_i and Fn_i run it under ``torch.no_grad`` (Fc_i keeping its input, the checkpoint),
+  and R_i runs it again before B_i, from that input or from R_{i-1}'s output, with the
+  random state of its first run, saving into the store like F_i (``_torch_chain``);
 - a transfer is issued at the start or end of its ``issue_op``; an offload whose data
   is not produced yet (issued at the start of F_i) goes when F_i is over; offloads and
   prefetches run on side CUDA streams into pinned host buffers reused across
@@ -18,9 +21,10 @@ It trains with exactly the schedule's decisions, operation by operation in
 - each stage runs with its algorithm where PyTorch lets one choose (``Schedule.algorithms``
   indices into the profile's ``Stage.algorithms``, by name: cuDNN heuristic,
   autotuned or off on CUDA; oneDNN or native on the CPU; others run the default);
-- schedule options it understands: ``recompute_segments`` (checkpointed segments,
-  ``torch.utils.checkpoint``) and ``mechanism: save_on_cpu`` (PyTorch's own
-  ``save_on_cpu`` instead of the store; the transfers then only describe it).
+- nothing else: it reads no ``Schedule.options`` and does not know which planner made
+  the schedule. Its own option ``save_on_cpu`` runs every forward's saving through
+  PyTorch's ``torch.autograd.graph.save_on_cpu`` instead of the store (the schedule's
+  transfers then do not run: PyTorch's hooks copy everything).
 
 The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
 an out-of-memory is a Run with status ``oom``. On the CPU the same code runs with host
@@ -150,7 +154,7 @@ def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | N
 
 
 def predict(schedule: Schedule, profile: Profile, duplex: bool = False) -> Run:
-    """The simulator's run of ``schedule`` (recomputation charged), without trace."""
+    """The simulator's run of ``schedule``, without trace."""
     from harness.simulate.executor import simulate
 
     return simulate(schedule, profile, duplex=duplex, with_trace=False)
@@ -168,9 +172,10 @@ class TorchExecutor:
     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that less of the budget
     is lost to fragmentation), ``emulate_budget`` (CPU check), ``seed`` (reseeded at every
     iteration, so that each iteration computes the same gradients), ``record`` (keep the bytes held after every
-    operation in ``last_record``), ``grad_check`` (after the timed iterations, compare the
-    gradients with the unmodified model's on the same batch: metric ``grad_error``,
-    ``harness.executors.grad_check``).
+    operation in ``last_record``), ``save_on_cpu`` (PyTorch's ``save_on_cpu`` hooks instead of the
+    schedule's transfers: every saved tensor to the host as it is saved, back when it is used),
+    ``grad_check`` (after the timed iterations, compare the gradients with the unmodified
+    model's on the same batch: metric ``grad_error``, ``harness.executors.grad_check``).
     """
 
     name = "torch"
@@ -178,11 +183,12 @@ class TorchExecutor:
 
     def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool = False,
                  enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False,
-                 expandable_segments: bool = False, cap_bytes: int | None = None, grad_check: bool = True):
+                 expandable_segments: bool = False, cap_bytes: int | None = None, save_on_cpu: bool = False,
+                 grad_check: bool = True):
         self.device, self.warmup, self.iterations = device, warmup, iterations
         self.duplex, self.enforce_budget, self.emulate_budget = duplex, enforce_budget, emulate_budget
         self.expandable_segments, self.cap_bytes = expandable_segments, cap_bytes
-        self.seed, self.record, self.grad_check = seed, record, grad_check
+        self.seed, self.record, self.save_on_cpu, self.grad_check = seed, record, save_on_cpu, grad_check
         self.last_record = ExecutionRecord()
         self._chain: TorchChain | None = None
 
@@ -248,9 +254,8 @@ class _Execution:
         self.copies = (CudaCopies(chain.device, self.pool, self.clock, executor.duplex) if self.cuda
                        else CpuCopies(self.pool, self.clock))
         self.record = ExecutionRecord()
-        self.mechanism = schedule.options.get("mechanism")
+        self.native = executor.save_on_cpu
         self.native_moved = 0
-        self.segments = {int(a): int(b) for a, b in schedule.options.get("recompute_segments", ())}
         self.contexts = self._algorithms()
         self.issued: dict[tuple[int, str], list[int]] = {}
         self.waits: dict[int, list[int]] = {}
@@ -284,7 +289,7 @@ class _Execution:
         return (make() or nullcontext()) if make is not None else nullcontext()
 
     def packing(self, sb: int, stage: int) -> ContextManager:
-        if self.mechanism == "save_on_cpu":
+        if self.native:
             return self._native_save_on_cpu()
         return self.store.packing(sb, stage)
 
@@ -372,8 +377,7 @@ class _Execution:
         if self.cuda:
             torch.cuda.synchronize(chain.device)
         self.clock.start(stream)
-        chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm,
-                               self.segments)
+        chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm)
         try:
             for k, op in enumerate(schedule.ops):
                 self._issue(k, "start")
@@ -385,11 +389,15 @@ class _Execution:
                 if record:
                     self.record.held_before.append(self.store.device_bytes())
                 start = self.clock.mark(stream)
-                if op.kind == "F":
-                    chain_pass.forward(op.stage, op.sub_batch)
+                if op.kind == "B":
+                    chain_pass.backward(op.stage, op.sub_batch)
+                elif op.kind == "R":
+                    chain_pass.recompute(op.stage, op.sub_batch)
                     self._after_forward(op.sub_batch, op.stage)
                 else:
-                    chain_pass.backward(op.stage, op.sub_batch)
+                    chain_pass.forward(op.stage, op.sub_batch, op.kind)
+                    if op.kind == "F":
+                        self._after_forward(op.sub_batch, op.stage)
                 self.clock.span(op.label, "compute", start, self.clock.mark(stream))
                 self._issue(k, "end")
                 self._retry_prefetches()
@@ -420,7 +428,7 @@ class _Execution:
         for j in self.issued.get((k, at), ()):
             tr = self.schedule.transfers[j]
             group = (tr.sub_batch, tr.stage)
-            if self.mechanism == "save_on_cpu":
+            if self.native:
                 continue  # PyTorch's own hooks do the copies
             if tr.direction == "offload":
                 if group in self.forwarded:
@@ -431,12 +439,11 @@ class _Execution:
                 self._prefetch(j)
 
     def _after_forward(self, sb: int, stage: int) -> None:
-        end = self.segments.get(stage, stage + 1)
-        for i in range(stage, end):
-            group = (sb, i)
-            self.forwarded.add(group)
-            for j in self.pending_offloads.pop(group, ()):
-                self._offload(j)
+        """The stage's saved data exists: offloads issued before it go now."""
+        group = (sb, stage)
+        self.forwarded.add(group)
+        for j in self.pending_offloads.pop(group, ()):
+            self._offload(j)
 
     def _forward_end(self, sb: int, stage: int, output: torch.Tensor | None) -> None:
         self.store.end_forward(sb, stage, output, last=output is None)

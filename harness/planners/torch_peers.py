@@ -6,15 +6,17 @@
   As a schedule: every stage offloaded when its forward ends, each offload awaited by
   the next operation, each prefetch issued at the end of the operation before the
   backward that needs it and awaited by it.
-  The torch executor runs it with ``save_on_cpu`` itself (``options["mechanism"]``);
-  note that ``save_on_cpu`` also copies the weights a backward saves, which the chain
-  model does not count.
-- ``torch-checkpoint``: activation checkpointing with ``torch.utils.checkpoint``
-  (non-reentrant) over segments of k stages, every segment but the last (as
+  The torch executor runs its transfers like any schedule's; to run a schedule's
+  saved data through PyTorch's own hooks instead, use the ``torch-save-on-cpu``
+  executor (``TorchExecutor(save_on_cpu=True)``; note that ``save_on_cpu`` also copies
+  the weights a backward saves, which the chain model does not count).
+- ``torch-checkpoint``: activation checkpointing as ``torch.utils.checkpoint``
+  (non-reentrant) does it, over segments of k stages, every segment but the last (as
   ``checkpoint_sequential`` does); k = ceil(sqrt(L)) by default, the usual choice
   (Chen et al. 2016), or ``every=auto`` for the fastest k that fits the budget. The
-  recomputation is charged by ``harness.simulate.recompute`` until the core
-  simulator has a recompute operation.
+  schedule says it with operations (``harness.schedules.recompute_ops``): the first
+  stage of a segment keeps its input (``Fc``), the others save nothing (``Fn``), and the
+  segment is recomputed (``R``) just before the backward of its last stage.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
-from harness.schedules import check_budget, op_index
+from harness.schedules import check_budget, op_index, recompute_ops
 from harness.units import format_bytes
 
 
@@ -78,8 +80,7 @@ def save_on_cpu_schedule(profile: Profile, budget: int, planner: str = "torch-sa
     for i in reversed(stages):
         before = where[("B", i, 0)] - 1
         transfers.append(Transfer(i, "prefetch", before, "end", where[("B", i, 0)]))
-    return Schedule(planner, int(budget), ops, tuple(transfers),
-                    options={"mechanism": "save_on_cpu", "sync": True},
+    return Schedule(planner, int(budget), ops, tuple(transfers), options={"sync": True},
                     notes="torch.autograd.graph.save_on_cpu: synchronous offload of everything, fetched on use")
 
 
@@ -126,9 +127,6 @@ def checkpoint_schedule(profile: Profile, budget: int, every: int, planner: str 
     """Segments [0, k), [k, 2k), ... checkpointed, all but the last one (``checkpoint_sequential``)."""
     n = profile.n_stages
     bounds = list(range(0, n, every)) + [n]
-    segments = [[a, b] for a, b in zip(bounds, bounds[1:])][:-1]
-    recomputed = [i for a, b in segments for i in range(a, b)]
-    return Schedule(planner, int(budget), training_ops(n),
-                    options={"recompute_segments": segments, "every": every, "recompute": recomputed,
-                             "mechanism": "torch.utils.checkpoint"},
+    segments = list(zip(bounds, bounds[1:]))[:-1]
+    return Schedule(planner, int(budget), recompute_ops(n, segments), options={"every": every},
                     notes=f"checkpoint every {every} stages: {len(segments)} recomputed segments")

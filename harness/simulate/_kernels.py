@@ -77,7 +77,9 @@ def _simulate(
                 running = -1
                 mem -= op_free[k]
                 t = op_tensor[k]
-                if op_is_b[k]:
+                if t < 0:
+                    pass  # a forward that saves nothing for a backward
+                elif op_is_b[k]:
                     mem -= t_dev[t]
                     t_dev[t] = 0
                 elif t_unrel_n[t] > 0:
@@ -127,7 +129,7 @@ def _simulate(
                     mem += op_alloc[k]
                     if mem > peak:
                         peak = mem
-                    if not op_is_b[k]:
+                    if not op_is_b[k] and t >= 0:
                         t_dev[t] = t_size[t]
                     op_start[k] = now
                     op_end[k] = now + op_dur[k]
@@ -182,7 +184,7 @@ def simulate_kernel(low: Lowered) -> Timing:
     w_ptr, w_idx = _csr(low.tr_wait_op, n_ops)
     g_ptr, g_idx = _csr(low.tr_engine, n_eng)
     t_fop = np.full(n_t, -1, dtype=np.int64)
-    f_ops = np.flatnonzero(~low.op_is_b)
+    f_ops = np.flatnonzero(~low.op_is_b & (low.op_tensor >= 0))  # the creator of each saved tensor
     t_fop[low.op_tensor[f_ops]] = f_ops
     status, blocked, op_s, op_e, tr_s, tr_e, tr_r, peak, free = _simulate(
         low.budget, float(low.base_bytes), low.op_is_b, low.op_dur, low.op_alloc, low.op_free, low.op_tensor,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.memory import schedule_blocks
 from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent
 from harness.simulate.lowering import Lowered, lower, pass_profiles
-from harness.simulate.recompute import equivalent, recompute_segments
 from harness.simulate.reference import OK, Timing, simulate_reference
 
 ENGINES = ("kernel", "reference")
@@ -14,12 +14,7 @@ ENGINES = ("kernel", "reference")
 
 def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
            engine: str = "kernel") -> tuple[Lowered, Timing]:
-    """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference.
-
-    A checkpointing schedule (``options["recompute_segments"]``) is first rewritten into its
-    equivalent (``harness.simulate.recompute``), so recomputation is charged.
-    """
-    schedule, profile = equivalent(schedule, profile)
+    """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference."""
     return _run(schedule, profile, budget, duplex, engine)
 
 
@@ -38,12 +33,10 @@ def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: boo
 def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
              engine: str = "kernel", with_trace: bool = True) -> Run:
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
-    recomputes = bool(recompute_segments(schedule))
-    schedule, profile = equivalent(schedule, profile)
     low, tm = _run(schedule, profile, budget, duplex, engine)
     compute = float(low.op_dur.sum())
     started = ~np.isnan(tm.tr_start)
-    moved = 0 if recomputes else int(low.tr_bytes[started].sum())  # its copies only stand for dropping
+    moved = int(low.tr_bytes[started].sum())
     if tm.status != OK:
         return Run(
             executor="simulate", planner=schedule.planner, status="infeasible",
@@ -54,7 +47,7 @@ def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = Non
     return Run(
         executor="simulate", planner=schedule.planner, status="ok", message="",
         makespan=makespan, compute_time=compute, peak_bytes=int(tm.peak), moved_bytes=moved,
-        timeline=timeline(schedule, tm, duplex, copies=not recomputes) if with_trace else (),
+        timeline=timeline(schedule, tm, duplex) if with_trace else (),
         trace=memory_trace(schedule, profile, tm, makespan) if with_trace else (),
     )
 
@@ -81,11 +74,11 @@ def stuck_reason(schedule: Schedule, low: Lowered, tm: Timing) -> str:
             f"{int(tm.free_at_block)} of the budget's {int(low.budget)} are free and nothing can free more")
 
 
-def timeline(schedule: Schedule, tm: Timing, duplex: bool, copies: bool = True) -> tuple[TimelineEvent, ...]:
+def timeline(schedule: Schedule, tm: Timing, duplex: bool) -> tuple[TimelineEvent, ...]:
     """Compute operations and copies as intervals on their streams."""
     events = [TimelineEvent(op.label, "compute", float(tm.op_start[k]), float(tm.op_end[k]))
               for k, op in enumerate(schedule.ops)]
-    for j, tr in enumerate(schedule.transfers if copies else ()):
+    for j, tr in enumerate(schedule.transfers):
         if np.isnan(tm.tr_start[j]):
             continue
         pre = tr.direction == "prefetch"
@@ -98,52 +91,36 @@ def timeline(schedule: Schedule, tm: Timing, duplex: bool, copies: bool = True) 
 def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: float) -> tuple[MemoryBlock, ...]:
     """The device allocations of the run, as blocks alive on [alloc, free).
 
-    The blocks follow the memory model of ``harness.simulate.lowering``; their live sum at
-    any instant is what the simulator held (the validator checks that independently).
+    The blocks are ``harness.memory``'s (the ones the simulator ran), timed by the run; an
+    offloaded tensor's blocks end when the offload released them, and what stayed and what
+    came back live on as two blocks until its backward ends. Their live sum at any instant
+    is what the simulator held (the validator checks that independently).
     """
     passes = pass_profiles(profile, schedule)
     n = profile.n_stages
-    index = {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(schedule.ops)}
-    offload = {}
-    prefetch = {}
+    offload, prefetch = {}, {}
     for j, tr in enumerate(schedule.transfers):
-        (prefetch if tr.direction == "prefetch" else offload)[(tr.stage, tr.sub_batch)] = j
+        (prefetch if tr.direction == "prefetch" else offload)[tr.sub_batch * n + tr.stage] = j
     blocks: list[tuple[str, int, float, float]] = [("weights", passes[0].weight_bytes, 0.0, makespan)]
-
-    def start(kind: str, i: int, sb: int) -> float:
-        return float(tm.op_start[index[(kind, i, sb)]])
-
-    def end(kind: str, i: int, sb: int) -> float:
-        return float(tm.op_end[index[(kind, i, sb)]])
-
-    for sb, p in enumerate(passes):
-        algos = [s.algorithm(schedule.algorithm_of(i)) for i, s in enumerate(p.stages)]
-        tag = f"/{sb}" if sb else ""
-        for i, s in enumerate(p.stages):
-            born = start("F", i - 1 if i else 0, sb)
-            b_end = end("B", i, sb)
-            kept = min(s.input_bytes, s.saved_bytes)
-            extra = s.saved_bytes - kept
-            blocks.append((f"x{i}.drop{tag}", s.input_bytes - kept, born, end("F", i, sb)))
-            blocks.append((f"wF{i}{tag}", algos[i].fwd_workspace, start("F", i, sb), end("F", i, sb)))
-            blocks.append((f"wB{i}{tag}", algos[i].bwd_workspace, start("B", i, sb), b_end))
-            blocks.append((f"y{i}{tag}", s.grad_bytes, start("B", i, sb), end("B", i - 1, sb) if i else b_end))
-            j = offload.get((i, sb))
-            if j is None:
-                gone = b_end
-            else:
-                gone = float(tm.tr_release[j])
-                moved = int(schedule.transfers[j].nbytes if schedule.transfers[j].nbytes is not None else s.saved_bytes)
-                blocks.append((f"saved{i}.rest{tag}", s.saved_bytes - moved, gone, b_end))
-                q = prefetch.get((i, sb))
+    split: set[int] = set()
+    for b in schedule_blocks(schedule, passes):
+        born = float(tm.op_end[b.born] if b.born_at_end else tm.op_start[b.born])
+        gone = float(tm.op_end[b.dies])
+        j = offload.get(b.tensor) if b.tensor >= 0 else None
+        if j is not None:
+            if b.tensor not in split:  # what stayed and what came back, from the release to the backward's end
+                split.add(b.tensor)
+                release = float(tm.tr_release[j])
+                size = passes[b.sub_batch].stages[b.stage].saved_bytes
+                tr = schedule.transfers[j]
+                moved = int(tr.nbytes if tr.nbytes is not None else size)
+                tag = f"/{b.sub_batch}" if b.sub_batch else ""
+                blocks.append((f"saved{b.stage}.rest{tag}", size - moved, release, gone))
+                q = prefetch.get(b.tensor)
                 if q is not None:
-                    blocks.append((f"saved{i}.back{tag}", moved, float(tm.tr_start[q]), b_end))
-            blocks.append((f"x{i}{tag}", kept, born, gone))
-            blocks.append((f"saved{i}.extra{tag}", extra, start("F", i, sb), gone))
-            if i:  # the part of x_i that B_{i-1} needs outlives saved_i (lowering's rule)
-                blocks.append((f"x{i}.held{tag}", p.stages[i - 1].output_saved_bytes, b_end, end("B", i - 1, sb)))
-        blocks.append((f"out{tag}", p.output_bytes, start("F", n - 1, sb), end("B", n - 1, sb)))
-        blocks.append((f"grad_out{tag}", p.output_bytes, start("B", n - 1, sb), end("B", n - 1, sb)))
+                    blocks.append((f"saved{b.stage}.back{tag}", moved, float(tm.tr_start[q]), gone))
+            gone = float(tm.tr_release[j])
+        blocks.append((b.name, b.size, born, gone))
     return tuple(
         MemoryBlock(bid, name, int(size), lo, hi)
         for bid, (name, size, lo, hi) in enumerate((b for b in blocks if b[1] > 0))

@@ -1,21 +1,12 @@
 """Lower a (schedule, profile) pair to the flat arrays both simulators run on.
 
-The memory model (papers/004 section 3.1, widened to saved bytes that differ from the
-input): for stage i of a sub-batch,
-
-- x_i (``input_bytes``) is allocated when F_{i-1} starts (x_0 when F_0 starts);
-- F_i allocates at its start its output x_{i+1} (``output_bytes`` for the last stage), its
-  workspace, and ``extra_i = max(0, saved_i - input_i)``; at its end it frees the workspace
-  and ``drop_i = max(0, input_i - saved_i)``, the part of x_i that B_i does not need;
-- what remains of stage i, ``saved_i`` bytes, is the unit that is offloaded and prefetched;
-  it is freed when B_i ends;
-- B_i allocates y_i (``grad_bytes``) and its workspace (and, for the last stage, the
-  gradient of the output) and frees at its end the workspace, y_{i+1}, saved_i (and the
-  last stage's output; B_0 frees y_0 too);
-- the part of x_{i+1} that B_i needs (``output_saved_bytes`` of stage i, counted in
-  saved_{i+1}) stays when B_{i+1} frees saved_{i+1}, and is freed when B_i ends
-  (papers/004 section 3.1: B_i requires x_{i+1});
-- the weights stay resident throughout.
+The memory rules are ``harness.memory``'s: every block of ``schedule_blocks`` is
+allocated when the operation that creates it starts (or, for what remains of a freed
+tensor, ends) and freed when the last operation that needs it ends; the blocks of a
+stage's saved tensor are the unit of offloading, freed as one when its backward ends
+(or released by an offload). An operation's duration is its stage's forward time (a
+forward, with or without saving, or a recomputation) or backward time, for the
+schedule's algorithm.
 """
 
 from __future__ import annotations
@@ -24,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.memory import schedule_blocks
 from harness.model import Profile, Schedule
 
 
@@ -38,7 +30,7 @@ class Lowered:
     op_dur: np.ndarray  # float64
     op_alloc: np.ndarray  # int64: bytes allocated at start
     op_free: np.ndarray  # int64: bytes freed at end, not counting saved data
-    op_tensor: np.ndarray  # int64: saved tensor produced (F) or consumed (B)
+    op_tensor: np.ndarray  # int64: saved tensor created (F, R) or consumed (B); -1 for none (Fc, Fn)
     # saved tensors, index = sub_batch * L + stage
     t_size: np.ndarray  # int64
     # transfers, in list order
@@ -80,44 +72,60 @@ def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
     return pass_profiles(profile, schedule)[0]
 
 
-def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
-    """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
-    passes = pass_profiles(profile, schedule)
-    n = profile.n_stages
+_OPS_CACHE: dict[tuple, tuple[list[Profile], tuple[np.ndarray, ...]]] = {}
+_OPS_CACHE_SIZE = 32
 
+
+def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.ndarray, ...]:
+    """The per-operation arrays and the saved tensors' sizes: ``harness.memory``'s blocks, flattened.
+
+    They depend on the operations, the algorithms and the passes only, not on the
+    transfers or the budget, so the candidates a planner tries on one profile share them
+    (a small cache, keyed by the passes' identity and kept alive with them).
+    """
+    key = (schedule.ops, schedule.algorithms, tuple(id(p) for p in passes))
+    hit = _OPS_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], passes)):
+        return tuple(x.copy() for x in hit[1])
+    n = passes[0].n_stages
     n_ops = len(schedule.ops)
     op_is_b = np.zeros(n_ops, dtype=np.bool_)
     op_dur = np.zeros(n_ops)
     op_alloc = np.zeros(n_ops, dtype=np.int64)
     op_free = np.zeros(n_ops, dtype=np.int64)
-    op_tensor = np.zeros(n_ops, dtype=np.int64)
+    op_tensor = np.full(n_ops, -1, dtype=np.int64)
     for k, op in enumerate(schedule.ops):
         p = passes[op.sub_batch] if op.sub_batch < len(passes) else passes[-1]
-        i, stages = op.stage, p.stages
-        a = stages[i].algorithm(schedule.algorithm_of(i))
-        inp = stages[i].input_bytes
-        saved = stages[i].saved_bytes
-        out = stages[i + 1].input_bytes if i + 1 < n else p.output_bytes
-        op_tensor[k] = op.sub_batch * n + i
-        if op.kind == "F":
-            op_dur[k] = a.fwd_time
-            op_alloc[k] = (inp if i == 0 else 0) + out + a.fwd_workspace + max(0, saved - inp)
-            op_free[k] = a.fwd_workspace + max(0, inp - saved)
-        else:
-            op_is_b[k] = True
-            op_dur[k] = a.bwd_time
-            last = i == n - 1
-            op_alloc[k] = stages[i].grad_bytes + a.bwd_workspace + (p.output_bytes if last else 0)
-            op_free[k] = (
-                a.bwd_workspace
-                + (2 * p.output_bytes if last else stages[i + 1].grad_bytes)
-                + (stages[0].grad_bytes if i == 0 else 0)
-                # x_{i+1}'s part B_i needed, held since B_{i+1}; the part of x_i that B_{i-1}
-                # needs stays when saved_i goes (a negative free: net, B_i still frees)
-                + stages[i].output_saved_bytes - (stages[i - 1].output_saved_bytes if i else 0)
-            )
+        stage = p.stages[op.stage]
+        index = schedule.algorithm_of(op.stage)
+        a = stage if index < 0 else stage.algorithms[index]  # the stage's own figures are its default
+        op_is_b[k] = op.kind == "B"
+        op_dur[k] = a.bwd_time if op.kind == "B" else a.fwd_time
+        if op.kind in ("F", "R", "B"):  # creates (F, R) or consumes (B) the stage's saved tensor
+            op_tensor[k] = op.sub_batch * n + op.stage
 
-    t_size = np.array([s.saved_bytes for p in passes for s in p.stages], dtype=np.int64)
+    t_size = np.zeros(len(passes) * n, dtype=np.int64)
+    for b in schedule_blocks(schedule, passes):
+        if b.born_at_end:  # kept when ``born`` frees the rest of its tensor: a negative free
+            op_free[b.born] -= b.size
+        else:
+            op_alloc[b.born] += b.size
+        if b.tensor >= 0:
+            t_size[b.tensor] += b.size  # freed with its tensor when the backward ends
+        else:
+            op_free[b.dies] += b.size
+    arrays = (op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size)
+    if len(_OPS_CACHE) >= _OPS_CACHE_SIZE:
+        _OPS_CACHE.pop(next(iter(_OPS_CACHE)))
+    _OPS_CACHE[key] = (list(passes), arrays)
+    return tuple(x.copy() for x in arrays)
+
+
+def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
+    """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
+    passes = pass_profiles(profile, schedule)
+    n = profile.n_stages
+    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, passes)
 
     m = len(schedule.transfers)
     tr_tensor = np.zeros(m, dtype=np.int64)

@@ -1,6 +1,7 @@
 """The simulator written plainly, one readable step at a time: the reference for the kernel.
 
-One compute stream runs the operations in schedule order; copy engines (one shared, or
+One compute stream runs the operations in schedule order (forwards, recomputations and
+backwards alike: what each allocates and frees is ``harness.memory``'s, lowered); copy engines (one shared, or
 one per direction when duplex) run the transfers in list order, each one at a time
 (papers/004 assumptions B-D). Everything starts as early as it can (the no-wait rule,
 Prop. 1): an operation when the previous one has ended, the copies it must wait for are
@@ -68,7 +69,8 @@ def simulate_reference(low: Lowered) -> Timing:
     op_end = np.full(n_ops, np.nan)
     copies = [_Copy(j) for j in range(n_tr)]
     tensors = [_Tensor(int(s)) for s in low.t_size]
-    f_op_of = {int(low.op_tensor[k]): k for k in range(n_ops) if not low.op_is_b[k]}
+    # the operation that creates each saved tensor (a saving forward or a recomputation)
+    f_op_of = {int(low.op_tensor[k]): k for k in range(n_ops) if not low.op_is_b[k] and low.op_tensor[k] >= 0}
     for j in range(n_tr):
         tensor = tensors[int(low.tr_tensor[j])]
         if low.tr_is_prefetch[j]:
@@ -115,7 +117,9 @@ def simulate_reference(low: Lowered) -> Timing:
                 running_op = None
                 mem -= low.op_free[k]
                 t = int(low.op_tensor[k])
-                if low.op_is_b[k]:
+                if t < 0:
+                    pass  # a forward that saves nothing for a backward
+                elif low.op_is_b[k]:
                     mem -= tensors[t].device
                     tensors[t].device = 0
                 else:
@@ -153,7 +157,7 @@ def simulate_reference(low: Lowered) -> Timing:
                 if ready and mem + low.op_alloc[k] <= low.budget:
                     mem += low.op_alloc[k]
                     peak = max(peak, mem)
-                    if not low.op_is_b[k]:
+                    if not low.op_is_b[k] and t >= 0:
                         tensors[t].device = tensors[t].size
                     op_start[k] = now
                     op_end[k] = now + low.op_dur[k]

@@ -4,7 +4,7 @@ The chain of the paper mapped onto ours
 ---------------------------------------
 The paper's offloadable ``x_i`` is our stage's ``saved_bytes`` s_i (what F_i keeps for B_i,
 the unit ``harness.schedules`` moves). Every other size enters only through the memory an
-operation needs, taken from ``harness.simulate.lowering`` (weights W are resident all the
+operation needs, taken from ``harness.memory`` (weights W are resident all the
 time, so the DP works in the usable memory M' = budget - W):
 
 - F_i needs, besides the saved data of earlier stages still on the device,
@@ -69,6 +69,7 @@ import numpy as np
 
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
+from harness.memory import stage_memory
 from harness.model import Profile, Schedule
 from harness.schedules import best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule
 
@@ -140,13 +141,11 @@ def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps:
         return _ceil_div(int(nbytes) * S, usable)
 
     saved = [s.saved_bytes for s in stages]
-    out = [stages[i + 1].input_bytes for i in range(n - 1)] + [profile.output_bytes]
-    grad_in = [stages[i + 1].grad_bytes for i in range(n - 1)] + [2 * profile.output_bytes]
-    cf = np.array([up(max(s.input_bytes, s.saved_bytes) + out[i] + s.fwd_workspace)
-                   for i, s in enumerate(stages)], dtype=np.int64)
-    # B_i also holds the part of x_{i+1} it needs, left by B_{i+1} (harness.simulate.lowering)
-    cb = np.array([up(s.saved_bytes + s.output_saved_bytes + grad_in[i] + s.grad_bytes + s.bwd_workspace)
-                   for i, s in enumerate(stages)], dtype=np.int64)
+    # C^F_i and C^B_i: the forward's and the backward's needs (harness.memory; B_i's includes
+    # the part of x_{i+1} it needs, left by B_{i+1})
+    mem = [stage_memory(profile, i) for i in range(n)]
+    cf = np.array([up(m.forward_need) for m in mem], dtype=np.int64)
+    cb = np.array([up(m.backward_need) for m in mem], dtype=np.int64)
     # optimistic rounding of |x_i|: the partial sums rounded up
     prefix = np.array([up(v) for v in np.concatenate([[0], np.cumsum(saved, dtype=np.int64)])], dtype=np.int64)
     x = np.diff(prefix)

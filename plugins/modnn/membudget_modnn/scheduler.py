@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.memory import stage_memory
 from harness.model import Profile, Transfer
 from membudget_modnn import _kernels
 from membudget_modnn.memory import LinkedListMemory
@@ -113,10 +114,9 @@ class Algorithm1:
         self.duplex = duplex
         self.select = select_algorithms
         st = profile.stages
-        self.inp = [s.input_bytes for s in st]
-        self.saved = [s.saved_bytes for s in st]
-        self.grad = [s.grad_bytes for s in st]
-        self.out = self.inp[1:] + [profile.output_bytes]
+        # every size of the chain model comes from harness.memory (default algorithms; workspaces apart)
+        self.m = [stage_memory(profile, i) for i in range(n)]
+        self.saved = [m.saved for m in self.m]
         # owners in the linked list: stage blocks 0..n-1, then these
         self.OUT, self.GOUT, self.WS = n, 2 * n + 1, 2 * n + 2
         self.mem = LinkedListMemory(self.arena, capacity=8 * n + 64)
@@ -166,18 +166,16 @@ class Algorithm1:
     def fixed_live(self, k: int) -> int:
         """Bytes task k needs resident before it allocates (inputs that cannot leave)."""
         kind, i = self.op(k)
-        if kind == "F":
-            return self.inp[i] if i else 0
         # B_i also holds the part of x_{i+1} it needs (kept since B_{i+1}: output_saved_bytes)
-        held = self.p.stages[i].output_saved_bytes  # 0 for the last stage (Profile checks it)
-        return self.saved[i] + held + (self.p.output_bytes if i == self.n - 1 else self.grad[i + 1])
+        return self.m[i].forward_resident if kind == "F" else self.m[i].backward_resident
 
     def op_alloc(self, k: int, ws: int) -> int:
-        """Bytes task k allocates at its start (harness.simulate.lowering's model)."""
+        """Bytes task k allocates at its start (``harness.memory``), with workspace ``ws``."""
         kind, i = self.op(k)
+        m = self.m[i]
         if kind == "F":
-            return (self.inp[0] if i == 0 else 0) + self.out[i] + ws + max(0, self.saved[i] - self.inp[i])
-        return self.grad[i] + ws + (self.p.output_bytes if i == self.n - 1 else 0)
+            return m.forward_alloc - m.fwd_workspace + ws
+        return m.backward_alloc - m.bwd_workspace + ws
 
     def pinned_prefetched(self, k: int, extra: int | None = None) -> int:
         """Bytes of prefetched blocks that must stay resident during task k (criterion b)."""
@@ -454,17 +452,17 @@ class Algorithm1:
             # lines 3-8: outputs (and the input that is on the host), offloading when needed
             if kind == "F":
                 if i == 0:
-                    ready = max(ready, self.place(self.inp[0], 0, k, protect, self.T))
+                    ready = max(ready, self.place(self.m[0].input, 0, k, protect, self.T))
                     self.state[0] = RESIDENT
                 owner = i + 1 if i + 1 < n else self.OUT
-                ready = max(ready, self.place(self.out[i], owner, k, protect, self.T))
+                ready = max(ready, self.place(self.m[i].output, owner, k, protect, self.T))
                 if i + 1 < n:
                     self.state[i + 1] = RESIDENT
-                ready = max(ready, self.place(max(0, self.saved[i] - self.inp[i]), i, k, protect, self.T))
+                ready = max(ready, self.place(self.m[i].extra, i, k, protect, self.T))
             else:
-                ready = max(ready, self.place(self.grad[i], self.y(i), k, protect, self.T))
+                ready = max(ready, self.place(self.m[i].grad, self.y(i), k, protect, self.T))
                 if i == n - 1:
-                    ready = max(ready, self.place(self.p.output_bytes, self.GOUT, k, protect, self.T))
+                    ready = max(ready, self.place(self.m[i].grad_in, self.GOUT, k, protect, self.T))
                 if self.state[i] == HOST:  # line 6: load the input now
                     released = self.place(self.saved[i], i, k, protect, self.T)
                     issue = (k - 1, "end")
@@ -487,19 +485,18 @@ class Algorithm1:
             self.mem.free(self.WS)
             if kind == "F":
                 self.f_end[i] = finish
-                drop = self.inp[i] - self.saved[i]
-                if drop > 0:
-                    self.mem.keep(i, self.inp[i] - drop)
+                if self.m[i].drop > 0:
+                    self.mem.keep(i, self.m[i].kept)
             else:
                 # the part of x_i that B_{i-1} needs is one storage with saved_i: it stays
                 # (kept in place, over all of block i's segments) until B_{i-1} ends
-                # (harness.simulate.lowering's rule)
-                held = self.p.stages[i - 1].output_saved_bytes if i else 0
+                # (harness.memory's rule)
+                held = self.m[i - 1].held if i else 0
                 if held > 0:
                     self.mem.keep(i, held)
                 else:
                     self.mem.free(i)
-                if self.p.stages[i].output_saved_bytes > 0:  # the part of x_{i+1} held for this B_i
+                if self.m[i].held > 0:  # the part of x_{i+1} held for this B_i
                     self.mem.free(i + 1)
                 self.state[i] = DEAD
                 if i == n - 1:

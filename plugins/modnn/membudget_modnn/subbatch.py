@@ -1,8 +1,8 @@
 """Sub-batch size selection (papers/000 section IV.A, eq. 1-3).
 
 The tasks of moDNN's graph are the chain's operations F_i and B_i. A task holds its
-inputs, its output and its workspace (eq. 1); in the chain model (harness.simulate.lowering)
-that is, weights apart,
+inputs, its output and its workspace (eq. 1); in the chain model (``harness.memory``'s
+forward and backward needs) that is, weights apart,
 
 - F_i: x_i (or the saved data when it is larger), x_{i+1} and the forward workspace;
 - B_i: the saved data of stage i, y_{i+1}, y_i and the backward workspace (the last
@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from harness.errors import InfeasibleBudget
+from harness.memory import stage_memory
 from harness.model import Algorithm, Profile
 from harness.units import format_bytes
 
@@ -32,14 +33,9 @@ def candidates(profile: Profile, i: int) -> list[tuple[int, Algorithm]]:
 
 
 def task_bytes(profile: Profile, i: int, algorithm: Algorithm) -> tuple[int, int]:
-    """eq. (1) for F_i and B_i of stage ``i`` with ``algorithm`` (weights excluded)."""
-    stages, n = profile.stages, profile.n_stages
-    s = stages[i]
-    out = stages[i + 1].input_bytes if i + 1 < n else profile.output_bytes
-    grad_in = stages[i + 1].grad_bytes if i + 1 < n else 2 * profile.output_bytes
-    f = max(s.input_bytes, s.saved_bytes) + out + algorithm.fwd_workspace
-    b = s.saved_bytes + s.output_saved_bytes + grad_in + s.grad_bytes + algorithm.bwd_workspace
-    return f, b
+    """eq. (1) for F_i and B_i of stage ``i`` with ``algorithm`` (weights excluded): ``harness.memory``'s needs."""
+    m = stage_memory(profile, i, algorithm)
+    return m.forward_need, m.backward_need
 
 
 def baseline_algorithm(profile: Profile, i: int) -> int:
@@ -75,9 +71,9 @@ def ideal_memory(profile: Profile) -> int:
     and its gradient. (The keep-all peak, ``harness.bounds.peak_memory``, is smaller: it
     frees what the iteration no longer needs.)
     """
-    blocks = sum(max(s.input_bytes, s.saved_bytes) + s.grad_bytes + s.fwd_workspace + s.bwd_workspace
-                 for s in profile.stages)
-    return profile.weight_bytes + blocks + 2 * profile.output_bytes
+    mem = [stage_memory(profile, i) for i in range(profile.n_stages)]
+    blocks = sum(m.input + m.extra + m.grad + m.fwd_workspace + m.bwd_workspace for m in mem)
+    return profile.weight_bytes + blocks + mem[-1].output + mem[-1].grad_in  # the output and its gradient
 
 
 def m_min(profile: Profile) -> int:

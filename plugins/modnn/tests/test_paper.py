@@ -231,7 +231,7 @@ def test_fig8_eq3_vgg_prefetches_x1_in_time(profiles, key: str) -> None:
         stalls = _compute_stalls(run)
         assert {label.split("/")[0] for label, _ in stalls} <= {"B0"}, (gib, stalls)
         assert sum(d for _, d in stalls) < 0.002 * run.makespan, (gib, stalls)
-        # the mechanism, in Algorithm 1 on eq. (3)'s sub-batch
+        # how it happens, in Algorithm 1 on eq. (3)'s sub-batch
         sb = select_sub_batch(profile, budget, "modnn")
         n = sb.profile.n_stages
         b3 = 2 * n - 4  # operation index of B_3
@@ -251,7 +251,7 @@ def test_fig8_eq3_vgg_prefetches_x1_in_time(profiles, key: str) -> None:
             fits, due, hole, x1 = seen[0]
             assert fits and due and hole >= x1, (gib, seen)
             assert [c.issue_op for c in pre] == [b3], (gib, pre)
-    assert offloaded_x1  # the mechanism ran at some budget
+    assert offloaded_x1  # the early prefetch of x_1 happened at some budget
 
 
 def test_vgg101_at_4gib_loses_to_vdnn_plus_for_lack_of_headroom(profiles) -> None:

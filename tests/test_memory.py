@@ -1,0 +1,72 @@
+"""The memory rules written once (``harness.memory``): the blocks, the needs, and their users agree."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+
+from harness.bounds import op_needs as bound_needs
+from harness.memory import schedule_blocks, schedule_needs, stage_memory
+from harness.model import Profile, Stage, training_ops, Schedule
+from harness.simulate.executor import simulate
+from harness.simulate.lowering import lower
+from harness.testing import chains
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(profile=chains())
+def test_the_needs_of_the_blocks_are_the_closed_forms(profile: Profile) -> None:
+    """What is live during each operation, less what may be away, is F_i's and B_i's need."""
+    schedule = Schedule("keep-all", 0, training_ops(profile.n_stages))
+    needs = schedule_needs(schedule, [profile])
+    for k, op in enumerate(schedule.ops):
+        m = stage_memory(profile, op.stage)
+        assert needs[k] == (m.forward_need if op.kind == "F" else m.backward_need), op.label
+    assert sorted(n for _, n in bound_needs(profile)) == sorted(profile.weight_bytes + n for n in needs)
+
+
+@SETTINGS
+@given(profile=chains())
+def test_lowering_is_the_blocks(profile: Profile) -> None:
+    """Every byte an operation allocates is freed: by an operation or with its saved tensor."""
+    schedule = Schedule("keep-all", 0, training_ops(profile.n_stages))
+    low = lower(schedule, profile)
+    assert low.op_alloc.sum() == low.op_free.sum() + low.t_size.sum()
+    assert list(low.t_size) == [s.saved_bytes for s in profile.stages]
+    blocks = schedule_blocks(schedule, [profile])
+    assert sum(b.size for b in blocks if not b.born_at_end) == low.op_alloc.sum()
+
+
+def test_forward_need_is_papers_004_eq_1() -> None:
+    """F_i: max(x_i, saved_i) + x_{i+1} + workspace; B_i: saved_i + h_i + y_{i+1} + y_i + workspace."""
+    stages = (Stage("a", "conv", 1.0, 1.0, 100, 150, 10, fwd_workspace=7, bwd_workspace=9, output_saved_bytes=20),
+              Stage("b", "act", 1.0, 1.0, 40, 30, 5))
+    profile = Profile("toy", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 1000, 60, stages)
+    a, b = stage_memory(profile, 0), stage_memory(profile, 1)
+    assert (a.forward_need, a.backward_need) == (150 + 40 + 7, 150 + 20 + 5 + 10 + 9)
+    assert (b.forward_need, b.backward_need) == (40 + 60, 30 + 0 + 2 * 60 + 5)
+    assert (b.kept, b.extra, b.drop) == (30, 0, 10)
+    # keep-all peaks at B_1: weights, saved_0, saved_1 (x_1 less its 10-byte drop), output, its gradient, y_1
+    run = simulate(Schedule("keep-all", 0, training_ops(2)), profile, budget=10**9)
+    assert run.peak_bytes == 1000 + 150 + 30 + 60 + 60 + 5
+
+
+def test_lowerings_of_one_profile_share_the_operation_arrays_safely() -> None:
+    """The per-operation arrays are cached by operations, algorithms and the profile's identity:
+    another profile gets its own, and a caller that writes into its copy changes nothing else."""
+    small, large = uniform_profile(100), uniform_profile(200)
+    schedule = Schedule("keep-all", 0, training_ops(3))
+    first = lower(schedule, small)
+    first.op_alloc[:] = -1
+    again = lower(schedule, small)
+    assert (again.op_alloc >= 0).all() and again.op_alloc.sum() == lower(schedule, replace(small)).op_alloc.sum()
+    assert lower(schedule, large).op_alloc.sum() == 2 * again.op_alloc.sum()
+
+
+def uniform_profile(size: int) -> Profile:
+    """Three stages of ``size`` bytes each, no weights."""
+    stage = Stage("s", "conv", 1.0, 2.0, size, size, size)
+    return Profile("uniform", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, size, (stage,) * 3)

@@ -40,12 +40,23 @@ def cut_rectangle(blocks: int, seed: int = 0, width: int = 1 << 20, horizon: int
         if not (can_t or can_y):
             stuck += 1
             continue
-        if can_t and (not can_y or rng.random() < time_bias):
-            c = int(rng.integers(t0 + 1, t1))
-            pieces[k : k + 1] = [(t0, c, y0, y1), (c, t1, y0, y1)]
-        else:
-            c = y0 + granule * int(rng.integers(1, (y1 - y0) // granule))
-            pieces[k : k + 1] = [(t0, t1, y0, c), (t0, t1, c, y1)]
+        _cut(pieces, k, rng, granule, across_time=can_t and (not can_y or rng.random() < time_bias))
+    return _as_trace(pieces, rng)
+
+
+def _cut(pieces: list, k: int, rng: np.random.Generator, granule: int, across_time: bool) -> None:
+    """Split piece ``k`` in two at a random time (``across_time``) or address (a multiple of ``granule``)."""
+    t0, t1, y0, y1 = pieces[k]
+    if across_time:
+        c = int(rng.integers(t0 + 1, t1))
+        pieces[k : k + 1] = [(t0, c, y0, y1), (c, t1, y0, y1)]
+    else:
+        c = y0 + granule * int(rng.integers(1, (y1 - y0) // granule))
+        pieces[k : k + 1] = [(t0, t1, y0, c), (t0, t1, c, y1)]
+
+
+def _as_trace(pieces: list, rng: np.random.Generator) -> IntTrace:
+    """The pieces (t0, t1, y0, y1) as blocks in a random order."""
     rng.shuffle(pieces)
     arr = np.asarray(pieces, dtype=np.int64)
     return IntTrace(arr[:, 0], arr[:, 1], arr[:, 3] - arr[:, 2])
@@ -63,10 +74,7 @@ def cut_rectangle_dnn(blocks: int, seed: int = 0, width: int = 1 << 30, granule:
     strips = max(2, blocks // 4)
     pieces = [(0, horizon, 0, width)]
     while len(pieces) < strips:
-        k = max(range(len(pieces)), key=lambda j: pieces[j][3] - pieces[j][2])
-        t0, t1, y0, y1 = pieces[k]
-        c = y0 + granule * int(rng.integers(1, (y1 - y0) // granule))
-        pieces[k : k + 1] = [(t0, t1, y0, c), (t0, t1, c, y1)]
+        _cut(pieces, max(range(len(pieces)), key=lambda j: pieces[j][3] - pieces[j][2]), rng, granule, False)
     # nest: cut strips in time, around a "middle" (forward then backward)
     stuck = 0
     while len(pieces) < blocks and stuck < 100:
@@ -75,15 +83,8 @@ def cut_rectangle_dnn(blocks: int, seed: int = 0, width: int = 1 << 30, granule:
         if t1 - t0 < 2:
             stuck += 1
             continue
-        if rng.random() < 0.8 or (y1 - y0) // granule < 2:
-            c = int(rng.integers(t0 + 1, t1))
-            pieces[k : k + 1] = [(t0, c, y0, y1), (c, t1, y0, y1)]
-        else:
-            c = y0 + granule * int(rng.integers(1, (y1 - y0) // granule))
-            pieces[k : k + 1] = [(t0, t1, y0, c), (t0, t1, c, y1)]
-    rng.shuffle(pieces)
-    arr = np.asarray(pieces, dtype=np.int64)
-    return IntTrace(arr[:, 0], arr[:, 1], arr[:, 3] - arr[:, 2])
+        _cut(pieces, k, rng, granule, across_time=rng.random() < 0.8 or (y1 - y0) // granule < 2)
+    return _as_trace(pieces, rng)
 
 
 def random_instance(blocks: int, seed: int = 0, max_size: int = 16, max_len: int | None = None,

@@ -43,6 +43,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes", "reserved_predicted_bytes",
     # every other metric the executor reported, JSON (an executor plugin's own figures)
     "metrics",
+    # what the allocator proved about its arena (None: it does not say)
+    "placement_optimal", "placement_lower_bound_bytes",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -52,7 +54,7 @@ ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta
 _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
                 "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
-                "predicted_peak_bytes", "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes",
+                "predicted_peak_bytes", "placement_lower_bound_bytes", "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes",
                 "reserved_predicted_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",

@@ -2,7 +2,7 @@
 
 For every case: profile (once per model, batch, input size; cached in memory and in the
 run folder) -> ``planner.plan(profile, budget, **options)`` -> ``executor.run(schedule,
-profile, workload)`` -> for each allocator ``allocator.place(run.trace)`` -> one row.
+profile, workload)`` -> for each allocator ``allocator.place(run.trace, **options)`` -> one row.
 The cases that share everything but the allocator (a *unit*) are planned and run once.
 
 A case that fails is a row (status ``infeasible``, ``oom`` or ``error`` with a message),
@@ -159,10 +159,11 @@ def execute_unit(task: UnitTask) -> UnitResult:
         if c.allocator and run is not None and common["status"] == "ok" and run.trace:
             try:
                 started = time.perf_counter()
-                placement = task.allocators[c.allocator].place(run.trace)
+                placement = task.allocators[c.allocator].place(run.trace, **c.allocator_options)
                 row.update(place_time_s=time.perf_counter() - started, arena_bytes=placement.arena_bytes,
                            max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
-                           arena_fits_budget=placement.arena_bytes <= budget)
+                           arena_fits_budget=placement.arena_bytes <= budget, placement_optimal=placement.optimal,
+                           placement_lower_bound_bytes=placement.lower_bound_bytes)
             except Exception as exc:
                 status, message = classify(exc)
                 row.update(status=status, message=f"allocator {c.allocator}: {message}")
@@ -275,7 +276,7 @@ def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: s
         yield UnitTask(
             cases=unit, profile=profile, bounds=bounds, profile_error=error,
             planner=reg.planner(case.planner), executor=reg.executor(case.executor),
-            allocators={c.allocator: reg.allocator(c.allocator) for c in unit if c.allocator},
+            allocators={c.allocator: reg.allocator(c.allocator_name) for c in unit if c.allocator},
             want_timeline=suite.wants_timeline(case), validate=suite.spec.validate_schedules, run_id=run_id,
             device_budget=suite.spec.budget_model == "device",
         )

@@ -343,6 +343,9 @@ class Case:
     seed: int = 0
     planner_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     tags: tuple[str, ...] = ()  # repeat/seed parts of the id, when the suite varies them
+    # ``allocator`` is the allocator's label (its name, with its options when the suite gives any)
+    allocator_name: str = ""
+    allocator_options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def input_label(self) -> str:
@@ -387,6 +390,8 @@ def _value_matches(key: str, want: Any, case: Case) -> bool:
         return isinstance(want, list) and tuple(want) == have
     if key == "planner":
         return want in (case.planner, case.planner_label)
+    if key == "allocator":
+        return want in (case.allocator, case.allocator_name)
     if key == "budget":
         budget: Budget = have
         if want == budget.label:
@@ -473,7 +478,7 @@ class Suite:
         tag_seed = len(spec.seeds) > 1 or spec.seeds != [0]
         out = []
         planners, executors = self.present("planners"), self.present("executors")
-        allocators = [e.name for e in self.present("allocators")] or [""]
+        allocators = self.present("allocators") or [None]
         for entry in spec.models:
             model = self.model_name(entry)
             for batch, size, planner, budget, executor, allocator, repeat, seed in itertools.product(
@@ -484,8 +489,11 @@ class Suite:
                 out.append(Case(
                     suite=spec.name, model=model, batch_size=batch, input_size=size, device=spec.device,
                     profiler=spec.profiler, dtype=entry.dtype or spec.dtype, planner=planner.name,
-                    planner_label=planner.display, executor=executor.name, allocator=allocator, budget=budget,
+                    planner_label=planner.display, executor=executor.name,
+                    allocator=allocator.display if allocator else "", budget=budget,
                     repeat=repeat, seed=seed, planner_options=planner.options, tags=tags,
+                    allocator_name=allocator.name if allocator else "",
+                    allocator_options=allocator.options if allocator else {},
                 ))
         return out
 
@@ -603,13 +611,18 @@ def _check_names(suite: Suite) -> None:
                     suite.absent.add((key, entry.name))
                     continue
                 raise fail(exc, key, k, "name") from None
-            if key != "planners" and entry.options:
+            if key == "executors" and entry.options:
                 source, line = suite.line_of(key, k)
                 raise SuiteError(f"{source}:{line}: {key}[{k}]: {kind}s take no options, got "
                                  f"{sorted(entry.options)}", source=source, line=line, field=f"{key}[{k}]")
-            if key == "planners" and entry.options:
+            if key != "executors" and entry.options:
                 try:
-                    check_planner_options(entry.name, plugin, entry.options)
+                    if key == "planners":
+                        check_planner_options(entry.name, plugin, entry.options)
+                    else:
+                        from harness.allocators.command import check_allocator_options
+
+                        check_allocator_options(entry.name, plugin, entry.options)
                 except UnknownOption as exc:
                     source, line = suite.line_of(key, k)
                     raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,

@@ -368,3 +368,29 @@ def test_resuming_a_run_written_with_fewer_columns_keeps_every_row(tmp_path):
     assert sorted(r["case_id"] for r in again) == sorted(r["case_id"] for r in rows)
     header = (outcome.run_dir / "rows.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == COLUMNS
+
+
+def test_a_suite_passes_allocator_options_and_rows_say_what_the_allocator_proved(tmp_path):
+    """``allocators: [{name: exact, time_limit: 5}]``: the option reaches ``place``, the case id and the
+    allocator column carry it, and the row records the proved optimum and bound (issue #18)."""
+    pytest.importorskip("ortools")
+    text = support.SUITE.format(name="alloc").replace("[keep-all, prefix]", "[prefix]")
+    text += "allocators: [{name: exact, time_limit: 5}, first-fit]\n"
+    suite = _suite(tmp_path, text)
+    assert {c.allocator for c in suite.cases()} == {"exact[time_limit=5]", "first-fit"}
+    outcome = run_suite(suite, tmp_path / "results", progress=False)
+    rows = [r for r in _rows(outcome.run_dir) if r["status"] == "ok"]
+    exact = [r for r in rows if r["allocator"] == "exact[time_limit=5]"]
+    assert exact and all(r["case_id"].endswith("/exact[time_limit=5]") for r in exact)
+    for row in exact:  # tiny traces: CP-SAT proves its arena within the time limit
+        assert row["placement_optimal"] == "true"
+        assert int(row["max_live_bytes"]) <= int(row["placement_lower_bound_bytes"]) <= int(row["arena_bytes"])
+    assert all(r["placement_lower_bound_bytes"] == "" for r in rows if r["allocator"] == "first-fit")
+
+
+def test_an_allocator_option_it_does_not_take_is_a_suite_error(tmp_path):
+    from harness.suite import SuiteError
+
+    text = support.SUITE.format(name="alloc") + "allocators: [{name: first-fit, time_limit: 5}]\n"
+    with pytest.raises(SuiteError, match=r"allocators\[0\]: allocator 'first-fit' has no option 'time_limit'"):
+        _suite(tmp_path, text)

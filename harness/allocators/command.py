@@ -28,7 +28,7 @@ from harness.allocators.trace import as_int_trace, read_csv, to_memory_blocks, w
 from harness.allocators.validate import violations
 from harness.errors import UnknownOption
 
-__all__ = ["place_command", "place_trace_file", "allocator_options"]
+__all__ = ["place_command", "place_trace_file", "allocator_options", "check_allocator_options"]
 
 
 def allocator_options(alloc: Any) -> tuple[str, ...]:
@@ -40,7 +40,8 @@ def allocator_options(alloc: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))
 
 
-def _check_options(name: str, alloc: Any, options: dict[str, Any]) -> None:
+def check_allocator_options(name: str, alloc: Any, options: dict[str, Any]) -> None:
+    """``UnknownOption`` naming what ``alloc.place`` takes when ``options`` has a name it does not."""
     known = allocator_options(alloc)
     unknown = sorted(set(options) - set(known))
     if unknown:
@@ -68,7 +69,7 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     alloc = registry.allocator(allocator)
     options = dict(options or {})
     if options:
-        _check_options(allocator, alloc, options)
+        check_allocator_options(allocator, alloc, options)
     trace = read_csv(trace_csv)
     timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
     blocks = to_memory_blocks(trace.subset(timed))

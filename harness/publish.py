@@ -479,6 +479,8 @@ def time_figure(group: Group, executor: str, statistic: str = "trimmed-mean"):
             elif cell is not None:
                 fails.append(x)
         colour = styles[planner]["color"]
+        if not xs:  # nothing ran: an invisible bar still gives the legend this strategy's colour
+            xs, ys = [0], [0]
         ax.bar(xs, ys, width=width, label=planner, color=colour)
         if fails:
             ax.plot(fails, [0] * len(fails), "x", color=colour)

@@ -232,6 +232,12 @@ def test_time_chart_gives_each_strategy_one_colour():
     assert all(len(c) == 1 for c in per_planner)
     assert len(set().union(*per_planner)) == 4
     assert isinstance(pd.Series(colours).iloc[0], tuple)
+    # a strategy that never ran keeps its own colour in the legend (not matplotlib's default blue)
+    rows = [dict(r, status="infeasible", makespan_s="") if r["planner_label"] == "d" else r for r in rows]
+    fig = time_figure(Group("m", 1, "1", to_frame(rows)), "simulate")
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    legend = {label: tuple(h.patches[0].get_facecolor()) for h, label in zip(handles, labels) if label in "abcd"}
+    assert len(set(legend.values())) == 4
 
 
 def test_html_escapes_messages(results, tmp_path):

@@ -152,7 +152,7 @@ def fastest_ordered_schedule(profile: Profile, budget: int, offload, *, planner:
     1 (``ordered_schedule``'s ``prefetch_lead``); ties keep the earlier candidate, so
     the schedules without a lead win unless a lead is strictly faster.
     """
-    from harness.simulate.executor import timing
+    from harness.simulate.executor import makespan
 
     n = profile.n_stages
     windows: list[int | None] = [None, *_halvings(n)]
@@ -166,11 +166,9 @@ def fastest_ordered_schedule(profile: Profile, budget: int, offload, *, planner:
             if schedule.transfers in seen:
                 continue
             seen.add(schedule.transfers)
-            _, tm = timing(schedule, profile, duplex=duplex)
-            if tm.status == 0:
-                makespan = max(tm.op_end.max(), (tm.tr_end.max() if len(tm.tr_end) else 0.0))
-                if makespan < best_time:
-                    best, best_time = schedule, makespan
+            time = makespan(schedule, profile, duplex=duplex)
+            if time is not None and time < best_time:
+                best, best_time = schedule, time
     return best, best_time
 
 

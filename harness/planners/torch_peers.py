@@ -34,7 +34,7 @@ def _fits(schedule: Schedule, profile: Profile, budget: int, what: str) -> None:
     from harness.simulate.executor import timing
 
     _, tm = timing(schedule, profile, budget=budget)
-    if tm.status == 0:
+    if tm.ok:
         return
     _, free = timing(schedule, profile, budget=float("inf"))
     need = int(free.peak)
@@ -109,14 +109,14 @@ class TorchCheckpoint:
         return schedule
 
     def _fastest(self, profile: Profile, budget: int) -> Schedule:
-        from harness.simulate.executor import timing
+        from harness.simulate.executor import makespan
 
         best, best_time = None, math.inf
         for k in range(1, profile.n_stages + 1):
             schedule = checkpoint_schedule(profile, budget, k, self.name)
-            _, tm = timing(schedule, profile, budget=budget)
-            if tm.status == 0 and float(tm.op_end.max()) < best_time:
-                best, best_time = schedule, float(tm.op_end.max())
+            time = makespan(schedule, profile, budget=budget)
+            if time is not None and time < best_time:
+                best, best_time = schedule, time
         if best is None:
             schedule = checkpoint_schedule(profile, budget, 1, self.name)
             _fits(schedule, profile, budget, f"{self.name} (every stage)")

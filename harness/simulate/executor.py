@@ -14,8 +14,19 @@ ENGINES = ("kernel", "reference")
 
 def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
            engine: str = "kernel") -> tuple[Lowered, Timing]:
-    """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference."""
+    """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference.
+
+    The lean form a planner calls in a loop: ``Timing.ok`` and ``Timing.makespan`` say whether
+    the schedule ran and how long it took (``makespan`` below does both at once).
+    """
     return _run(schedule, profile, budget, duplex, engine)
+
+
+def makespan(schedule: Schedule, profile: Profile, *, budget: float | None = None,
+             duplex: bool = False) -> float | None:
+    """The simulated iteration time of ``schedule`` under ``budget`` (default: its own); None when
+    it cannot run there."""
+    return _run(schedule, profile, budget, duplex, "kernel")[1].makespan
 
 
 def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool,
@@ -43,7 +54,7 @@ def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = Non
             message=stuck_reason(schedule, low, tm), makespan=float("nan"), compute_time=compute,
             peak_bytes=int(tm.peak), moved_bytes=moved,
         )
-    makespan = float(max(np.nanmax(tm.op_end), np.nanmax(tm.tr_end) if started.any() else 0.0))
+    makespan = tm.makespan
     return Run(
         executor="simulate", planner=schedule.planner, status="ok", message="",
         makespan=makespan, compute_time=compute, peak_bytes=int(tm.peak), moved_bytes=moved,

@@ -41,6 +41,19 @@ class Timing:
     peak: float
     free_at_block: float = 0.0  # memory free when stuck
 
+    @property
+    def ok(self) -> bool:
+        """True when every operation ran under the budget (the simulation did not get stuck)."""
+        return self.status == OK
+
+    @property
+    def makespan(self) -> float | None:
+        """The iteration time: the last operation's or copy's end; None when the simulation got stuck."""
+        if self.status != OK:
+            return None
+        started = ~np.isnan(self.tr_start)
+        return float(max(np.nanmax(self.op_end), np.nanmax(self.tr_end) if started.any() else 0.0))
+
 
 @dataclass
 class _Copy:

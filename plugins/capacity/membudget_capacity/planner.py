@@ -115,7 +115,7 @@ class Capacity:
                 continue  # the rest does not fit yet: swap out one more layer
             schedule = capacity_schedule(profile, budget_bytes, prefix, low, self.name)
             _, tm = timing(schedule, profile, duplex=duplex)
-            if tm.status == 0:
+            if tm.ok:
                 return schedule
         everything = capacity_schedule(profile, budget_bytes, swappable, low, self.name)
         need = unconstrained_peak(everything, profile, duplex)

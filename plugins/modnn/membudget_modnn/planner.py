@@ -9,7 +9,7 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
 from harness.schedules import keep_all_schedule
-from harness.simulate.executor import timing
+from harness.simulate.executor import makespan
 from harness.units import format_bytes
 from membudget_modnn.scheduler import Algorithm1, PlanningError, SubBatchPlan, check_defragment
 from membudget_modnn.subbatch import SubBatching, baseline_algorithm, m_min, max_task_bytes, select_sub_batch
@@ -27,10 +27,7 @@ def replicate(plan_transfers: list[Transfer], n_stages: int, sub_batches: int) -
 
 def makespan_of(schedule: Schedule, profile: Profile, duplex: bool) -> float | None:
     """The simulated makespan (None: the simulator cannot run it)."""
-    _, tm = timing(schedule, profile, duplex=duplex)
-    if tm.status != 0:
-        return None
-    return float(max(tm.op_end.max(), tm.tr_end.max() if len(tm.tr_end) else 0.0))
+    return makespan(schedule, profile, duplex=duplex)
 
 
 def safe_transfers(profile: Profile) -> list[Transfer]:

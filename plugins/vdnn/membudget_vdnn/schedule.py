@@ -72,7 +72,7 @@ def vdnn_schedule(profile: Profile, budget: int, offloaded: tuple[int, ...], *, 
 def fits(schedule: Schedule, profile: Profile, duplex: bool = False) -> bool:
     """A simulated trial: does ``schedule`` complete under its own budget?"""
     _, tm = timing(schedule, profile, duplex=duplex)
-    return tm.status == 0
+    return tm.ok
 
 
 def synchronous(profile: Profile, budget: int, offloaded: tuple[int, ...], algorithms: tuple[int, ...], *,

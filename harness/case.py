@@ -138,19 +138,17 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
              seed: int = 0) -> CaseOutcome:
     """Plan, run and judge one case; a failure is the outcome's status and message, never an exception
     (but an interrupt, which is re-raised)."""
+    from harness.bounds import lower_bound
+
+    duplex = bool(getattr(executor, "duplex", False))
+    fields: dict[str, Any] = {"n_stages": profile.n_stages}
     try:
-        duplex = bool(getattr(executor, "duplex", False))
+        # the budget's bound (the tables' common column) is the row's even when no plan comes of it
+        fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
         planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
                             seed=seed)
     except Exception as exc:  # one failing case is a row, never a lost suite
-        from harness.bounds import lower_bound
-
-        status, message = classify(exc)
-        fields = {"n_stages": profile.n_stages, "status": status, "message": message}
-        try:
-            fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
-        except Exception:  # the bound of a profile the planner choked on is not worth a second failure
-            pass
+        fields["status"], fields["message"] = classify(exc)
         return CaseOutcome(fields)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate)
 

@@ -80,10 +80,10 @@ def check_fits(trace: Trace, budget: int, runtime_bytes: int = 0, what: str = "t
 def keep_all_memory(profile: Profile, duplex: bool = False) -> DeviceMemory:
     """``DeviceMemory`` of the keep-all iteration of ``profile`` (no budget)."""
     from harness.bounds import peak_memory
-    from harness.model import training_ops
+    from harness.schedules import keep_all_schedule
     from harness.simulate.executor import simulate
 
-    schedule = Schedule("keep-all", peak_memory(profile), training_ops(profile.n_stages))
+    schedule = keep_all_schedule(profile, peak_memory(profile))
     return device_memory(simulate(schedule, profile, duplex=duplex).trace, profile.runtime_bytes)
 
 

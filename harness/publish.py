@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -228,7 +229,7 @@ def central(values: Sequence[float], statistic: str = "trimmed-mean") -> tuple[f
     if not xs:
         return math.nan, []
     if statistic == "median":
-        return float(pd.Series(xs).median()), xs
+        return statistics.median(xs), xs
     kept = xs[1:-1] if statistic == "trimmed-mean" and len(xs) >= 3 else xs
     return sum(kept) / len(kept), kept
 
@@ -239,7 +240,8 @@ class Cell:
 
     ``time_s`` is the column's common quantity (the iteration time); ``spread_s`` is half the
     interquartile range of a measured run's timed iterations, or half the range of the kept
-    repeats; ``flag`` says the caching allocator model needs more than the budget.
+    repeats; ``arena_over_budget`` is the largest arena above the budget an allocator model of the
+    suite needed for the schedule's trace (``over_allocators``: which), None when all fit.
     """
 
     status: str
@@ -296,6 +298,27 @@ def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) 
     return {p for p, t in ran.items() if t <= best * (1 + rel)}
 
 
+@dataclass(frozen=True)
+class ExecutorTable:
+    """The rows of one model group on one executor, summarised once for its tables and plots."""
+
+    group: Group
+    executor: str
+    rows: pd.DataFrame
+    cells: dict[tuple[str, str], Cell]
+
+    @classmethod
+    def of(cls, group: Group, executor: str, statistic: str = "trimmed-mean") -> ExecutorTable:
+        """The rows of ``group`` that ``executor`` ran, each strategy and budget summarised by ``statistic``."""
+        rows = group.rows[group.rows["executor"] == executor]
+        return cls(group, executor, rows, summarise(rows, statistic))
+
+    @property
+    def title(self) -> str:
+        """``torchvision:resnet18, batch 32, 3x224x224, simulate executor``."""
+        return f"{self.group.title}, {self.executor} executor"
+
+
 FASTEST = "★"
 ARENA_FLAG = "†"
 
@@ -318,14 +341,13 @@ def _failure(cell: Cell) -> str:
     return f"{mark} ({cell.failed}/{cell.repeats})" if cell.repeats > 1 else mark
 
 
-def _grid(rows: pd.DataFrame, cells: dict[tuple[str, str], Cell], text: Callable[[str, str, Cell], str]
-          ) -> tuple[list[list[str]], set[tuple[int, int]]]:
+def _grid(table: ExecutorTable, text: Callable[[str, str, Cell], str]) -> tuple[list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget lines: ``text`` of each cell that ran, the status of each that did not."""
-    table, bad = [], set()
-    for i, planner in enumerate(_planner_order(rows)):
+    lines, bad = [], set()
+    for i, planner in enumerate(_planner_order(table.rows)):
         line = [planner]
-        for j, budget in enumerate(_budget_order(rows), start=1):
-            cell = cells.get((planner, budget))
+        for j, budget in enumerate(_budget_order(table.rows), start=1):
+            cell = table.cells.get((planner, budget))
             if cell is None:
                 line.append("")
             elif not cell.ok:
@@ -333,21 +355,19 @@ def _grid(rows: pd.DataFrame, cells: dict[tuple[str, str], Cell], text: Callable
                 bad.add((i, j))
             else:
                 line.append(text(planner, budget, cell))
-        table.append(line)
-    return table, bad
+        lines.append(line)
+    return lines, bad
 
 
-def time_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
-               ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget for one executor: iteration time in ms, the fastest of each budget marked.
 
     A cell reads ``★ 194.20 ±1.30 (1.34x)``: the fastest at that budget, its time (the suite's
     statistic over repeats), the spread for measured rows, and the time over the ideal
     iteration (the unconstrained keep-all run of the same workload), common to the table.
     """
-    cells = summarise(rows, statistic)
-    budgets, measured = _budget_order(rows), is_measured(rows)
-    winners = {b: fastest(cells, b) for b in budgets}
+    budgets, measured = _budget_order(table.rows), is_measured(table.rows)
+    winners = {b: fastest(table.cells, b) for b in budgets}
 
     def text(planner: str, budget: str, cell: Cell) -> str:
         out = f"{cell.time_s * 1e3:.2f}"
@@ -358,15 +378,14 @@ def time_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
             out = f"{FASTEST} {out}"
         return out + (f" {ARENA_FLAG}" if cell.arena_over_budget is not None else "")
 
-    table, bad = _grid(rows, cells, text)
-    return ["planner", *_budget_headers(rows, budgets)], table, bad
+    lines, bad = _grid(table, text)
+    return ["planner", *_budget_headers(table.rows, budgets)], lines, bad
 
 
-def bound_table(rows: pd.DataFrame, statistic: str = "trimmed-mean"
-                ) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+def bound_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget: iteration time over the budget's lower bound (the same bound for the column)."""
-    table, bad = _grid(rows, summarise(rows, statistic), lambda p, b, cell: fmt_ratio(cell.ratio_to_budget_lb))
-    return ["planner", *_budget_headers(rows, _budget_order(rows), with_lb=True)], table, bad
+    lines, bad = _grid(table, lambda p, b, cell: fmt_ratio(cell.ratio_to_budget_lb))
+    return ["planner", *_budget_headers(table.rows, _budget_order(table.rows), with_lb=True)], lines, bad
 
 
 # --------------------------------------------------------------------------- plots
@@ -413,58 +432,52 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _plot_per_planner(ax, rows: pd.DataFrame, value: Callable[[Cell], float], statistic: str) -> None:
+def _plot_per_planner(ax, table: ExecutorTable, value: Callable[[Cell], float]) -> None:
     """One line per strategy: ``value`` of its cells that ran against the memory limit in GiB."""
-    cells = summarise(rows, statistic)
-    budgets = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
-    for planner, style in _styles(_planner_order(rows)).items():
-        points = sorted((float(budgets[b]) / 2**30, value(c)) for (p, b), c in cells.items() if p == planner and c.ok)
+    budgets = table.rows.groupby("budget_label", sort=False)["budget_bytes"].median()
+    for planner, style in _styles(_planner_order(table.rows)).items():
+        points = sorted((float(budgets[b]) / 2**30, value(c)) for (p, b), c in table.cells.items()
+                        if p == planner and c.ok)
         if points:
             ax.plot(*zip(*points), label=planner, **style)
 
 
-def _where(group: Group, executor: str) -> str:
-    return f"{group.title}, {executor} executor"
-
-
-def plot_ratio(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
+def plot_ratio(table: ExecutorTable, path: Path) -> Path:
     """Iteration time over the budget's lower bound against the memory limit (papers/004 Figure 5)."""
     fig, ax = _figure()
-    rows = group.rows[group.rows["executor"] == executor]
-    _plot_per_planner(ax, rows, lambda c: c.ratio_to_budget_lb, statistic)
+    _plot_per_planner(ax, table, lambda c: c.ratio_to_budget_lb)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("iteration time / LB of the budget")
-    ax.set_title(f"{_where(group, executor)}: time / LB (cf. papers/004 Fig. 5)", fontsize=10)
+    ax.set_title(f"{table.title}: time / LB (cf. papers/004 Fig. 5)", fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
 
-def plot_throughput(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
+def plot_throughput(table: ExecutorTable, path: Path) -> Path:
     """Samples per second against the memory limit (papers/004 Figures 13-19), with the ideal."""
     fig, ax = _figure()
-    rows = group.rows[group.rows["executor"] == executor]
-    _plot_per_planner(ax, rows, lambda c: group.batch_size / c.time_s, statistic)
-    ideal = rows["ideal_s"].dropna()
+    batch = table.group.batch_size
+    _plot_per_planner(ax, table, lambda c: batch / c.time_s)
+    ideal = table.rows["ideal_s"].dropna()
     if len(ideal):
-        ax.axhline(group.batch_size / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")
+        ax.axhline(batch / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("throughput (samples/s)")
-    ax.set_title(f"{_where(group, executor)}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
+    ax.set_title(f"{table.title}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
 
-def plot_time(group: Group, executor: str, path: Path, statistic: str = "trimmed-mean") -> Path:
+def plot_time(table: ExecutorTable, path: Path) -> Path:
     """Iteration time per budget, bars per strategy; failed cases marked x (papers/000 Figure 8)."""
-    return _save(time_figure(group, executor, statistic), path)
+    return _save(time_figure(table), path)
 
 
-def time_figure(group: Group, executor: str, statistic: str = "trimmed-mean"):
+def time_figure(table: ExecutorTable):
     """The figure of ``plot_time``: one bar colour per strategy."""
     fig, ax = _figure()
-    rows = group.rows[group.rows["executor"] == executor]
-    cells = summarise(rows, statistic)
+    rows, cells = table.rows, table.cells
     budgets, planners = _budget_order(rows), _planner_order(rows)
     styles = _styles(planners)
     width = 0.8 / max(1, len(planners))
@@ -491,7 +504,7 @@ def time_figure(group: Group, executor: str, statistic: str = "trimmed-mean"):
     ax.set_xticklabels(budgets, fontsize=8)
     ax.set_xlabel("memory budget (x marks a case that did not run)")
     ax.set_ylabel("iteration time (ms)")
-    ax.set_title(f"{_where(group, executor)}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
+    ax.set_title(f"{table.title}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
     _legend(ax)
     return fig
 
@@ -587,11 +600,11 @@ HOW_TO_READ = (
 )
 
 
-def fill_common_columns(frame: pd.DataFrame, run_path: Path, meta: dict[str, Any]) -> pd.DataFrame:
+def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     """Rows written before the common columns existed get them, from the run's own profiles.
 
     ``budget_lower_bound_s`` is ``harness.bounds.lower_bound`` of the profile the run stored
-    at the row's budget (the executor's copy-engine layout from the suite), ``ratio_to_budget_lb``
+    at the row's budget, ``ratio_to_budget_lb``
     and ``slowdown`` follow from the row's makespan; rows that have them are left alone.
     """
     missing = frame["budget_lower_bound_s"].isna() & frame["budget_bytes"].notna()
@@ -600,21 +613,18 @@ def fill_common_columns(frame: pd.DataFrame, run_path: Path, meta: dict[str, Any
     from harness.bounds import lower_bound
     from harness.model import Profile, load
 
-    duplex = {e.get("name"): bool(e.get("duplex", False))
-              for e in meta.get("spec", {}).get("executors", []) if isinstance(e, dict)}
+    from harness.runner import profile_file
+
     profiles: dict[str, Profile | None] = {}
     frame = frame.copy()
     for index in frame.index[missing]:
         row = frame.loc[index]
-        name = f"{_slug(row['model'])}-b{row['batch_size']}-{row['input_size']}-{row['dtype'] or 'float32'}.json"
+        name = profile_file(row["model"], row["batch_size"], row["input_size"], row["dtype"] or "float32")
         if name not in profiles:
             path = run_path / "profiles" / name
             profiles[name] = load(Profile, path) if path.exists() else None
-        profile = profiles[name]
-        if profile is None:
-            continue
-        lb = lower_bound(profile, int(row["budget_bytes"]), duplex=duplex.get(row["executor"], False))
-        frame.loc[index, "budget_lower_bound_s"] = lb
+        if profiles[name] is not None:  # executors take no options in suites: one copy engine, as the run had
+            frame.loc[index, "budget_lower_bound_s"] = lower_bound(profiles[name], int(row["budget_bytes"]))
     ok = frame["makespan_s"].notna()
     frame.loc[ok & frame["ratio_to_budget_lb"].isna(), "ratio_to_budget_lb"] = \
         frame["makespan_s"] / frame["budget_lower_bound_s"]
@@ -628,7 +638,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     meta = read_meta(run.path)
-    frame = fill_common_columns(load_rows(run.path), run.path, meta)
+    frame = fill_common_columns(load_rows(run.path), run.path)
     suite = meta.get("suite", run.suite)
     statistic = meta.get("spec", {}).get("statistic", "trimmed-mean")
     written: list[Path] = []
@@ -649,13 +659,11 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                  f"{fmt_bytes(first['min_memory_bytes'])}; keep-all peak {fmt_bytes(first['peak_memory_bytes'])}.",
                  small=True)
         for executor in executors(group.rows):
-            rows = group.rows[group.rows["executor"] == executor]
-            kind = "measured" if is_measured(rows) else "simulated"
+            table = ExecutorTable.of(group, executor, statistic)
+            kind = "measured" if is_measured(table.rows) else "simulated"
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
-            headers, table, bad = time_table(rows, statistic)
-            doc.table(headers, table, bad)
-            flagged = summarise(rows, statistic)
-            over = [(p, b, c) for (p, b), c in flagged.items() if c.arena_over_budget is not None]
+            doc.table(*time_table(table))
+            over = [(p, b, c) for (p, b), c in table.cells.items() if c.arena_over_budget is not None]
             if over:
                 names = ", ".join(dict.fromkeys(a for _, _, c in over for a in c.over_allocators))
                 doc.para(f"{ARENA_FLAG} {len(over)} of these schedules' memory traces need a larger arena than "
@@ -664,13 +672,12 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                          "model's budget, but a real caching allocator would likely run out of memory.",
                          small=True)
             doc.heading(f"{executor} executor ({kind}): iteration time / the budget's lower bound", 3)
-            headers, table, bad = bound_table(rows, statistic)
-            doc.table(headers, table, bad)
-            if (rows["status"] == "ok").any():
+            doc.table(*bound_table(table))
+            if (table.rows["status"] == "ok").any():
                 slug = _slug(executor)
                 for name, plot in (("ratio", plot_ratio), ("throughput", plot_throughput), ("time", plot_time)):
                     file = f"{name}-{group.key}-{slug}.png"
-                    written.append(plot(group, executor, out / file, statistic))
+                    written.append(plot(table, out / file))
                     doc.image(file, f"{name} for {group.title}, {executor} executor")
         chosen = pick_timeline(group.rows)
         if chosen is not None and (run.path / chosen["timeline"]).exists():

@@ -50,6 +50,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
 
 
+def profile_file(model: str, batch_size: int, input_label: str, dtype: str) -> str:
+    """The file name of a workload's profile in a run folder's ``profiles/``."""
+    return f"{slug(model)}-b{batch_size}-{input_label}-{dtype}.json"
+
+
 def new_run_id() -> str:
     """A run id that sorts by time: ``20240131-142501``."""
     return datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -202,7 +207,7 @@ class ProfileCache:
     def _make(self, case: Case):
         from harness.plugins import registry
 
-        path = self.folder / f"{slug(case.model)}-b{case.batch_size}-{case.input_label}-{case.dtype}.json"
+        path = self.folder / profile_file(case.model, case.batch_size, case.input_label, case.dtype)
         try:
             if path.exists():
                 profile = load(Profile, path)

@@ -213,7 +213,7 @@ def test_time_chart_gives_each_strategy_one_colour():
     """A bare RGB tuple given to ``bar`` with three bars was read as three colours (issue #14)."""
     import pandas as pd
 
-    from harness.publish import Group, time_figure
+    from harness.publish import ExecutorTable, Group, time_figure
     from harness.results import to_frame
 
     rows = []
@@ -224,7 +224,7 @@ def test_time_chart_gives_each_strategy_one_colour():
                          "executor": "simulate", "allocator": "", "status": "ok",
                          "makespan_s": repr(1.0 + k + j), "ideal_s": "1.0"})
     frame = to_frame(rows)
-    fig = time_figure(Group("m", 1, "1", frame), "simulate")
+    fig = time_figure(ExecutorTable.of(Group("m", 1, "1", frame), "simulate"))
     bars = [p for p in fig.axes[0].patches]
     colours = [tuple(b.get_facecolor()) for b in bars]
     assert len(bars) == 12
@@ -234,7 +234,7 @@ def test_time_chart_gives_each_strategy_one_colour():
     assert isinstance(pd.Series(colours).iloc[0], tuple)
     # a strategy that never ran keeps its own colour in the legend (not matplotlib's default blue)
     rows = [dict(r, status="infeasible", makespan_s="") if r["planner_label"] == "d" else r for r in rows]
-    fig = time_figure(Group("m", 1, "1", to_frame(rows)), "simulate")
+    fig = time_figure(ExecutorTable.of(Group("m", 1, "1", to_frame(rows)), "simulate"))
     handles, labels = fig.axes[0].get_legend_handles_labels()
     legend = {label: tuple(h.patches[0].get_facecolor()) for h, label in zip(handles, labels) if label in "abcd"}
     assert len(set(legend.values())) == 4

@@ -261,10 +261,10 @@ def _runtime_bytes(profile: Profile, workload: Workload, device: torch.device) -
     from harness.bounds import peak_memory
     from harness.device_memory import calibrate_runtime_bytes
     from harness.executors.torch_executor import TorchExecutor
-    from harness.model import Schedule, training_ops
+    from harness.schedules import keep_all_schedule
 
     torch.cuda.empty_cache()
-    keep_all = Schedule("keep-all", peak_memory(profile), training_ops(profile.n_stages))
+    keep_all = keep_all_schedule(profile, peak_memory(profile))
     executor = TorchExecutor(device=str(device), warmup=1, iterations=1, enforce_budget=False)
     run = executor.run(keep_all, profile, workload)
     del executor

@@ -163,21 +163,10 @@ def _device_entries() -> list[dict[str, str]]:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Profile a model into a profile JSON file."""
     input_size = _input_size(args.input_size)
-    try:
-        from harness.profilers import profile_command
-    except ImportError:
-        profile_command = None
-    if profile_command is not None:
-        profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,
-                                  input_size=input_size, output=args.output, dtype=args.dtype)
-    else:
-        from harness.model import save
-        from harness.plugins import registry
-        from harness.protocols import Workload
+    from harness.commands import profile_command
 
-        workload = Workload(args.model, args.batch, input_size or (3, 224, 224), args.device, args.dtype)
-        profile = registry().profiler(args.profiler).profile(workload)
-        save(profile, args.output)
+    profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,
+                              input_size=input_size, output=args.output, dtype=args.dtype)
     from harness.bounds import min_memory, peak_memory
 
     report = {"model": profile.model, "batch_size": profile.batch_size,
@@ -314,10 +303,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_place(args: argparse.Namespace) -> int:
     """Place a memory trace with an allocator."""
-    from harness import allocators
+    from harness.commands import place_command
 
-    return int(allocators.place_command(args.trace, args.allocator, args.json, output=args.output,
-                                        options=_options(args.option)) or 0)
+    return int(place_command(args.trace, args.allocator, args.json, output=args.output,
+                             options=_options(args.option)) or 0)
 
 
 # --------------------------------------------------------------------------- run

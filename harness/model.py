@@ -369,6 +369,11 @@ def training_ops(n_stages: int, sub_batches: int = 1) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:
+    """Map (kind, stage, sub_batch) to the position of that operation."""
+    return {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(ops)}
+
+
 # --------------------------------------------------------------------------- run
 
 

@@ -1,7 +1,11 @@
 """The plugin manager and the registry of everything plugins bring.
 
 Plugins are found through the ``membudget`` entry-point group; the harness's own
-built-ins register through the same hooks (module ``harness.builtins``). Two environment
+built-ins register through the same hooks (module ``harness.builtins``). The registry
+names its plugins and never imports them by statement: the built-ins by module name
+(``BUILTINS``, as pytest loads its default plugins), the others by entry point. So
+the profilers, executors and allocators, which look up model factories here, sit above
+the registry without a cycle (docs/architecture.md, "The stack"). Two environment
 variables choose what loads:
 
 - ``MEMBUDGET_PLUGINS``: a comma-separated list of entry-point names; only those load
@@ -12,6 +16,7 @@ variables choose what loads:
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import os
 import warnings
@@ -24,6 +29,7 @@ from harness import hookspecs
 from harness.errors import UnknownPlugin
 
 KINDS = ("profiler", "planner", "executor", "allocator", "model")
+BUILTINS = "harness.builtins"  # the core's own hook implementations, loaded by name
 
 
 @dataclass(frozen=True)
@@ -60,9 +66,7 @@ class Registry:
 
     # -- loading
     def load(self) -> Registry:
-        from harness import builtins
-
-        self._add(builtins, "membudget", _version("membudget"))
+        self._add(importlib.import_module(BUILTINS), "membudget", _version("membudget"))
         only, blocked = _env_list("MEMBUDGET_PLUGINS"), set(_env_list("MEMBUDGET_BLOCK_PLUGINS") or [])
         for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
             if ep.name in blocked or (only is not None and ep.name not in only):

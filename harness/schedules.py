@@ -17,13 +17,8 @@ import math
 from typing import Mapping
 
 from harness.errors import InfeasibleBudget
-from harness.model import Op, Profile, Schedule, Transfer, training_ops
+from harness.model import Op, Profile, Schedule, Transfer, op_index, training_ops  # planners take op_index here
 from harness.units import format_bytes
-
-
-def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:
-    """Map (kind, stage, sub_batch) to the position of that operation."""
-    return {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(ops)}
 
 
 def recompute_ops(n_stages: int, segments: list[tuple[int, int]], sub_batches: int = 1) -> tuple[Op, ...]:

@@ -469,7 +469,12 @@ class Suite:
             from harness.model import Profile, load
 
             return [tuple(load(Profile, self.model_name(entry)).input_shape)]
-        return [_default_input_size(entry.model)]
+        from harness.commands import DEFAULT_INPUT_SIZE, default_input_size
+
+        try:
+            return [default_input_size(entry.model)]
+        except UnknownPlugin:  # the suite's check names the unknown model, with its line
+            return [DEFAULT_INPUT_SIZE]
 
     def all_cases(self) -> list[Case]:
         """Every case of the grid, before excludes."""
@@ -512,17 +517,6 @@ class Suite:
         """Whether the runner saves the timeline of ``case``."""
         t = self.spec.timelines
         return t if isinstance(t, bool) else any(matches(m, case) for m in t)
-
-
-def _default_input_size(model: str) -> tuple[int, ...]:
-    from harness.plugins import registry
-
-    try:
-        factory = registry().model_factory(model)
-    except UnknownPlugin:
-        return (3, 224, 224)
-    default = getattr(factory, "default_input_size", None)
-    return tuple(default(model)) if callable(default) else (3, 224, 224)
 
 
 # --------------------------------------------------------------------------- loading
@@ -620,7 +614,7 @@ def _check_names(suite: Suite) -> None:
                     if key == "planners":
                         check_planner_options(entry.name, plugin, entry.options)
                     else:
-                        from harness.allocators.command import check_allocator_options
+                        from harness.allocators.options import check_allocator_options
 
                         check_allocator_options(entry.name, plugin, entry.options)
                 except UnknownOption as exc:

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.model import Profile, Run, Schedule
-from harness.schedules import op_index
+from harness.model import Profile, Run, Schedule, op_index
 from harness.simulate.lowering import pass_profiles
 
 _EPS = 1e-9

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from harness import hookimpl
-from harness.allocators import place_command, register_builtin
+from harness.allocators import register_builtin
+from harness.commands import place_command
 from harness.allocators.trace import read_csv_offsets
 from harness.allocators.validate import violations
 from harness.errors import UnknownPlugin
@@ -100,7 +101,7 @@ def test_place_command_reports_an_invalid_placement(trace_csv):
 @pytest.mark.parametrize("name", ["first-fit", "greedy-by-size", "caching", "cnmem"])
 def test_zero_length_blocks_take_no_part_in_a_placement(tmp_path, name, builtins_registry):
     """A block with ``lower == upper`` occupies no time: offset 0, nothing in max-live or the arena."""
-    from harness.allocators.command import place_trace_file
+    from harness.commands import place_trace_file
     from harness.allocators.trace import max_live_bytes, read_csv
 
     with_empty = tmp_path / "with-empty.csv"

@@ -117,7 +117,7 @@ def test_a_name_like_no_model_says_where_to_look():
 
 
 def test_default_input_sizes():
-    from harness.profilers import default_input_size
+    from harness.commands import default_input_size
 
     assert default_input_size("torchvision:resnet50") == (3, 224, 224)
     assert default_input_size("torchvision:inception_v3") == (3, 299, 299)

@@ -20,11 +20,8 @@ pytest.importorskip("torchvision")
 from harness.model import STAGE_KINDS, Profile, from_json, to_json  # noqa: E402
 from harness.plugins import registry  # noqa: E402
 from harness.lazy import resolve  # noqa: E402
-from harness.profilers import (  # noqa: E402
-    ProfilingError,
-    devices,  # noqa: E402
-    profile_command,
-)
+from harness.commands import profile_command  # noqa: E402
+from harness.profilers import ProfilingError, devices  # noqa: E402
 from harness.profilers.analytic import AnalyticProfiler  # noqa: E402
 from harness.profilers.devices import Efficiency, calibrate  # noqa: E402
 from harness.profilers.file import FileProfiler  # noqa: E402
@@ -286,7 +283,7 @@ def test_analytic_profile_of_resnet152_at_1000px_batch_256_allocates_nothing():
     # VmHWM is this process's own peak; ru_maxrss would include the pytest process it was forked from
     code = (
         "import re, resource\n"
-        "from harness.profilers import profile_command\n"
+        "from harness.commands import profile_command\n"
         "p = profile_command('torchvision:resnet152', 'analytic', 'V100-PCIe', 256, (3, 1000, 1000))\n"
         "try:\n"
         "    peak = int(re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1)) * 1024\n"

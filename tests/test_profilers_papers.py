@@ -29,7 +29,7 @@ pytest.importorskip("torchvision")
 
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.model import Profile  # noqa: E402
-from harness.profilers import profile_command  # noqa: E402
+from harness.commands import profile_command  # noqa: E402
 
 GB = 1e9
 

@@ -9,7 +9,8 @@
 
 The profile-guided best-fit of papers/003 is the ``membudget-bestfit`` plugin
 (``plugins/bestfit``). Traces, CSV files and max-live bytes are in :mod:`.trace`, the
-placement validator in :mod:`.validate`, ``membudget place`` in :mod:`.command`.
+placement validator in :mod:`.validate`, the options an allocator takes in :mod:`.options`;
+``membudget place`` is ``harness.commands.place_command``.
 """
 
 from __future__ import annotations
@@ -27,10 +28,3 @@ def register_builtin(register):
     register(Cnmem())
     register(GreedyBySize())
     register(ExactAllocator())
-
-
-def place_command(trace_csv, allocator, as_json=False, **kwargs):
-    """``membudget place TRACE.csv --allocator NAME [--json]``; see :func:`harness.allocators.command.place_command`."""
-    from harness.allocators.command import place_command as _place_command
-
-    return _place_command(trace_csv, allocator, as_json, **kwargs)

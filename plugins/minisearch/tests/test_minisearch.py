@@ -266,7 +266,7 @@ def test_place_command_option(tmp_path):
     import io
     import json
 
-    from harness.allocators import place_command
+    from harness.commands import place_command
     from harness.allocators.trace import write_csv
 
     class Reg:

@@ -1,52 +1,93 @@
-"""``membudget place TRACE.csv --allocator NAME [--json]``: place a trace file and report.
+"""The work behind ``membudget profile`` and ``membudget place``: what a command does
+once ``harness.cli`` has read its arguments, for callers (tests, notebooks) that want
+the result rather than the printout.
 
-Reads a trace in the benchmark CSV format (``id,lower,upper,size``, half-open
-lifetimes; see :mod:`harness.allocators.trace`), places it with a registered allocator,
-validates the placement and prints the arena, the max-live bytes, their ratio and the
-placement time; with ``--json`` the same content as one JSON object on stdout.
+These functions look objects up in the registry (a profiler, a model factory, an
+allocator), so they sit above it, with the runner and the CLI; the profilers and
+allocators they call stay below it (docs/architecture.md, "The stack").
 
+- ``default_input_size(model)``: the input size a model's factory suggests;
+- ``profile_command(...)``: profile a workload and save the ``Profile``;
+- ``place_trace_file(...)`` / ``place_command(...)``: place a trace CSV with an
+  allocator and report (``membudget place TRACE.csv --allocator NAME [--json]``).
+
+``membudget place`` reads a trace in the benchmark CSV format (``id,lower,upper,size``,
+half-open lifetimes; see :mod:`harness.allocators.trace`), places it with a registered
+allocator, validates the placement and prints the arena, the max-live bytes, their ratio
+and the placement time; with ``--json`` the same content as one JSON object on stdout.
 ``--option KEY=VALUE`` (repeatable, values read as YAML like ``membudget plan --option``)
-passes options to the allocator's ``place(trace, **options)``. An allocator takes the
-options its ``place`` names as keyword parameters, or those listed in an ``options``
-attribute when ``place`` takes ``**options``; any other name is an error that lists them.
-When the allocator reports a lower bound (``Placement.lower_bound_bytes``) the report
-gives it and the gap; ``optimal`` says whether the arena is proved minimal.
+passes options to the allocator's ``place(trace, **options)``
+(:mod:`harness.allocators.options`). When the allocator reports a lower bound
+(``Placement.lower_bound_bytes``) the report gives it and the gap; ``optimal`` says
+whether the arena is proved minimal.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 import numpy as np
 
+from harness.allocators.options import check_allocator_options
 from harness.allocators.trace import as_int_trace, read_csv, to_memory_blocks, write_csv
 from harness.allocators.validate import violations
 from harness.errors import UnknownOption
+from harness.lazy import resolve
+from harness.model import Profile, save
+from harness.plugins import registry as get_registry
+from harness.profilers.errors import ProfilingError
+from harness.protocols import Workload
 
-__all__ = ["place_command", "place_trace_file", "allocator_options", "check_allocator_options"]
+__all__ = ["DEFAULT_INPUT_SIZE", "default_input_size", "profile_command", "place_trace_file", "place_command"]
 
-
-def allocator_options(alloc: Any) -> tuple[str, ...]:
-    """The option names ``alloc.place`` takes besides the trace (``()``: none)."""
-    params = list(inspect.signature(alloc.place).parameters.values())[1:]
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        named += list(getattr(alloc, "options", ()) or ())
-    return tuple(dict.fromkeys(named))
+DEFAULT_INPUT_SIZE = (3, 224, 224)
 
 
-def check_allocator_options(name: str, alloc: Any, options: dict[str, Any]) -> None:
-    """``UnknownOption`` naming what ``alloc.place`` takes when ``options`` has a name it does not."""
-    known = allocator_options(alloc)
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        takes = f"its options: {', '.join(known)}" if known else "it takes no options"
-        raise UnknownOption(f"allocator {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
+def default_input_size(model: str, registry: Any = None) -> tuple[int, ...]:
+    """The input size the model's factory suggests (``DEFAULT_INPUT_SIZE`` when it says nothing;
+    ``()`` for a profile file, which carries its own). ``UnknownPlugin`` when no factory has
+    the model."""
+    if model.startswith("file:") or model.endswith(".json"):
+        return ()
+    factory = (get_registry() if registry is None else registry).model_factory(model)
+    suggest = getattr(factory, "default_input_size", None)
+    return tuple(suggest(model)) if callable(suggest) else DEFAULT_INPUT_SIZE
+
+
+def profile_command(
+    model: str,
+    profiler: str = "analytic",
+    device: str = "V100-PCIe",
+    batch: int = 32,
+    input_size: Sequence[int] | None = None,
+    output: str | Path | None = None,
+    dtype: str = "float32",
+    **options: Any,
+) -> Profile:
+    """``membudget profile MODEL --profiler P --device D --batch N -o p.json``: profile and save.
+
+    ``options`` configure the profiler (e.g. ``repeats=10`` or ``variant_batches=(8, 16)``
+    for ``torch``); without them the registered instance is used. Returns the ``Profile``;
+    with ``output`` it is also written there as JSON.
+    """
+    chosen = resolve(get_registry().profiler(profiler))
+    if options:
+        try:
+            chosen = replace(chosen, **options)
+        except TypeError as exc:
+            raise ProfilingError(f"profiler {profiler!r} does not take these options: {exc}") from None
+    size = tuple(input_size) if input_size else default_input_size(model)
+    workload = Workload(model=model, batch_size=int(batch), input_size=size, device=device, dtype=dtype)
+    profile = chosen.profile(workload)
+    if output is not None:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        save(profile, output)
+    return profile
 
 
 def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = None,
@@ -62,11 +103,7 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     time and get offset 0; ``place_time_s`` excludes a warm-up call on one block (imports,
     Numba compilation), as docs/architecture.md ("Planning kernels") asks of reported times.
     """
-    if registry is None:
-        from harness.plugins import registry as get_registry
-
-        registry = get_registry()
-    alloc = registry.allocator(allocator)
+    alloc = (get_registry() if registry is None else registry).allocator(allocator)
     options = dict(options or {})
     if options:
         check_allocator_options(allocator, alloc, options)

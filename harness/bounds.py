@@ -22,7 +22,7 @@ from functools import cache
 from typing import Iterable
 
 from harness.memory import stage_memory
-from harness.model import Profile, Schedule, training_ops
+from harness.model import Profile, Schedule, duplex_of, training_ops
 from harness.simulate.lowering import pass_profiles
 
 
@@ -144,14 +144,16 @@ def lower_bound(profile: Profile, budget: float, duplex: bool = False, m_peak: i
     return min(bound(peak, compute) for peak, compute in frontier)
 
 
-def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, duplex: bool = False) -> float:
-    """Prop. 3 for one schedule: its algorithms, summed over its sub-batch passes.
+def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, duplex: bool | None = None) -> float:
+    """Prop. 3 for one schedule: its algorithms, summed over its sub-batch passes, for copy engines
+    ``duplex`` (default: the schedule's).
 
     Every transfer of a pass happens between its first forward and its last backward, so
     each pass is bounded on its own. A pass that recomputes (``R`` operations) reduces
     memory without moving data, so only its compute term applies, its recomputations
     included.
     """
+    duplex = duplex_of(schedule, duplex)
     total = 0.0
     for sb, p in enumerate(pass_profiles(profile, schedule)):
         # the algorithms the schedule runs (the defaults when it names none), never the relaxation:

@@ -19,6 +19,7 @@ import numpy as np
 
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Run, Schedule, Stage
+from harness.options import planner_options
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -85,6 +86,20 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
 
 
+def copy_layout(executor: Any = None, options: dict[str, Any] | None = None) -> bool:
+    """The copy-engine layout a case plans and runs for: True for one engine per direction.
+
+    The executor's (its ``duplex``) when it names one, else the planner's ``duplex`` option,
+    else one engine shared by both directions (papers/004's assumption B). ``plan_case``
+    records it on the schedule (``Schedule.duplex``), where the bounds, the validator and
+    the executors read it: the plan and the run see the same value.
+    """
+    layout = getattr(executor, "duplex", None)
+    if layout is None:
+        layout = (options or {}).get("duplex", False)
+    return bool(layout)
+
+
 @dataclass(frozen=True)
 class Planned:
     """A schedule and how it was planned: the chain budget the planner got and how long it took."""
@@ -96,11 +111,18 @@ class Planned:
 
 
 def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None = None, *,
-              device_budget: bool = False, duplex: bool = False, seed: int = 0) -> Planned:
+              device_budget: bool = False, duplex: bool | None = None, seed: int = 0) -> Planned:
     """Plan ``profile`` for ``budget``: directly (the chain model's bytes), or, with
     ``device_budget``, for what is left of a device budget (``harness.device_memory``).
-    Numba compilation is not timed; ``InfeasibleBudget`` goes through."""
+    Numba compilation is not timed; ``InfeasibleBudget`` goes through.
+
+    ``duplex`` is the copy-engine layout (None: ``copy_layout`` of the options); a planner
+    that takes a ``duplex`` option plans for it, and the schedule records it (``Schedule.duplex``).
+    """
     options = options or {}
+    duplex = copy_layout(None, options) if duplex is None else bool(duplex)
+    if duplex != bool(options.get("duplex", False)) and "duplex" in (planner_options(planner) or ()):
+        options = {**options, "duplex": duplex}
     warm_up(planner)
     seed_everything(seed)
     started = time.perf_counter()
@@ -115,6 +137,7 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
             fields.update(_memory_fields(planned.memory))
     else:
         schedule, planning = planner.plan(profile, budget, **options), budget
+    schedule = replace(schedule, duplex=duplex)
     return Planned(schedule, planning, time.perf_counter() - started, fields)
 
 
@@ -140,7 +163,7 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
     (but an interrupt, which is re-raised)."""
     from harness.bounds import lower_bound
 
-    duplex = bool(getattr(executor, "duplex", False))
+    duplex = copy_layout(executor, options)
     fields: dict[str, Any] = {"n_stages": profile.n_stages}
     try:
         # the budget's bound (the tables' common column) is the row's even when no plan comes of it
@@ -158,13 +181,14 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
     """Run a planned schedule and compute its row's figures; a failure is the outcome's status.
 
     Every metric the executor reports reaches the row: the documented columns by name, the
-    others in ``metrics`` (JSON).
+    others in ``metrics`` (JSON). The bounds are those of the schedule's copy engines
+    (``Schedule.duplex``).
     """
     from harness.bounds import lower_bound, schedule_lower_bound
     from harness.results import COLUMNS
 
-    duplex = bool(getattr(executor, "duplex", False))
     schedule = planned.schedule
+    duplex = schedule.duplex
     fields: dict[str, Any] = {"n_stages": profile.n_stages, **planned.fields, "plan_time_s": planned.plan_time_s,
                               "sub_batches": schedule.sub_batches,
                               "offloaded_stages": len(schedule.offloaded_stages)}
@@ -173,8 +197,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
         # the budget's bound: the same for every strategy at this budget (the tables' common column)
         fields["budget_lower_bound_s"] = budget_lb = lower_bound(profile, budget, duplex=duplex)
         # judged against the bound of what it runs: its algorithms, passes, recomputation
-        lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget,
-                                                            duplex=duplex)
+        lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget)
         started = time.perf_counter()
         out.run = run = executor.run(schedule, profile, workload)
         fields.update(run_time_s=time.perf_counter() - started, peak_bytes=run.peak_bytes,

@@ -331,8 +331,12 @@ class Schedule:
     stage figures are then those of ``Profile.at_batch(batch_size // sub_batches)``).
     ``budget_bytes`` is the chain model's budget the planner planned for;
     ``device_budget_bytes``, when set, the bytes the process may reserve on the device
-    (``harness.device_memory``), the cap a real executor enforces. ``options`` and ``notes``
-    describe the plan; no executor reads them.
+    (``harness.device_memory``), the cap a real executor enforces. ``duplex`` is the
+    copy-engine layout the schedule was planned for and runs on: one engine per direction
+    (True) or one shared by both (False, papers/004's assumption B); ``harness.case.plan_case``
+    records it, and the simulator, the validator, the bounds and the torch executor read it
+    when they are not given a layout (``duplex_of``). ``options`` and ``notes`` describe the
+    plan; no executor reads them.
     """
 
     planner: str
@@ -344,6 +348,7 @@ class Schedule:
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     notes: str = ""
     device_budget_bytes: int | None = None
+    duplex: bool = False
 
     def algorithm_of(self, stage: int) -> int:
         """The algorithm index of ``stage`` (-1: the stage default)."""
@@ -367,6 +372,11 @@ def training_ops(n_stages: int, sub_batches: int = 1) -> tuple[Op, ...]:
         ops.extend(Op("F", i, sb) for i in range(n_stages))
         ops.extend(Op("B", i, sb) for i in reversed(range(n_stages)))
     return tuple(ops)
+
+
+def duplex_of(schedule: Schedule, duplex: bool | None = None) -> bool:
+    """The copy-engine layout to run ``schedule`` with: ``duplex`` when given, else the schedule's own."""
+    return schedule.duplex if duplex is None else bool(duplex)
 
 
 def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:

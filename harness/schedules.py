@@ -55,8 +55,9 @@ def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bo
         )
 
 
-def unconstrained_peak(schedule: Schedule, profile: Profile, duplex: bool = False) -> int:
-    """The peak device bytes of ``schedule`` run with no budget: the budget it runs unhindered in.
+def unconstrained_peak(schedule: Schedule, profile: Profile, duplex: bool | None = None) -> int:
+    """The peak device bytes of ``schedule`` run with no budget: the budget it runs unhindered in
+    (copy engines ``duplex``, default: the schedule's).
 
     A schedule the simulator cannot complete under a budget peaks above it when nothing
     limits memory, so this is what a planner reports as ``InfeasibleBudget.needed_bytes``

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.model import Profile, Run, Schedule, op_index
+from harness.model import Profile, Run, Schedule, duplex_of, op_index
 from harness.simulate.lowering import pass_profiles
 
 _EPS = 1e-9
@@ -55,9 +55,11 @@ class Violation:
 
 
 def validate(schedule: Schedule, profile: Profile, budget: float | None = None, *,
-             duplex: bool = False) -> list[Violation]:
-    """Every violation of ``schedule`` on ``profile`` under ``budget`` (default: the schedule's)."""
+             duplex: bool | None = None) -> list[Violation]:
+    """Every violation of ``schedule`` on ``profile`` under ``budget`` with copy engines ``duplex``
+    (defaults: the schedule's)."""
     budget = float(schedule.budget_bytes if budget is None else budget)
+    duplex = duplex_of(schedule, duplex)
     problems = check_structure(schedule, profile)
     if problems:
         return problems
@@ -181,8 +183,11 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
     return out
 
 
-def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float, duplex: bool = False) -> list[Violation]:
-    """Check a run's timeline and memory trace against the schedule, the profile and the budget."""
+def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
+              duplex: bool | None = None) -> list[Violation]:
+    """Check a run's timeline and memory trace against the schedule, the profile and the budget
+    (copy engines ``duplex``, default: the schedule's)."""
+    duplex = duplex_of(schedule, duplex)
     out: list[Violation] = []
     passes = pass_profiles(profile, schedule)
     compute = [e for e in run.timeline if e.stream == "compute"]

@@ -35,6 +35,16 @@ def test_schedule_run_and_placement_round_trip() -> None:
     assert from_json(Run, to_json(run)).trace[0].free == 0.1 + 0.2  # every bit of a float survives
 
 
+def test_schedule_duplex_round_trip_and_older_files() -> None:
+    """The copy-engine layout survives JSON; a schedule written before the field existed reads as
+    one shared engine."""
+    schedule = Schedule("p", 123, training_ops(2), duplex=True)
+    assert from_json(Schedule, to_json(schedule)) == schedule
+    old = json.loads(to_json(replace(schedule, duplex=False)))
+    del old["duplex"]
+    assert from_json(Schedule, json.dumps(old)).duplex is False
+
+
 def test_placement_lower_bound_round_trip_and_older_files() -> None:
     """``lower_bound_bytes`` survives JSON; a placement written before the field existed still reads."""
     p = Placement("minisearch", (0, 16), 32, 30, optimal=False, notes="n", lower_bound_bytes=31)

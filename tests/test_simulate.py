@@ -116,6 +116,57 @@ def test_duplex_engines_overlap_directions() -> None:
     assert {e.stream for e in duplex.timeline} >= {"d2h", "h2d", "compute"}
 
 
+def test_the_schedule_carries_its_copy_engines_to_the_simulator_validator_and_bounds() -> None:
+    """``Schedule.duplex`` is the layout every reader uses when none is given; an explicit one wins."""
+    from harness.bounds import schedule_lower_bound
+    from harness.simulate.executor import Simulator
+
+    rng = random.Random(7)
+    profile = random_chain(rng, 12)
+    budget = peak_memory(profile)
+    single = ordered_schedule(profile, budget, set(range(12)), planner="t")
+    duplex = replace(single, duplex=True)
+    assert simulate(duplex, profile) == simulate(single, profile, duplex=True)
+    assert simulate(duplex, profile, duplex=False) == simulate(single, profile)
+    assert Simulator().run(duplex, profile) == simulate(single, profile, duplex=True)
+    assert Simulator(duplex=False).run(duplex, profile) == simulate(single, profile)
+    assert timing(duplex, profile)[1].makespan == timing(single, profile, duplex=True)[1].makespan
+    assert validate(duplex, profile) == validate(single, profile, duplex=True) == []
+    for b in (min_memory(profile), budget):
+        assert schedule_lower_bound(profile, duplex, b) == schedule_lower_bound(profile, single, b, duplex=True)
+
+
+def test_a_case_records_its_copy_engines_once_for_the_plan_and_the_run() -> None:
+    """The executor's layout reaches a planner that takes ``duplex``, the schedule and the bounds;
+    with an executor that names none, the planner's ``duplex`` option is the layout."""
+    from harness.case import copy_layout, plan_case, run_case
+    from harness.simulate.executor import Simulator
+
+    seen = []
+
+    class Planner:
+        name = "probe"
+
+        def plan(self, profile, budget_bytes, duplex: bool = False, **options):
+            seen.append(duplex)
+            return ordered_schedule(profile, budget_bytes, set(range(profile.n_stages)), planner=self.name)
+
+    rng = random.Random(7)
+    profile = random_chain(rng, 12)
+    budget = peak_memory(profile)
+    assert copy_layout(Simulator()) is False and copy_layout(Simulator(), {"duplex": True}) is True
+    assert copy_layout(Simulator(duplex=True), {"duplex": False}) is True
+    planned = plan_case(Planner(), profile, budget, {"duplex": True})
+    assert planned.schedule.duplex and seen[-1] is True  # (the warm-up plans a tiny chain first)
+    assert plan_case(Planner(), profile, budget).schedule.duplex is False and seen[-1] is False
+    outcome = run_case(Planner(), profile, budget, Simulator(duplex=True), None)
+    assert seen[-1] is True and outcome.schedule.duplex and outcome.fields["status"] == "ok"
+    assert outcome.run == simulate(outcome.schedule, profile, duplex=True)
+    assert outcome.fields["budget_lower_bound_s"] == lower_bound(profile, budget, duplex=True)
+    plain = run_case(Planner(), profile, budget, Simulator(), None)
+    assert not plain.schedule.duplex and plain.fields["makespan_s"] >= outcome.fields["makespan_s"]
+
+
 def test_offload_everything_fits_the_minimum_memory() -> None:
     rng = random.Random(3)
     for _ in range(30):

@@ -17,9 +17,11 @@ class LazyTorchExecutor:
         self._executor = None
 
     @property
-    def duplex(self) -> bool:
-        """Whether the copies use one stream per direction (the runner's lower bound reads it)."""
-        return bool(self.options.get("duplex", False))
+    def duplex(self) -> bool | None:
+        """Whether the copies use one stream per direction; None when the options do not say
+        (the schedule's layout, ``Schedule.duplex``; ``harness.case.copy_layout`` reads it)."""
+        duplex = self.options.get("duplex")
+        return None if duplex is None else bool(duplex)
 
     def executor(self):
         """The real executor (built, and torch imported, on first use)."""

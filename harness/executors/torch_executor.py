@@ -56,7 +56,7 @@ from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, o
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
 from harness.executors.grad_check import gradient_error
-from harness.model import Profile, Run, Schedule, TimelineEvent
+from harness.model import Profile, Run, Schedule, TimelineEvent, duplex_of
 from harness.protocols import Workload
 from harness.simulate.lowering import pass_profiles, stage_profile
 
@@ -153,8 +153,8 @@ def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | N
         raise ScheduleMismatch(f"{schedule.sub_batches} sub-batches for a batch of {profile.batch_size}")
 
 
-def predict(schedule: Schedule, profile: Profile, duplex: bool = False) -> Run:
-    """The simulator's run of ``schedule``, without trace."""
+def predict(schedule: Schedule, profile: Profile, duplex: bool | None = None) -> Run:
+    """The simulator's run of ``schedule``, without trace (copy engines ``duplex``, default: the schedule's)."""
     from harness.simulate.executor import simulate
 
     return simulate(schedule, profile, duplex=duplex, with_trace=False)
@@ -165,8 +165,8 @@ class TorchExecutor:
 
     Options: ``device`` (default: the workload's torch device, else cuda if available,
     else cpu), ``warmup`` and ``iterations`` (untimed and timed iterations), ``duplex``
-    (one copy stream per direction), ``enforce_budget`` (CUDA memory cap),
-    ``cap_bytes`` (CUDA: the cap to enforce instead of the schedule's budget, e.g. the
+    (one copy stream per direction; default None: the schedule's layout, ``Schedule.duplex``),
+    ``enforce_budget`` (CUDA memory cap), ``cap_bytes`` (CUDA: the cap to enforce instead of the schedule's budget, e.g. the
     budget plus what the framework holds beyond the chain model), ``expandable_segments``
     (CUDA: the caching allocator maps memory in expandable segments during the run, as
     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` does, so that less of the budget
@@ -181,7 +181,7 @@ class TorchExecutor:
     name = "torch"
     description = "Runs the schedule on the real model: saved-tensor hooks, side CUDA streams, pinned buffers"
 
-    def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool = False,
+    def __init__(self, device: str | None = None, warmup: int = 2, iterations: int = 5, duplex: bool | None = None,
                  enforce_budget: bool = True, emulate_budget: bool = False, seed: int = 0, record: bool = False,
                  expandable_segments: bool = False, cap_bytes: int | None = None, save_on_cpu: bool = False,
                  grad_check: bool = True):
@@ -221,7 +221,7 @@ class TorchExecutor:
     def execute(self, schedule: Schedule, profile: Profile, chain: TorchChain) -> Run:
         """Run ``schedule`` on ``chain`` (warm-up, then timed iterations) and report it."""
         check_compatible(schedule, profile, chain)
-        prediction = _safe_predict(schedule, profile, self.duplex)
+        prediction = _safe_predict(schedule, profile, duplex_of(schedule, self.duplex))
         execution = _Execution(self, schedule, profile, chain)
         try:
             run = execution.measure(prediction)
@@ -251,7 +251,8 @@ class _Execution:
         self.store = SavedStore(chain.weight_keys(), chain.device)
         self.pool = HostPool(pinned=self.cuda)
         self.clock = Clock(self.cuda)
-        self.copies = (CudaCopies(chain.device, self.pool, self.clock, executor.duplex) if self.cuda
+        duplex = duplex_of(schedule, executor.duplex)
+        self.copies = (CudaCopies(chain.device, self.pool, self.clock, duplex) if self.cuda
                        else CpuCopies(self.pool, self.clock))
         self.record = ExecutionRecord()
         self.native = executor.save_on_cpu

@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from harness.memory import schedule_blocks
-from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent
+from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of
 from harness.simulate.lowering import Lowered, lower, pass_profiles
 from harness.simulate.reference import OK, Timing, simulate_reference
 
 ENGINES = ("kernel", "reference")
 
 
-def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
+def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
            engine: str = "kernel") -> tuple[Lowered, Timing]:
     """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference.
+    ``duplex``: the copy-engine layout (None: the schedule's, ``Schedule.duplex``), as in every
+    function of this module.
 
     The lean form a planner calls in a loop: ``Timing.ok`` and ``Timing.makespan`` say whether
     the schedule ran and how long it took (``makespan`` below does both at once).
@@ -23,15 +25,15 @@ def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None,
 
 
 def makespan(schedule: Schedule, profile: Profile, *, budget: float | None = None,
-             duplex: bool = False) -> float | None:
+             duplex: bool | None = None) -> float | None:
     """The simulated iteration time of ``schedule`` under ``budget`` (default: its own); None when
     it cannot run there."""
     return _run(schedule, profile, budget, duplex, "kernel")[1].makespan
 
 
-def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool,
+def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool | None,
          engine: str) -> tuple[Lowered, Timing]:
-    low = lower(schedule, profile, budget=budget, duplex=duplex)
+    low = lower(schedule, profile, budget=budget, duplex=duplex_of(schedule, duplex))
     if engine == "kernel":
         from harness.simulate._kernels import simulate_kernel
 
@@ -41,9 +43,10 @@ def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: boo
     raise ValueError(f"unknown simulation engine {engine!r}; choose one of {ENGINES}")
 
 
-def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool = False,
+def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
              engine: str = "kernel", with_trace: bool = True) -> Run:
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
+    duplex = duplex_of(schedule, duplex)
     low, tm = _run(schedule, profile, budget, duplex, engine)
     compute = float(low.op_dur.sum())
     started = ~np.isnan(tm.tr_start)
@@ -141,14 +144,14 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
 class Simulator:
     """The ``simulate`` executor: an event simulation of one iteration (papers/004 section 3.1).
 
-    Options: ``duplex`` (separate copy engines per direction; default False, the paper's
-    assumption B), ``engine`` (``kernel`` or ``reference``).
+    Options: ``duplex`` (separate copy engines per direction; default None: the schedule's
+    layout, ``Schedule.duplex``), ``engine`` (``kernel`` or ``reference``).
     """
 
     name = "simulate"
     description = "Event simulation of one training iteration: compute stream + copy engine(s), Numba kernel"
 
-    def __init__(self, duplex: bool = False, engine: str = "kernel"):
+    def __init__(self, duplex: bool | None = None, engine: str = "kernel"):
         self.duplex = duplex
         self.engine = engine
 

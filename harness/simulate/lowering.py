@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.memory import schedule_blocks
-from harness.model import Profile, Schedule
+from harness.model import Profile, Schedule, duplex_of
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,11 @@ def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.nda
     return tuple(x.copy() for x in arrays)
 
 
-def lower(schedule: Schedule, profile: Profile, budget: float | None = None, duplex: bool = False) -> Lowered:
-    """Flatten ``schedule`` on ``profile``; ``budget`` defaults to the schedule's own."""
+def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
+          duplex: bool | None = None) -> Lowered:
+    """Flatten ``schedule`` on ``profile``; ``budget`` and ``duplex`` (the copy engines) default
+    to the schedule's own."""
+    duplex = duplex_of(schedule, duplex)
     passes = pass_profiles(profile, schedule)
     n = profile.n_stages
     op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, passes)

@@ -141,6 +141,18 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
     return Planned(schedule, planning, time.perf_counter() - started, fields)
 
 
+def saved_data_fields(schedule: Schedule, profile: Profile) -> dict[str, Any]:
+    """The row's "what it does" columns: the saved bytes the schedule keeps, offloads and
+    recomputes in one iteration, the recomputations' time (``harness.memory.saved_data``),
+    and the weights that stay resident whatever it does."""
+    from harness.memory import saved_data
+    from harness.simulate.lowering import pass_profiles
+
+    data = saved_data(schedule, pass_profiles(profile, schedule))
+    return dict(kept_bytes=data.kept, offloaded_bytes=data.offloaded, recomputed_bytes=data.recomputed,
+                recompute_s=data.recompute_s, weight_bytes=profile.weight_bytes)
+
+
 def _memory_fields(memory: Any) -> dict[str, Any]:
     return dict(max_live_bytes=memory.chain_bytes, runtime_bytes=memory.runtime_bytes,
                 fragmentation_bytes=memory.fragmentation_bytes, reserved_predicted_bytes=memory.reserved_bytes)
@@ -194,6 +206,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
                               "offloaded_stages": len(schedule.offloaded_stages)}
     out = CaseOutcome(fields, schedule)
     try:
+        fields.update(saved_data_fields(schedule, profile))
         # the budget's bound: the same for every strategy at this budget (the tables' common column)
         fields["budget_lower_bound_s"] = budget_lb = lower_bound(profile, budget, duplex=duplex)
         # judged against the bound of what it runs: its algorithms, passes, recomputation

@@ -273,3 +273,61 @@ def schedule_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
             if not movable:
                 needs[k] += bl.size
     return needs
+
+
+@dataclass(frozen=True)
+class SavedData:
+    """What a schedule does with the saved data of one iteration (every sub-batch pass), in bytes.
+
+    The saved data of stage i in a pass is ``saved_i`` (``Stage.saved_bytes``): what its
+    forward keeps for B_i. Each of those bytes is counted once, in one of three parts, so
+    ``kept + offloaded + recomputed == total`` (the sum of ``saved_i`` over stages and passes):
+
+    - ``recomputed``: re-created by a recomputation R_i before B_i. A stage whose forward saves
+      nothing (``Fn``) has all of saved_i recomputed; a checkpoint (``Fc``) keeps the part of its
+      input x_i that is saved (``StageMemory.kept``, held on the device as the checkpoint) and
+      has the rest (``StageMemory.extra``) recomputed;
+    - ``offloaded``: of what remains, the bytes the schedule's offload transfers of that stage and
+      pass move to the host (``Transfer.nbytes``, all of saved_i when None; a tensor offloaded in
+      parts counts the parts' sum, at most what remains);
+    - ``kept``: the rest, which stays on the device from its forward to B_i.
+
+    ``recompute_s`` is the forward time of the recomputations (each R at its stage's algorithm);
+    ``recompute_s / ideal time`` is the share of the iteration spent computing again.
+    """
+
+    kept: int
+    offloaded: int
+    recomputed: int
+    recompute_s: float
+
+    @property
+    def total(self) -> int:
+        """Every saved byte of the iteration: kept + offloaded + recomputed."""
+        return self.kept + self.offloaded + self.recomputed
+
+
+def saved_data(schedule: Schedule, passes: list[Profile]) -> SavedData:
+    """How ``schedule`` keeps, offloads and recomputes its saved data (``SavedData``).
+
+    ``passes`` holds the profile of each sub-batch pass (``harness.simulate.lowering.pass_profiles``),
+    as for ``schedule_blocks``.
+    """
+    n = passes[0].n_stages
+    moved: dict[tuple[int, int], int] = {}
+    for tr in schedule.transfers:
+        if tr.direction == "offload":
+            size = passes[tr.sub_batch].stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
+            moved[tr.sub_batch, tr.stage] = moved.get((tr.sub_batch, tr.stage), 0) + int(size)
+    kept = offloaded = recomputed = 0
+    recompute_s = 0.0
+    for sb, (ops, p) in enumerate(zip(pass_ops(schedule, n), passes)):
+        for i in range(n):
+            m = stage_memory(p, i, schedule.algorithm_of(i))
+            again = 0
+            if ops.recompute[i] is not None:
+                again = m.extra if ops.kind[i] == "Fc" else m.saved if ops.kind[i] == "Fn" else 0
+                recompute_s += p.stages[i].algorithm(schedule.algorithm_of(i)).fwd_time
+            away = min(m.saved - again, moved.get((sb, i), 0))
+            recomputed, offloaded, kept = recomputed + again, offloaded + away, kept + m.saved - again - away
+    return SavedData(kept, offloaded, recomputed, recompute_s)

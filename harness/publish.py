@@ -388,6 +388,86 @@ def bound_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[t
     return ["planner", *_budget_headers(table.rows, _budget_order(table.rows), with_lb=True)], lines, bad
 
 
+def does_what(rows: pd.DataFrame) -> bool:
+    """True when ``rows`` say what their schedules do with the saved data (``kept_bytes``...; rows
+    written before those columns existed do not)."""
+    return bool(rows["kept_bytes"].notna().any())
+
+
+def _gib(value: Any) -> str:
+    f = _num(value)
+    return "-" if f is None else f"{f / 2**30:.2f}"
+
+
+def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
+    """Budget x (the fastest strategy, its time, the runner-up and the lead, what the winner does).
+
+    One line per budget, ascending: the fastest strategy by iteration time (the quantity common
+    to the budget), its time and slowdown over the ideal iteration, the second fastest strategy and
+    how many times faster the winner is (its time over the winner's), and the winner's saved data
+    of one iteration kept on the device, offloaded and recomputed (GiB). A budget where nothing ran
+    says so (and is marked).
+    """
+    planners = _planner_order(table.rows)
+    lines, bad = [], set()
+    for i, budget in enumerate(_budget_order(table.rows)):
+        at = table.rows[table.rows["budget_label"] == budget]
+        size = at["budget_bytes"].dropna()
+        line = [f"{budget} ({_gib(size.iloc[0]) if len(size) else '-'})"]
+        winners = fastest(table.cells, budget)
+        if not winners:
+            lines.append(line + ["none fits", *["-"] * 7])
+            bad.add((i, 1))
+            continue
+        winner = next(p for p in planners if p in winners)  # ties: the first listed
+        cell = table.cells[winner, budget]
+        time_s = cell.time_s
+        ran = [(time_s, winner)] + sorted(((c.time_s, p) for (p, b), c in table.cells.items()
+                                           if b == budget and p != winner and c.ok and not math.isnan(c.time_s)),
+                                          key=lambda r: (r[0], planners.index(r[1])))
+        line += [winner, f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
+        if len(ran) > 1:
+            line += [ran[1][1], f"{ran[1][0] / time_s:.2f}x" if time_s > 0 else "-"]
+        else:
+            line += ["-", "-"]
+        plan = plan_rows(at[at["planner_label"] == winner]).iloc[0]
+        line += [_gib(plan["kept_bytes"]), _gib(plan["offloaded_bytes"]), _gib(plan["recomputed_bytes"])]
+        lines.append(line)
+    headers = ["budget (GiB)", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept GiB", "offloaded GiB",
+               "recomputed GiB"]
+    return headers, lines, bad
+
+
+def claims_table(tables: Sequence[ExecutorTable], statistic: str) -> tuple[list[str], list[list[str]]] | None:
+    """The paper's claims (``harness.claims``) per model and executor; None when no table has a
+    recompute-only strategy and the new columns."""
+    from harness.claims import OVERHEAD_LIMIT, check_claims, verdict
+
+    lines = []
+    for table in tables:
+        if not does_what(table.rows):
+            continue
+        c = check_claims(table.rows, statistic)
+        if c.recompute_planner is None:
+            continue
+        if c.combined_planner is None:
+            share = "not run (no hybrid planner in the suite)"
+        elif c.overhead_share is None:
+            share = f"no budget where {c.recompute_planner} and hybrid both ran with an overhead"
+        else:
+            share = f"{c.overhead_share:.2f} over {c.share_budgets} budgets ({c.recompute_planner} vs hybrid)"
+        if c.memory_reduction is None:
+            reduction = f"no budget within {OVERHEAD_LIMIT:.1f}x the ideal time"
+        else:
+            reduction = (f"{c.memory_reduction:.2f}x ({_gib(c.activation_bytes)} GiB of activations at the keep-all "
+                         f"peak; budget {_gib(c.reduction_budget)} GiB; {c.reduction_strategy})")
+        lines.append([table.title, share, verdict(c.share_held), reduction, verdict(c.reduction_held)])
+    if not lines:
+        return None
+    return ["model, executor", "overhead share offloading removes (paper: about 1/3)", "",
+            "activation-memory reduction at under 20% overhead (paper: 4-6x)", ""], lines
+
+
 # --------------------------------------------------------------------------- plots
 
 
@@ -570,7 +650,9 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
 
 def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
-    profiler, device = meta.get("profiler", "?"), meta.get("device", "?")
+    profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
+    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler", "?")
+    device = meta.get("device", "?")
     gpu = meta.get("environment", {}).get("cuda_device")
     names = executors(frame)
     measured = [e for e in names if is_measured(frame[frame["executor"] == e])]
@@ -597,6 +679,26 @@ HOW_TO_READ = (
     "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
     "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case. Budgets fN are "
     "the fraction N of the span from the minimum memory to the keep-all peak."
+)
+
+
+STRATEGY_TABLE = (
+    "One line per budget: the fastest strategy by iteration time (ties: the first listed), its time and its time "
+    "over the ideal iteration; the second fastest and the lead (its time over the winner's: 1.50x means the "
+    "winner is 1.5 times faster); and what the winner does with one iteration's saved data (the bytes the "
+    "forward passes keep for the backward): kept on the device, offloaded to the host, recomputed before the "
+    "backward (they sum to the same total for every strategy that does not split the batch). pN budgets are "
+    "the fraction N of the keep-all peak."
+)
+
+CLAIMS = (
+    "{paper} report that offloading removes about a third of recomputation's overhead, and that the two "
+    "together cut activation memory 4-6x at under 20% overhead. Share: the mean over budgets where both ran "
+    "(and recomputation costs anything) of (T_recompute - T_hybrid) / (T_recompute - T_ideal), T_recompute from "
+    "the recompute planner, else torch-checkpoint; held within 1/3 +- 0.1. Reduction: activation memory (the "
+    "budget less the resident weights) of the keep-all peak over that of the smallest budget of the suite at "
+    "which the combined strategy (hybrid; without it, the fastest strategy that ran, named) runs within 1.2x "
+    "the ideal time; held at 4x or more. A grid's budget: the reduction is at least this (harness/claims.py)."
 )
 
 
@@ -651,6 +753,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
              + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic))
     for note in meta.get("skipped_plugins", []):
         doc.para(f"Note: {note}", small=True)
+    tables: list[ExecutorTable] = []
     for group in model_groups(frame):
         doc.heading(group.title)
         plan = plan_rows(group.rows)
@@ -660,6 +763,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                  small=True)
         for executor in executors(group.rows):
             table = ExecutorTable.of(group, executor, statistic)
+            tables.append(table)
             kind = "measured" if is_measured(table.rows) else "simulated"
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))
@@ -671,6 +775,10 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                          f"{fmt_bytes(max(c.arena_over_budget for _, _, c in over))}): the plan fits the chain "
                          "model's budget, but a real caching allocator would likely run out of memory.",
                          small=True)
+            if does_what(table.rows):
+                doc.heading(f"{executor} executor ({kind}): the fastest strategy per budget, and what it does", 3)
+                doc.table(*strategy_table(table))
+                doc.para(STRATEGY_TABLE, small=True)
             doc.heading(f"{executor} executor ({kind}): iteration time / the budget's lower bound", 3)
             doc.table(*bound_table(table))
             if (table.rows["status"] == "ok").any():
@@ -695,6 +803,13 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                                          aggfunc="mean", sort=False)
             doc.table(["planner (mean over budgets)", *pivot.columns],
                       [[p, *(fmt_ratio(v) for v in pivot.loc[p])] for p in pivot.index])
+    claims = claims_table(tables, statistic)
+    if claims is not None:
+        from harness.claims import PAPER
+
+        doc.heading("Recomputation and offloading: the paper's claims on these profiles")
+        doc.para(CLAIMS.format(paper=PAPER))
+        doc.table(*claims)
     doc.heading("Every case")
     cols = ["case_id", "status", "time ms", "x ideal", "budget LB ms", "x budget LB", "own LB ms", "x own LB",
             "peak", "moved", "arena", "plan ms", "message"]

@@ -45,6 +45,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "metrics",
     # what the allocator proved about its arena (None: it does not say)
     "placement_optimal", "placement_lower_bound_bytes",
+    # what the schedule does with the iteration's saved data (harness.memory.saved_data), and the weights
+    "kept_bytes", "offloaded_bytes", "recomputed_bytes", "recompute_s", "weight_bytes",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -55,11 +57,11 @@ _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
                 "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
                 "predicted_peak_bytes", "placement_lower_bound_bytes", "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes",
-                "reserved_predicted_bytes")
+                "reserved_predicted_bytes", "kept_bytes", "offloaded_bytes", "recomputed_bytes", "weight_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",
-                  "grad_error", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown")
+                  "grad_error", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown", "recompute_s")
 
 
 class ResultsError(ValueError):

@@ -9,7 +9,10 @@ A suite (docs/architecture.md, "Suites and results")::
       - model: torchvision:resnet18     # a registered model (a profile path for `file`)
         batch_sizes: [32]
         input_size: [3, 224, 224]       # or input_sizes: [[3, 224, 224], [3, 500, 500]]
-    budgets: {fractions: [0, 0.5, 1]}   # of the span min_memory..peak_memory (0..1); and/or bytes: [4GiB]
+        dtype: bfloat16                 # optional: this model's dtype (default: the suite's dtype:)
+        profiler: file                  # optional: this model's profiler (default: the suite's)
+    budgets: {fractions: [0, 0.5, 1]}   # of the span min_memory..peak_memory (0..1); and/or bytes: [4GiB];
+                                        # and/or peak_fractions: [0.2, 0.5] (of the keep-all peak, 0..1]
     planners: [keep-all, greedy, {name: dynprog, slots: 500}, {name: modnn, optional: true}]
     executors: [simulate]
     allocators: [caching]
@@ -32,6 +35,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
@@ -193,6 +197,7 @@ class ModelEntry(_Strict):
     input_size: list[PositiveInt] | None = Field(default=None, min_length=1)
     input_sizes: list[list[PositiveInt]] | None = Field(default=None, min_length=1)
     dtype: StrictStr | None = None
+    profiler: StrictStr | None = None  # None: the suite's
 
     @model_validator(mode="after")
     def _one_input_key(self) -> ModelEntry:
@@ -202,9 +207,11 @@ class ModelEntry(_Strict):
 
 
 class Budgets(_Strict):
-    """Budgets as fractions of the span min..peak, and/or as byte quantities."""
+    """Budgets as fractions of the span min..peak, as fractions of the keep-all peak (which reach below
+    the minimum), and/or as byte quantities."""
 
     fractions: list[float] | None = None
+    peak_fractions: list[float] | None = None
     bytes_: list[Annotated[Any, BeforeValidator(_byte_quantity)]] | None = Field(default=None, alias="bytes")
 
     @field_validator("fractions")
@@ -217,10 +224,19 @@ class Budgets(_Strict):
                 raise ValueError(f"[{k}]: {exc}") from None
         return value
 
+    @field_validator("peak_fractions")
+    @classmethod
+    def _of_the_peak(cls, value: list[float] | None) -> list[float] | None:
+        for k, fraction in enumerate(value or []):
+            if isinstance(fraction, bool) or not 0 < fraction <= 1:
+                raise ValueError(f"[{k}]: a fraction of the keep-all peak is a number in (0, 1], got {fraction!r}")
+        return value
+
     @model_validator(mode="after")
     def _some_budget(self) -> Budgets:
-        if not (self.fractions or self.bytes_):
-            raise ValueError("no budgets: give fractions: [0, 0.5, 1] (of min..peak) and/or bytes: [4GiB]")
+        if not (self.fractions or self.peak_fractions or self.bytes_):
+            raise ValueError("no budgets: give fractions: [0, 0.5, 1] (of min..peak), peak_fractions: [0.2, 0.5] "
+                             "(of the keep-all peak) and/or bytes: [4GiB]")
         return self
 
 
@@ -310,9 +326,9 @@ def _check_matches(matches: list[dict[str, Any]]) -> None:
 
 @dataclass(frozen=True)
 class Budget:
-    """One budget of a suite: a fraction of min..peak or a byte count."""
+    """One budget of a suite: a fraction of min..peak, a fraction of the keep-all peak, or a byte count."""
 
-    kind: str  # "fraction" | "bytes"
+    kind: str  # "fraction" | "peak_fraction" | "bytes"
     value: float
     label: str
 
@@ -320,6 +336,8 @@ class Budget:
         """The budget in bytes for a profile with this minimum and peak."""
         if self.kind == "bytes":
             return int(self.value)
+        if self.kind == "peak_fraction":
+            return int(math.floor(self.value * peak_bytes))
         return int(min_bytes + math.floor(self.value * (peak_bytes - min_bytes)))
 
 
@@ -450,8 +468,9 @@ class Suite:
         return (self.source, 1)
 
     def budgets(self) -> list[Budget]:
-        """The suite's budgets, fractions first, in the order written."""
+        """The suite's budgets, fractions first, then fractions of the peak (``pN``), in the order written."""
         out = [Budget("fraction", float(f), _fraction_label(f)) for f in self.spec.budgets.fractions or []]
+        out += [Budget("peak_fraction", float(f), f"p{f:g}") for f in self.spec.budgets.peak_fractions or []]
         out += [Budget("bytes", float(parse_bytes(b)), _bytes_label(b)) for b in self.spec.budgets.bytes_ or []]
         return out
 
@@ -465,7 +484,7 @@ class Suite:
             return [tuple(s) for s in entry.input_sizes]
         if entry.input_size:
             return [tuple(entry.input_size)]
-        if self.spec.profiler == "file":
+        if self.profiler_of(entry) == "file":
             from harness.model import Profile, load
 
             return [tuple(load(Profile, self.model_name(entry)).input_shape)]
@@ -493,7 +512,7 @@ class Suite:
                 tags = ((f"r{repeat}",) if tag_repeat else ()) + ((f"s{seed}",) if tag_seed else ())
                 out.append(Case(
                     suite=spec.name, model=model, batch_size=batch, input_size=size, device=spec.device,
-                    profiler=spec.profiler, dtype=entry.dtype or spec.dtype, planner=planner.name,
+                    profiler=self.profiler_of(entry), dtype=entry.dtype or spec.dtype, planner=planner.name,
                     planner_label=planner.display, executor=executor.name,
                     allocator=allocator.display if allocator else "", budget=budget,
                     repeat=repeat, seed=seed, planner_options=planner.options, tags=tags,
@@ -502,11 +521,15 @@ class Suite:
                 ))
         return out
 
+    def profiler_of(self, entry: ModelEntry) -> str:
+        """The profiler of a model entry: its own, else the suite's."""
+        return entry.profiler or self.spec.profiler
+
     def model_name(self, entry: ModelEntry) -> str:
         """The model as the profiler gets it (``file`` profiles: a path from the suite's folder)."""
-        if self.spec.profiler == "file":
+        if self.profiler_of(entry) == "file":
             path = Path(entry.model.removeprefix("file:"))
-            return str(path if path.is_absolute() else Path(self.source).parent / path)
+            return os.path.normpath(path if path.is_absolute() else Path(self.source).parent / path)
         return entry.model
 
     def cases(self) -> list[Case]:
@@ -574,7 +597,13 @@ def _check_names(suite: Suite) -> None:
         reg.profiler(spec.profiler)
     except UnknownPlugin as exc:
         raise fail(exc, "profiler") from None
-    if spec.profiler == "analytic":  # a device spec name: check it now, not case by case
+    for k, entry in enumerate(spec.models):
+        if entry.profiler is not None:
+            try:
+                reg.profiler(entry.profiler)
+            except UnknownPlugin as exc:
+                raise fail(exc, "models", k, "profiler") from None
+    if "analytic" in {suite.profiler_of(e) for e in spec.models}:  # a device spec name: check it now, not case by case
         from harness.profilers import devices
 
         try:
@@ -583,14 +612,13 @@ def _check_names(suite: Suite) -> None:
             source, line = suite.line_of("device")
             raise SuiteError(f"{source}:{line}: device: {exc.args[0]}", source=source, line=line, field="device",
                              choices=devices.names()) from None
-    if spec.profiler != "file":
-        for k, entry in enumerate(spec.models):
+    for k, entry in enumerate(spec.models):
+        if suite.profiler_of(entry) != "file":
             try:
                 reg.model_factory(entry.model)
             except UnknownPlugin as exc:
                 raise fail(exc, "models", k, "model") from None
-    else:
-        for k, entry in enumerate(spec.models):
+        else:
             if not Path(suite.model_name(entry)).exists():
                 source, line = suite.line_of("models", k, "model")
                 raise SuiteError(f"{source}:{line}: models[{k}].model: no profile file {suite.model_name(entry)!r}",

@@ -66,6 +66,34 @@ def test_fraction_budgets_span_min_to_peak():
     assert Budget("bytes", 4096.0, "4KiB").resolve(100, 300) == 4096
 
 
+def test_peak_fraction_budgets_are_fractions_of_the_keep_all_peak_and_reach_below_the_minimum(tmp_path):
+    assert Budget("peak_fraction", 0.25, "p0.25").resolve(100, 300) == 75
+    assert Budget("peak_fraction", 1.0, "p1").resolve(100, 300) == 300
+    suite = load_suite(_suite(tmp_path, BASE.replace("{fractions: [0, 1]}",
+                                                     "{fractions: [0], peak_fractions: [0.1, 0.5]}")))
+    assert [b.label for b in suite.budgets()] == ["f0", "p0.1", "p0.5"]
+    assert len(suite.cases()) == 2 * 3 * 2
+    assert "peak_fractions" in str(_error(_suite(tmp_path, BASE.replace("{fractions: [0, 1]}", "{}"))))
+
+
+def test_a_model_may_name_its_own_profiler_and_dtype(tmp_path):
+    """A suite mixes profiled models with profile files (``profiler: file`` on the entry)."""
+    root = Path(__file__).resolve().parent.parent
+    entry = "  - model: ../profiles/p.json\n    profiler: file\n    dtype: float32\n    batch_sizes: [64]\n"
+    text = BASE.replace("budgets:", entry + "budgets:")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "p.json").write_text(
+        (root / "results" / "profiles" / "resnet50-b32-h100-measured.json").read_text())
+    (tmp_path / "suites").mkdir()
+    suite = load_suite(_suite(tmp_path / "suites", text))
+    cases = {(c.model, c.profiler, c.dtype, c.input_label) for c in suite.cases()}
+    assert (str(tmp_path / "profiles" / "p.json"), "file", "float32", "3x224x224") in cases
+    assert ("synthetic:chain4", "synthetic") in {(model, profiler) for model, profiler, _, _ in cases}
+    path = _suite(tmp_path, text.replace("profiler: file", "profiler: fil"), filename="bad.yaml")
+    err = _error(path)
+    assert f"{path}:{_line_of(path, 'profiler: fil')}: models[1].profiler: unknown profiler 'fil'" in str(err)
+
+
 def test_byte_budgets_parse_units(tmp_path):
     suite = load_suite(_suite(tmp_path, BASE.replace("{fractions: [0, 1]}", "{bytes: [4GiB, 512MiB, 1000]}")))
     assert [b.label for b in suite.budgets()] == ["4GiB", "512MiB", "1000"]
@@ -78,6 +106,9 @@ def test_byte_budgets_parse_units(tmp_path):
     ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "must be within 0..100%"),
     ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
     ("device: synthetic", "device: [a, b]", "device:", "device", "string"),
+    ("{fractions: [0, 1]}", "{peak_fractions: [0.5, 0]}", "budgets:", "budgets.peak_fractions[1]",
+     "a fraction of the keep-all peak is a number in (0, 1], got 0"),
+    ("{fractions: [0, 1]}", "{peak_fractions: [1.5]}", "budgets:", "budgets.peak_fractions[0]", "(0, 1]"),
     ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),
 ])
 def test_wrong_types_name_file_line_and_field(tmp_path, old, new, needle, field, words):

@@ -1,0 +1,121 @@
+"""The claims of Beaumont, Eyraud-Dubois and Shilova (NeurIPS 2021), checked on a run's rows.
+
+"Efficient Combination of Rematerialization and Offloading for Training DNNs" reports that
+adding offloading to rematerialization (recomputation) removes about a third of its time
+overhead, and that the two together cut activation memory 4-6x at under 20% overhead. For
+the rows of one model (one batch and input size) on one executor, this module computes:
+
+- ``overhead_share``: the mean, over the budgets where both ran and recomputation costs
+  anything, of (T_recompute - T_combined) / (T_recompute - T_ideal). T_recompute is the
+  ``recompute`` planner's time when it ran in the suite, else the best recompute-only planner
+  there (``torch-checkpoint``); T_combined is the ``hybrid`` planner's (none: "not run");
+  T_ideal is the row's ``ideal_s`` (the unconstrained keep-all iteration);
+- ``memory_reduction``: A_keep-all / A_budget, where the activation memory of a budget M is
+  what it leaves beside the resident weights, M - ``weight_bytes``, and A_keep-all is the
+  keep-all peak's, ``peak_memory_bytes`` (M_peak, ``harness.bounds.peak_memory``) -
+  ``weight_bytes``; A_budget is that of the smallest budget of the suite at which the
+  combined strategy (``hybrid``; without it, the fastest of every strategy that ran, said so)
+  runs within 1.2x T_ideal. The suite's budgets are a grid: the reduction is the grid's, a
+  lower bound of the strategy's.
+
+``held`` compares them with the paper: a share within 1/3 +- 0.1, a reduction of 4x or more.
+Times are each strategy's iteration times as the published tables summarise them
+(``harness.publish.summarise``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+PAPER = ("Beaumont, Eyraud-Dubois, Shilova, NeurIPS 2021, \"Efficient Combination of Rematerialization and "
+         "Offloading for Training DNNs\"")
+RECOMPUTE_ONLY = ("recompute", "torch-checkpoint")  # in order of preference
+COMBINED = "hybrid"
+SHARE_CLAIM, SHARE_TOLERANCE = 1 / 3, 0.1
+REDUCTION_CLAIM = (4.0, 6.0)
+OVERHEAD_LIMIT = 1.2  # "under 20% overhead"
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The two numbers of the paper for one model on one executor, and where they come from."""
+
+    recompute_planner: str | None  # the planner T_recompute came from (None: no recompute-only planner ran)
+    combined_planner: str | None  # "hybrid", or None when it did not run
+    overhead_share: float | None  # None: not run or no budget where both ran with an overhead
+    share_budgets: int  # how many budgets the mean is over
+    reduction_strategy: str  # "hybrid", or "fastest of <planners>" without it
+    memory_reduction: float | None  # None: no budget within the overhead limit
+    reduction_budget: int | None  # the budget (bytes) it was reached at
+    activation_bytes: int | None  # A_keep-all: peak_memory_bytes - weight_bytes
+
+    @property
+    def share_held(self) -> bool | None:
+        """True when the share is within 1/3 +- 0.1 (None: nothing to judge)."""
+        if self.overhead_share is None:
+            return None
+        return abs(self.overhead_share - SHARE_CLAIM) <= SHARE_TOLERANCE
+
+    @property
+    def reduction_held(self) -> bool | None:
+        """True when the reduction is at least 4x (None: nothing to judge)."""
+        return None if self.memory_reduction is None else self.memory_reduction >= REDUCTION_CLAIM[0]
+
+
+def _times(rows: pd.DataFrame, statistic: str) -> dict[str, dict[str, tuple[int, float]]]:
+    """planner name -> budget label -> (budget bytes, iteration time) of the strategies that ran;
+    a planner listed under several labels keeps its fastest at each budget."""
+    from harness.publish import summarise
+
+    names = dict(zip(rows["planner_label"], rows["planner"]))
+    sizes = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for (label, budget), cell in summarise(rows, statistic).items():
+        if cell.ok and not math.isnan(cell.time_s) and not pd.isna(sizes.get(budget)):
+            at = out.setdefault(names[label], {})
+            if budget not in at or cell.time_s < at[budget][1]:
+                at[budget] = (int(sizes[budget]), cell.time_s)
+    return out
+
+
+def _first(rows: pd.DataFrame, column: str) -> float | None:
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else None
+
+
+def check_claims(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> Claims:
+    """The paper's two numbers on the rows of one model group and one executor (``Claims``)."""
+    times = _times(rows, statistic)
+    ideal = _first(rows, "ideal_s")
+    recompute = next((p for p in RECOMPUTE_ONLY if p in times), None)
+    combined = COMBINED if COMBINED in times else None
+    share, used = None, 0
+    if recompute and combined and ideal:
+        shares = []
+        for budget, (_, t_rec) in times[recompute].items():
+            if budget in times[combined] and t_rec > ideal * (1 + 1e-9):
+                shares.append((t_rec - times[combined][budget][1]) / (t_rec - ideal))
+        if shares:
+            share, used = sum(shares) / len(shares), len(shares)
+    if combined:
+        candidates, strategy = {combined: times[combined]}, combined
+    else:
+        candidates, strategy = times, "fastest of " + ", ".join(sorted(times)) if times else "nothing ran"
+    peak, weights = _first(rows, "peak_memory_bytes"), _first(rows, "weight_bytes")
+    activation = int(peak - weights) if peak is not None and weights is not None else None
+    within = [size for at in candidates.values() for size, t in at.values()
+              if ideal and t <= OVERHEAD_LIMIT * ideal]
+    reduction, budget = None, None
+    if within and activation is not None and weights is not None:
+        budget = min(within)
+        if budget > weights:
+            reduction = activation / (budget - weights)
+    return Claims(recompute, combined, share, used, strategy, reduction, budget, activation)
+
+
+def verdict(held: bool | None) -> str:
+    """``held``, ``not held`` or ``not checked``."""
+    return "not checked" if held is None else "held" if held else "not held"

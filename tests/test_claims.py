@@ -1,0 +1,95 @@
+"""The paper-claim check (``harness.claims``) and the publish page's fastest-strategy table, on synthetic rows."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.claims import check_claims, verdict
+from harness.publish import ExecutorTable, claims_table, model_groups, strategy_table
+from harness.results import to_frame
+
+IDEAL = 1.0
+BUDGETS = {"b30": 30, "b60": 60, "b110": 110}  # peak 110, weights 10: 100 bytes of activations
+
+
+def _rows(times: dict[str, dict[str, float | None]], does: dict[str, tuple[int, int, int]] | None = None):
+    rows = []
+    for planner, at in times.items():
+        for label, t in at.items():
+            kept, off, rec = (does or {}).get(planner, (100, 0, 0))
+            rows.append(dict(
+                suite="s", case_id=f"m/{planner}/{label}", model="m", batch_size=8, input_size="1", device="d",
+                profiler="analytic", planner=planner, planner_label=planner, executor="simulate", allocator="",
+                budget_label=label, budget_bytes=BUDGETS[label], status="ok" if t is not None else "infeasible",
+                makespan_s=t, ideal_s=IDEAL, peak_memory_bytes=110, weight_bytes=10, kept_bytes=kept,
+                offloaded_bytes=off, recomputed_bytes=rec, time_iqr_s=None,
+            ))
+    return to_frame(rows)
+
+
+def test_share_and_reduction_with_a_combined_planner():
+    rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
+                  "torch-checkpoint": {"b30": 3.0, "b60": 2.0, "b110": 1.0},
+                  "recompute": {"b30": 2.0, "b60": 1.5, "b110": 1.0},
+                  "hybrid": {"b30": 1.5, "b60": 1.1, "b110": 1.0}})
+    c = check_claims(rows)
+    assert (c.recompute_planner, c.combined_planner) == ("recompute", "hybrid")
+    # b30: (2 - 1.5) / (2 - 1) = 0.5; b60: (1.5 - 1.1) / 0.5 = 0.8; b110 has no overhead to remove
+    assert c.overhead_share == pytest.approx(0.65) and c.share_budgets == 2
+    assert c.share_held is False
+    # hybrid within 1.2x at b60: (110 - 10) / (60 - 10)
+    assert c.activation_bytes == 100 and c.reduction_budget == 60 and c.memory_reduction == pytest.approx(2.0)
+    assert c.reduction_held is False and c.reduction_strategy == "hybrid"
+
+
+def test_held_when_a_third_is_removed_and_memory_shrinks_fourfold():
+    rows = _rows({"torch-checkpoint": {"b30": 1.3, "b60": 1.3, "b110": 1.0},
+                  "hybrid": {"b30": 1.2, "b60": 1.2, "b110": 1.0}})
+    c = check_claims(rows)
+    assert c.recompute_planner == "torch-checkpoint"
+    assert c.overhead_share == pytest.approx(1 / 3) and c.share_held
+    assert c.memory_reduction == pytest.approx(100 / 20) and c.reduction_held
+    assert verdict(c.share_held) == "held" and verdict(None) == "not checked"
+
+
+def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_whose():
+    rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
+                  "torch-checkpoint": {"b30": 1.5, "b60": 1.15, "b110": 1.0},
+                  "greedy": {"b30": 4.0, "b60": 2.0, "b110": 1.0}})
+    c = check_claims(rows)
+    assert c.combined_planner is None and c.overhead_share is None and c.share_held is None
+    assert c.reduction_strategy == "fastest of greedy, keep-all, torch-checkpoint"
+    assert c.memory_reduction == pytest.approx(2.0)
+    table = claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean")
+    assert table is not None and "not run" in table[1][0][1] and table[1][0][2] == "not checked"
+
+
+def test_no_claims_without_a_recompute_only_strategy():
+    rows = _rows({"keep-all": {"b110": 1.0}, "greedy": {"b60": 2.0, "b110": 1.0}})
+    assert check_claims(rows).recompute_planner is None
+    assert claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean") is None
+
+
+def test_the_strategy_table_ranks_by_time_and_says_what_the_winner_does():
+    rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
+                  "torch-checkpoint": {"b30": None, "b60": 1.4, "b110": 1.0},
+                  "greedy": {"b30": 4.0, "b60": 2.1, "b110": 1.0}},
+                 does={"torch-checkpoint": (40, 0, 60), "greedy": (2**30, 2**31, 0)})
+    headers, lines, bad = strategy_table(ExecutorTable.of(model_groups(rows)[0], "simulate"))
+    assert headers[:2] == ["budget (GiB)", "fastest"] and len(headers) == 9
+    assert all(len(line) == 9 for line in lines)
+    by = {line[0].split()[0]: line for line in lines}
+    assert by["b30"][1:6] == ["greedy", "4000.00", "4.00x", "-", "-"]
+    assert by["b30"][6:] == ["1.00", "2.00", "0.00"]
+    assert by["b60"][1:6] == ["torch-checkpoint", "1400.00", "1.40x", "greedy", "1.50x"]
+    assert by["b110"][1] == "keep-all" and by["b110"][4:6] == ["torch-checkpoint", "1.00x"]  # a tie: first listed
+    assert [line[0].split()[0] for line in lines] == ["b30", "b60", "b110"] and not bad
+
+
+def test_a_budget_where_nothing_runs_is_marked():
+    rows = _rows({"keep-all": {"b30": None, "b110": 1.0}})
+    headers, lines, bad = strategy_table(ExecutorTable.of(model_groups(rows)[0], "simulate"))
+    assert lines[0][1] == "none fits" and len(lines[0]) == len(headers) and bad == {(0, 1)}
+    assert not math.isnan(float(lines[1][2]))

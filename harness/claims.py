@@ -20,13 +20,14 @@ the rows of one model (one batch and input size) on one executor, this module co
 
 ``held`` compares them with the paper: a share within 1/3 +- 0.1, a reduction of 4x or more.
 Times are each strategy's iteration times as the published tables summarise them
-(``harness.publish.summarise``).
+(``harness.publish.summarise``, handed in by the caller).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -65,15 +66,13 @@ class Claims:
         return None if self.memory_reduction is None else self.memory_reduction >= REDUCTION_CLAIM[0]
 
 
-def _times(rows: pd.DataFrame, statistic: str) -> dict[str, dict[str, tuple[int, float]]]:
+def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float]]]:
     """planner name -> budget label -> (budget bytes, iteration time) of the strategies that ran;
     a planner listed under several labels keeps its fastest at each budget."""
-    from harness.publish import summarise
-
     names = dict(zip(rows["planner_label"], rows["planner"]))
     sizes = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
     out: dict[str, dict[str, tuple[int, float]]] = {}
-    for (label, budget), cell in summarise(rows, statistic).items():
+    for (label, budget), cell in cells.items():
         if cell.ok and not math.isnan(cell.time_s) and not pd.isna(sizes.get(budget)):
             at = out.setdefault(names[label], {})
             if budget not in at or cell.time_s < at[budget][1]:
@@ -86,9 +85,14 @@ def _first(rows: pd.DataFrame, column: str) -> float | None:
     return float(values.iloc[0]) if len(values) else None
 
 
-def check_claims(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> Claims:
-    """The paper's two numbers on the rows of one model group and one executor (``Claims``)."""
-    times = _times(rows, statistic)
+def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Claims:
+    """The paper's two numbers on the rows of one model group and one executor (``Claims``).
+
+    ``cells`` are those rows summarised as the published tables summarise them, (planner label,
+    budget label) -> a cell with ``ok`` and ``time_s`` (``harness.publish.summarise``): the
+    claims read the same iteration times the tables rank.
+    """
+    times = _times(rows, cells)
     ideal = _first(rows, "ideal_s")
     recompute = next((p for p in RECOMPUTE_ONLY if p in times), None)
     combined = COMBINED if COMBINED in times else None

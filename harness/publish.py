@@ -447,7 +447,7 @@ def claims_table(tables: Sequence[ExecutorTable], statistic: str) -> tuple[list[
     for table in tables:
         if not does_what(table.rows):
             continue
-        c = check_claims(table.rows, statistic)
+        c = check_claims(table.rows, table.cells)
         if c.recompute_planner is None:
             continue
         if c.combined_planner is None:

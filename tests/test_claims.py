@@ -7,6 +7,7 @@ import math
 import pytest
 
 from harness.claims import check_claims, verdict
+from harness.publish import summarise
 from harness.publish import ExecutorTable, claims_table, model_groups, strategy_table
 from harness.results import to_frame
 
@@ -34,7 +35,7 @@ def test_share_and_reduction_with_a_combined_planner():
                   "torch-checkpoint": {"b30": 3.0, "b60": 2.0, "b110": 1.0},
                   "recompute": {"b30": 2.0, "b60": 1.5, "b110": 1.0},
                   "hybrid": {"b30": 1.5, "b60": 1.1, "b110": 1.0}})
-    c = check_claims(rows)
+    c = check_claims(rows, summarise(rows))
     assert (c.recompute_planner, c.combined_planner) == ("recompute", "hybrid")
     # b30: (2 - 1.5) / (2 - 1) = 0.5; b60: (1.5 - 1.1) / 0.5 = 0.8; b110 has no overhead to remove
     assert c.overhead_share == pytest.approx(0.65) and c.share_budgets == 2
@@ -47,7 +48,7 @@ def test_share_and_reduction_with_a_combined_planner():
 def test_held_when_a_third_is_removed_and_memory_shrinks_fourfold():
     rows = _rows({"torch-checkpoint": {"b30": 1.3, "b60": 1.3, "b110": 1.0},
                   "hybrid": {"b30": 1.2, "b60": 1.2, "b110": 1.0}})
-    c = check_claims(rows)
+    c = check_claims(rows, summarise(rows))
     assert c.recompute_planner == "torch-checkpoint"
     assert c.overhead_share == pytest.approx(1 / 3) and c.share_held
     assert c.memory_reduction == pytest.approx(100 / 20) and c.reduction_held
@@ -58,7 +59,7 @@ def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_
     rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
                   "torch-checkpoint": {"b30": 1.5, "b60": 1.15, "b110": 1.0},
                   "greedy": {"b30": 4.0, "b60": 2.0, "b110": 1.0}})
-    c = check_claims(rows)
+    c = check_claims(rows, summarise(rows))
     assert c.combined_planner is None and c.overhead_share is None and c.share_held is None
     assert c.reduction_strategy == "fastest of greedy, keep-all, torch-checkpoint"
     assert c.memory_reduction == pytest.approx(2.0)
@@ -68,7 +69,7 @@ def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_
 
 def test_no_claims_without_a_recompute_only_strategy():
     rows = _rows({"keep-all": {"b110": 1.0}, "greedy": {"b60": 2.0, "b110": 1.0}})
-    assert check_claims(rows).recompute_planner is None
+    assert check_claims(rows, summarise(rows)).recompute_planner is None
     assert claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean") is None
 
 

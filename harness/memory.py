@@ -4,7 +4,8 @@ Every component that needs to know what an operation holds on the device reads i
 here: the simulator (``harness.simulate.lowering`` turns ``schedule_blocks`` into its
 per-operation arrays, ``harness.simulate.executor.memory_trace`` times the same blocks),
 the bounds (``harness.bounds.op_needs``) and the planners (moDNN's task sizes and
-Algorithm 1, DYNPROG's C^F and C^B). Only the validator (``harness.validate``) keeps
+Algorithm 1, DYNPROG's C^F and C^B, the recompute planner's segment needs:
+``segment_needs``). Only the validator (``harness.validate``) keeps
 an independent derivation of its own, to check the others.
 
 The model (papers/004 section 3.1, widened to saved data that differs from the input,
@@ -273,3 +274,81 @@ def schedule_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
             if not movable:
                 needs[k] += bl.size
     return needs
+
+
+# --------------------------------------------------------------------------- checkpointed segments
+
+
+def forward_keeps(m: StageMemory, kind: str) -> int:
+    """Bytes a forward of ``kind`` leaves on the device until its stage's recomputation or backward:
+    ``F`` its saved data, ``Fc`` its whole input (the checkpoint), ``Fn`` nothing."""
+    return {"F": m.saved, "Fc": m.input, "Fn": 0}[kind]
+
+
+def saving_need(m: StageMemory) -> int:
+    """The peak of a stage that saves (``F``), above what the stages before it keep: its forward's
+    or its backward's need (the B_i share of x_{i+1} is in ``backward_need``, whoever made it)."""
+    return max(m.forward_need, m.backward_need)
+
+
+def segment_needs(mem: list[StageMemory], a: int) -> list[int]:
+    """For each b in a+1..L, the peak of the segment [a, b) checkpointed at a
+    (``harness.schedules.recompute_ops``: Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above
+    what the stages before a keep (``forward_keeps``), weights apart; entry b - a - 1.
+
+    ``mem``: ``stage_memory`` of every stage. From the blocks of ``schedule_blocks``, with
+    S(k) = saved_{a+1} + ... + saved_{k-1} and cp_a = x_a + extra_a (the checkpoint and the
+    extra its recomputation adds), the operations of the segment hold above that prefix:
+
+    - F_a: its forward need; Fn_k: x_a and its forward need;
+    - R_a: y_b (B_{b-1}'s incoming gradient; the model output when b = L) and its forward
+      need; R_k, k > a: y_b, cp_a, S(k) and its forward need; R_{b-1} holds its output as the
+      part B_{b-1} keeps and the rest, so max(x_b, h_{b-1}) where the forward need has x_b;
+    - B_k, k > a: cp_a, S(k) and its backward need; B_a: its backward need and drop_a (the part
+      of the checkpoint its saved data does not cover).
+
+    Nothing of the stages from b on is live then but y_b (no share of x_b outlives B_b: stage
+    b-1 is recomputed). Each b extends the running maxima of b - 1, so all of them take O(L).
+    """
+    n = len(mem)
+    ma = mem[a]
+    cp = ma.input + ma.extra
+    fwd = ma.forward_need
+    bwd = ma.drop + ma.backward_need
+    recompute = ma.forward_need  # the R_k with k < b - 1 (their output whole)
+    inside = 0  # S(k)
+    needs = []
+    for k in range(a, n):
+        mk = mem[k]
+        # R_k as the segment's last recomputation: its output is B_k's share and the rest
+        last = mk.forward_need + (max(mk.output, mk.held) - mk.output if k + 1 < n else 0)
+        if k > a:
+            fwd = max(fwd, ma.input + mk.forward_need)
+            bwd = max(bwd, cp + inside + mk.backward_need)
+            last += cp + inside
+        needs.append(max(fwd, bwd, mk.grad_in + max(recompute if k > a else 0, last)))
+        if k > a:
+            recompute = max(recompute, cp + inside + mk.forward_need)
+            inside += mk.saved
+    return needs
+
+
+def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = ()) -> int:
+    """The peak device bytes (weights apart) of ``recompute_ops(L, segments)`` run with no transfers:
+    over the pieces (a saving stage, or a segment) the prefix the stages before keep plus the piece's
+    need (``saving_need``, ``segment_needs``)."""
+    n = profile.n_stages
+    mem = [stage_memory(profile, i) for i in range(n)]
+    start = {a: b for a, b in segments}
+    peak = prefix = i = 0
+    while i < n:
+        if i in start:
+            b = start[i]
+            peak = max(peak, prefix + segment_needs(mem, i)[b - i - 1])
+            prefix += forward_keeps(mem[i], "Fc")
+            i = b
+        else:
+            peak = max(peak, prefix + saving_need(mem[i]))
+            prefix += forward_keeps(mem[i], "F")
+            i += 1
+    return peak

@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from harness.model import Algorithm, Profile, Schedule
 
 FORWARD_KINDS = ("F", "Fc", "Fn")  # the forward pass: saves, keeps its input only, keeps nothing
@@ -291,10 +293,10 @@ def saving_need(m: StageMemory) -> int:
     return max(m.forward_need, m.backward_need)
 
 
-def segment_needs(mem: list[StageMemory], a: int) -> list[int]:
-    """For each b in a+1..L, the peak of the segment [a, b) checkpointed at a
-    (``harness.schedules.recompute_ops``: Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above
-    what the stages before a keep (``forward_keeps``), weights apart; entry b - a - 1.
+def segment_needs(mem: list[StageMemory]) -> np.ndarray:
+    """The peak of every segment [a, b) checkpointed at a (``harness.schedules.recompute_ops``:
+    Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above what the stages before a keep
+    (``forward_keeps``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L.
 
     ``mem``: ``stage_memory`` of every stage. From the blocks of ``schedule_blocks``, with
     S(k) = saved_{a+1} + ... + saved_{k-1} and cp_a = x_a + extra_a (the checkpoint and the
@@ -308,29 +310,33 @@ def segment_needs(mem: list[StageMemory], a: int) -> list[int]:
       of the checkpoint its saved data does not cover).
 
     Nothing of the stages from b on is live then but y_b (no share of x_b outlives B_b: stage
-    b-1 is recomputed). Each b extends the running maxima of b - 1, so all of them take O(L).
+    b-1 is recomputed). Each row is running maxima over b (O(L) numpy per row).
     """
     n = len(mem)
-    ma = mem[a]
-    cp = ma.input + ma.extra
-    fwd = ma.forward_need
-    bwd = ma.drop + ma.backward_need
-    recompute = ma.forward_need  # the R_k with k < b - 1 (their output whole)
-    inside = 0  # S(k)
-    needs = []
-    for k in range(a, n):
-        mk = mem[k]
-        # R_k as the segment's last recomputation: its output is B_k's share and the rest
-        last = mk.forward_need + (max(mk.output, mk.held) - mk.output if k + 1 < n else 0)
-        if k > a:
-            fwd = max(fwd, ma.input + mk.forward_need)
-            bwd = max(bwd, cp + inside + mk.backward_need)
-            last += cp + inside
-        needs.append(max(fwd, bwd, mk.grad_in + max(recompute if k > a else 0, last)))
-        if k > a:
-            recompute = max(recompute, cp + inside + mk.forward_need)
-            inside += mk.saved
-    return needs
+    table = np.zeros((n, n + 1), dtype=np.int64)
+    if n == 0:
+        return table
+
+    def column(f) -> np.ndarray:
+        return np.array([f(m) for m in mem], dtype=np.int64)
+
+    fn, bn, saved = column(lambda m: m.forward_need), column(lambda m: m.backward_need), column(lambda m: m.saved)
+    grad_in = column(lambda m: m.grad_in)
+    # R_k as a segment's last recomputation: its output is B_k's share and the rest (no x_L to split)
+    last = fn + column(lambda m: 0 if m.last else max(m.output, m.held) - m.output)
+    before = np.concatenate([[0], np.cumsum(saved)])  # before[j] = saved_0 + ... + saved_{j-1}
+    for a in range(n):
+        ma = mem[a]
+        cp = ma.input + ma.extra
+        k = np.arange(a + 1, n)  # the stages after a
+        above = cp + before[k] - before[a + 1]  # cp_a + S(k)
+        fwd = np.maximum.accumulate(np.concatenate([[ma.forward_need], ma.input + fn[k]]))
+        bwd = np.maximum.accumulate(np.concatenate([[ma.drop + ma.backward_need], above + bn[k]]))
+        # the R_j, j < k, whose output is whole (R_a's and the inside ones'), before each k
+        earlier = np.maximum.accumulate(np.concatenate([[0, ma.forward_need], above[:-1] + fn[k[:-1]]]))[:n - a]
+        final = np.concatenate([[last[a]], above + last[k]])
+        table[a, a + 1:] = np.maximum(np.maximum(fwd, bwd), grad_in[a:] + np.maximum(earlier, final))
+    return table
 
 
 def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = ()) -> int:
@@ -339,12 +345,13 @@ def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = (
     need (``saving_need``, ``segment_needs``)."""
     n = profile.n_stages
     mem = [stage_memory(profile, i) for i in range(n)]
+    table = segment_needs(mem) if segments else None
     start = {a: b for a, b in segments}
     peak = prefix = i = 0
     while i < n:
         if i in start:
             b = start[i]
-            peak = max(peak, prefix + segment_needs(mem, i)[b - i - 1])
+            peak = max(peak, prefix + int(table[i, b]))
             prefix += forward_keeps(mem[i], "Fc")
             i = b
         else:

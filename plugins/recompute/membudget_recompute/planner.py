@@ -302,10 +302,12 @@ class Recompute:
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel",
              **options) -> Schedule:
-        """The schedule of ``plan``'s segments, checked in the simulator; ``InfeasibleBudget`` when none fits."""
+        """The schedule of ``plan``'s segments, checked in the simulator (its time is the predicted one) and
+        by the validator; ``InfeasibleBudget`` when none fits."""
         if options:
             raise TypeError(f"{self.name} takes only the options slots and engine, got {sorted(options)}")
         from harness.simulate.executor import makespan
+        from harness.validate import validate
 
         if engine == "kernel":
             from membudget_recompute._kernels import warm_up
@@ -318,7 +320,12 @@ class Recompute:
         if time is None or not math.isclose(time, found.time, rel_tol=1e-9, abs_tol=1e-15):
             raise MembudgetError(f"recompute: the simulator gives {time} s for the segments {found.segments}, "
                                  f"the DP {found.time} s under {budget_bytes} bytes; the memory model disagrees")
-        note = (f"recompute: {len(found.segments)} segment(s) {found.segments}, predicted {found.time:.6g} s, "
+        problems = validate(schedule, profile, budget_bytes)
+        if problems:
+            raise MembudgetError(f"recompute: the validator refuses the segments {found.segments}: "
+                                 + "; ".join(str(p) for p in problems[:3]))
+        listed = found.segments if len(found.segments) <= 8 else f"{found.segments[:8]}..."
+        note = (f"recompute: {len(found.segments)} segment(s) {listed}, predicted {found.time:.6g} s, "
                 f"peak {found.peak_bytes} B, {'optimal' if found.optimal else 'within the slot rounding'} "
                 f"(S={slots}, bound {found.lower_bound:.6g} s), from {found.source}")
         return replace(schedule, notes=note)

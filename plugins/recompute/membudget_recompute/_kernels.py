@@ -7,6 +7,8 @@ when strictly smaller, so both engines pick the same schedule.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -37,14 +39,8 @@ def dp_table(S, keep_saved, keep_checkpoint, saving, segment, cost):
     return value, choice
 
 
-_warm = False
-
-
+@functools.cache
 def warm_up() -> None:
-    """Compile the kernel (or load it from the cache) on a one-stage toy problem."""
-    global _warm
-    if _warm:
-        return
+    """Compile the kernel (or load it from the cache) on a one-stage toy problem, once."""
     one = np.ones(1, np.int64)
     dp_table(2, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
-    _warm = True

@@ -40,8 +40,8 @@ Discretisation (papers/004 section 5.3.2's idea, made two-sided): rounding every
 floor(x) + floor(y) <= floor(x + y)), so its optimum is a lower bound on the true optimum;
 rounding every size *up* gives plans that always fit. The planner solves the relaxation
 first: when its schedule fits in bytes it is optimal (``SegmentPlan.optimal``); otherwise it
-solves the rounded-up problem, whose schedule fits and is optimal for a budget at most
-(pieces + 1) slots smaller. The leanest schedule (exact, in bytes) and torch-checkpoint's
+solves the rounded-up problem, whose schedule fits and is no slower than the optimum under
+a budget L + 1 slots smaller (each piece's prefix and need gain less than a slot per piece). The leanest schedule (exact, in bytes) and torch-checkpoint's
 every-k segmentations (``harness.planners.torch_peers.checkpoint_segments``, each checked in
 bytes) are also candidates, so the planner is never slower than ``torch-checkpoint`` with
 ``every=auto`` or ``sqrt``, whatever the slots.

@@ -4,7 +4,8 @@ Every component that needs to know what an operation holds on the device reads i
 here: the simulator (``harness.simulate.lowering`` turns ``schedule_blocks`` into its
 per-operation arrays, ``harness.simulate.executor.memory_trace`` times the same blocks),
 the bounds (``harness.bounds.op_needs``) and the planners (moDNN's task sizes and
-Algorithm 1, DYNPROG's C^F and C^B). Only the validator (``harness.validate``) keeps
+Algorithm 1, DYNPROG's C^F and C^B, the recompute planner's segment needs:
+``segment_needs``). Only the validator (``harness.validate``) keeps
 an independent derivation of its own, to check the others.
 
 The model (papers/004 section 3.1, widened to saved data that differs from the input,
@@ -41,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 from harness.model import Algorithm, Profile, Schedule
 
@@ -331,3 +334,86 @@ def saved_data(schedule: Schedule, passes: list[Profile]) -> SavedData:
             away = min(m.saved - again, moved.get((sb, i), 0))
             recomputed, offloaded, kept = recomputed + again, offloaded + away, kept + m.saved - again - away
     return SavedData(kept, offloaded, recomputed, recompute_s)
+
+
+# --------------------------------------------------------------------------- checkpointed segments
+
+
+def forward_keeps(m: StageMemory, kind: str) -> int:
+    """Bytes a forward of ``kind`` leaves on the device until its stage's recomputation or backward:
+    ``F`` its saved data, ``Fc`` its whole input (the checkpoint), ``Fn`` nothing."""
+    return {"F": m.saved, "Fc": m.input, "Fn": 0}[kind]
+
+
+def saving_need(m: StageMemory) -> int:
+    """The peak of a stage that saves (``F``), above what the stages before it keep: its forward's
+    or its backward's need (the B_i share of x_{i+1} is in ``backward_need``, whoever made it)."""
+    return max(m.forward_need, m.backward_need)
+
+
+def segment_needs(mem: list[StageMemory]) -> np.ndarray:
+    """The peak of every segment [a, b) checkpointed at a (``harness.schedules.recompute_ops``:
+    Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above what the stages before a keep
+    (``forward_keeps``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L.
+
+    ``mem``: ``stage_memory`` of every stage. From the blocks of ``schedule_blocks``, with
+    S(k) = saved_{a+1} + ... + saved_{k-1} and cp_a = x_a + extra_a (the checkpoint and the
+    extra its recomputation adds), the operations of the segment hold above that prefix:
+
+    - F_a: its forward need; Fn_k: x_a and its forward need;
+    - R_a: y_b (B_{b-1}'s incoming gradient; the model output when b = L) and its forward
+      need; R_k, k > a: y_b, cp_a, S(k) and its forward need; R_{b-1} holds its output as the
+      part B_{b-1} keeps and the rest, so max(x_b, h_{b-1}) where the forward need has x_b;
+    - B_k, k > a: cp_a, S(k) and its backward need; B_a: its backward need and drop_a (the part
+      of the checkpoint its saved data does not cover).
+
+    Nothing of the stages from b on is live then but y_b (no share of x_b outlives B_b: stage
+    b-1 is recomputed). Each row is running maxima over b (O(L) numpy per row).
+    """
+    n = len(mem)
+    table = np.zeros((n, n + 1), dtype=np.int64)
+    if n == 0:
+        return table
+
+    def column(f) -> np.ndarray:
+        return np.array([f(m) for m in mem], dtype=np.int64)
+
+    fn, bn, saved = column(lambda m: m.forward_need), column(lambda m: m.backward_need), column(lambda m: m.saved)
+    grad_in = column(lambda m: m.grad_in)
+    # R_k as a segment's last recomputation: its output is B_k's share and the rest (no x_L to split)
+    last = fn + column(lambda m: 0 if m.last else max(m.output, m.held) - m.output)
+    before = np.concatenate([[0], np.cumsum(saved)])  # before[j] = saved_0 + ... + saved_{j-1}
+    for a in range(n):
+        ma = mem[a]
+        cp = ma.input + ma.extra
+        k = np.arange(a + 1, n)  # the stages after a
+        above = cp + before[k] - before[a + 1]  # cp_a + S(k)
+        fwd = np.maximum.accumulate(np.concatenate([[ma.forward_need], ma.input + fn[k]]))
+        bwd = np.maximum.accumulate(np.concatenate([[ma.drop + ma.backward_need], above + bn[k]]))
+        # the R_j, j < k, whose output is whole (R_a's and the inside ones'), before each k
+        earlier = np.maximum.accumulate(np.concatenate([[0, ma.forward_need], above[:-1] + fn[k[:-1]]]))[:n - a]
+        final = np.concatenate([[last[a]], above + last[k]])
+        table[a, a + 1:] = np.maximum(np.maximum(fwd, bwd), grad_in[a:] + np.maximum(earlier, final))
+    return table
+
+
+def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = ()) -> int:
+    """The peak device bytes (weights apart) of ``recompute_ops(L, segments)`` run with no transfers:
+    over the pieces (a saving stage, or a segment) the prefix the stages before keep plus the piece's
+    need (``saving_need``, ``segment_needs``)."""
+    n = profile.n_stages
+    mem = [stage_memory(profile, i) for i in range(n)]
+    table = segment_needs(mem) if segments else None
+    start = {a: b for a, b in segments}
+    peak = prefix = i = 0
+    while i < n:
+        if i in start:
+            b = start[i]
+            peak = max(peak, prefix + int(table[i, b]))
+            prefix += forward_keeps(mem[i], "Fc")
+            i = b
+        else:
+            peak = max(peak, prefix + saving_need(mem[i]))
+            prefix += forward_keeps(mem[i], "F")
+            i += 1
+    return peak

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.bounds import op_needs as bound_needs
-from harness.memory import schedule_blocks, schedule_needs, stage_memory
+from harness.memory import (forward_keeps, recompute_peak, schedule_blocks, schedule_needs, segment_needs,
+                            stage_memory)
 from harness.model import Profile, Stage, training_ops, Schedule
+from harness.schedules import recompute_ops
 from harness.simulate.executor import simulate
 from harness.simulate.lowering import lower
 from harness.testing import chains
@@ -70,3 +73,40 @@ def uniform_profile(size: int) -> Profile:
     """Three stages of ``size`` bytes each, no weights."""
     stage = Stage("s", "conv", 1.0, 2.0, size, size, size)
     return Profile("uniform", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, size, (stage,) * 3)
+
+
+def _random_segments(n: int, draw) -> list[tuple[int, int]]:
+    """Pieces left to right: a saving stage, or a checkpointed segment [a, b)."""
+    segments, i = [], 0
+    while i < n:
+        if draw(st.booleans()):
+            i += 1
+        else:
+            b = draw(st.integers(i + 1, n))
+            segments.append((i, b))
+            i = b
+    return segments
+
+
+@SETTINGS
+@given(profile=chains(max_stages=16), data=st.data())
+def test_the_peak_of_checkpointed_segments_is_the_simulators(profile: Profile, data) -> None:
+    """``recompute_peak`` (``saving_need``, ``segment_needs`` above the prefix ``forward_keeps``)
+    is the simulator's peak of ``recompute_ops`` with no transfers, byte for byte."""
+    segments = _random_segments(profile.n_stages, data.draw)
+    schedule = Schedule("segments", 0, recompute_ops(profile.n_stages, segments))
+    run = simulate(schedule, profile, budget=float("inf"))
+    assert run.peak_bytes - profile.weight_bytes == recompute_peak(profile, segments), segments
+
+
+def test_segment_needs_by_hand() -> None:
+    """Four 100-byte stages. The segment [0, 2) peaks at 300 above nothing (R1: y2, x0, x1, x2; B1:
+    x0, x1, y2, y1); the whole chain as one segment at 700 (B3: x0, x1, x2, x3, the output, y3 and
+    the output gradient). With [0, 2), the 600 of tests/test_recompute.py's worked example is at
+    B3, a saving stage: x0 (the checkpoint), x2, x3, the output, y3, the output gradient."""
+    stage = Stage("s", "conv", 1.0, 2.0, 100, 100, 100)
+    profile = Profile("uniform", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 100, (stage,) * 4)
+    mem = [stage_memory(profile, i) for i in range(4)]
+    assert list(segment_needs(mem)[0, 1:]) == [300, 400, 500, 700]
+    assert forward_keeps(mem[0], "Fc") == 100 and forward_keeps(mem[1], "Fn") == 0
+    assert recompute_peak(profile, [(0, 2)]) == 600

@@ -126,7 +126,12 @@ class TorchCheckpoint:
 def checkpoint_schedule(profile: Profile, budget: int, every: int, planner: str = "torch-checkpoint") -> Schedule:
     """Segments [0, k), [k, 2k), ... checkpointed, all but the last one (``checkpoint_sequential``)."""
     n = profile.n_stages
-    bounds = list(range(0, n, every)) + [n]
-    segments = list(zip(bounds, bounds[1:]))[:-1]
+    segments = checkpoint_segments(n, every)
     return Schedule(planner, int(budget), recompute_ops(n, segments), options={"every": every},
                     notes=f"checkpoint every {every} stages: {len(segments)} recomputed segments")
+
+
+def checkpoint_segments(n_stages: int, every: int) -> list[tuple[int, int]]:
+    """The segments [0, k), [k, 2k), ... of ``checkpoint_sequential`` over ``n_stages``, all but the last."""
+    bounds = list(range(0, n_stages, every)) + [n_stages]
+    return list(zip(bounds, bounds[1:]))[:-1]

@@ -1,0 +1,285 @@
+"""RECOMPUTE: conformance, brute force, torch-checkpoint, the kernel against the reference.
+
+The schedules searched are single-level checkpointing by segments (``harness.schedules.
+recompute_ops``), the vocabulary's only recomputations; rotor's multi-level schedules
+(Beaumont et al., "Optimal checkpointing for heterogeneous chains") are not expressible.
+
+Slot error bound used by the brute-force tests (see ``membudget_recompute.planner``). The
+sizes rounded up put each piece's prefix and need at most one slot above the truth per
+piece before it and one for its own need, so every schedule whose peak is at most
+``B - (L + 1) (B - W) / S`` fits the rounded-up DP, and nothing the planner returns peaks
+above B: the planner's time lies between the brute-force optimum at B and the one at
+``B - (L + 1) (B - W) / S``. At budgets with no schedule's peak in that window (away from
+the steps of the optimum) the two are equal, and so must the planner's be.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.bounds import peak_memory
+from harness.errors import InfeasibleBudget
+from harness.memory import recompute_peak
+from harness.model import Profile, Schedule, load
+from harness.planners.torch_peers import TorchCheckpoint
+from harness.schedules import recompute_ops
+from harness.simulate.executor import makespan, simulate, timing
+from harness.testing import PlannerConformance, budgets, chains
+from harness.validate import validate
+from membudget_recompute import Recompute, discretise, peak_of, plan, plan_segments, segment_tables, solve
+from membudget_recompute.planner import leanest
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+FEW = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+PROFILES = Path(__file__).resolve().parents[3] / "results" / "profiles"
+REAL = ("resnet50_analytic_v100-pcie_b32.json", "vgg16_analytic_v100-pcie_b32.json",
+        "resnet50-b32-h100-measured.json")
+
+
+class TestRecomputeConformance(PlannerConformance):
+    """The planner (S = 500) through the conformance kit: every schedule through ``harness.validate``."""
+
+    planner = Recompute()
+
+
+class TestCoarseRecomputeConformance(PlannerConformance):
+    """Few slots: the relaxation rarely fits, the rounded-up DP and the exact candidates do the work."""
+
+    planner = Recompute()
+    options = {"slots": 5}
+
+
+# --------------------------------------------------------------------------- brute force
+
+
+def all_segmentations(n: int, start: int = 0):
+    """Every valid F/Fc/Fn assignment of stages start..n-1, as its segments (Fn only after Fc/Fn)."""
+    if start == n:
+        yield []
+        return
+    for rest in all_segmentations(n, start + 1):  # stage `start` saves
+        yield rest
+    for b in range(start + 1, n + 1):  # a segment [start, b): Fc, then Fn
+        for rest in all_segmentations(n, b):
+            yield [(start, b), *rest]
+
+
+def simulated(profile: Profile) -> list[tuple[int, float, list]]:
+    """(peak, makespan, segments) of every assignment, from the simulator with no budget."""
+    out = []
+    for segments in all_segmentations(profile.n_stages):
+        schedule = Schedule("brute", 0, recompute_ops(profile.n_stages, segments))
+        _, tm = timing(schedule, profile, budget=math.inf)
+        assert tm.ok
+        out.append((int(tm.peak), tm.makespan, segments))
+    return out
+
+
+def best_under(table, budget: float) -> float:
+    return min((t for peak, t, _ in table if peak <= budget), default=math.inf)
+
+
+def check_against_brute_force(profile: Profile, slots: int, budgets_to_try: int = 6) -> int:
+    """The sandwich of the module docstring at budgets between the schedules' peaks; equality where no
+    peak lies in the slot window. Returns how many budgets were compared for equality."""
+    table = simulated(profile)
+    peaks = sorted({peak for peak, _, _ in table})
+    w = profile.weight_bytes
+    chosen = peaks if len(peaks) <= budgets_to_try else [peaks[round(k * (len(peaks) - 1) / (budgets_to_try - 1))]
+                                                         for k in range(budgets_to_try)]
+    equal = 0
+    for budget in chosen:
+        best = best_under(table, budget)
+        found = plan(profile, budget, slots)
+        run = simulate(Schedule("r", budget, recompute_ops(profile.n_stages, found.segments)), profile)
+        assert run.feasible and run.peak_bytes <= budget
+        assert math.isclose(run.makespan, found.time, rel_tol=1e-9, abs_tol=1e-15)
+        window = budget - (profile.n_stages + 1) * (budget - w) / slots
+        assert best * (1 - 1e-9) <= found.time <= best_under(table, window) * (1 + 1e-9) + 1e-15
+        if found.optimal or not any(window < p <= budget for p in peaks):
+            assert math.isclose(found.time, best, rel_tol=1e-9, abs_tol=1e-15), (budget, found, best)
+            equal += 1
+    return equal
+
+
+@FEW
+@given(profile=chains(min_stages=2, max_stages=8, with_algorithms=False))
+def test_the_planner_is_the_brute_force_optimum(profile: Profile) -> None:
+    """L in 2..8: every assignment simulated; the planner (S = 2000) is the best feasible time."""
+    check_against_brute_force(profile, 2000)
+
+
+@pytest.mark.slow
+def test_the_planner_is_the_brute_force_optimum_on_ten_stages() -> None:
+    """One 10-stage chain (10946 assignments, about 10 s in the simulator), stages of mixed sizes and
+    times, at the default slots."""
+    assert check_against_brute_force(_ten_stages(), 500, budgets_to_try=8) >= 4
+
+
+def _ten_stages() -> Profile:
+    from harness.model import Stage
+
+    rng = random.Random(10)
+    stages = []
+    for i in range(10):
+        size = rng.randint(50, 400)
+        stages.append(Stage(f"s{i}", "conv", rng.uniform(1e-3, 5e-3), rng.uniform(2e-3, 8e-3), size,
+                            rng.randint(size // 2, 2 * size), rng.randint(50, 400), rng.randint(0, 100),
+                            rng.randint(0, 100), output_saved_bytes=0))
+    return Profile("ten", 4, (3, 8, 8), "synthetic", 10**9, 1e9, 1e9, 1000, 64, tuple(stages))
+
+
+def test_the_enumeration_counts_the_assignments() -> None:
+    """t(n) = 2 t(n-1) + g(n-1), g(n) the assignments ending in Fc or Fn (an Fn may follow them): the
+    odd Fibonacci numbers F(2n+1)."""
+    counts = [sum(1 for _ in all_segmentations(n)) for n in range(1, 6)]
+    assert counts == [2, 5, 13, 34, 89]
+    assert sum(1 for _ in all_segmentations(10)) == 10946
+
+
+# --------------------------------------------------------------------------- torch-checkpoint
+
+
+def assert_never_slower_than_torch_checkpoint(profile: Profile, budget: int) -> None:
+    for every in ("auto", "sqrt"):
+        try:
+            theirs = TorchCheckpoint().plan(profile, budget, every=every)
+        except InfeasibleBudget:
+            continue
+        ours = Recompute().plan(profile, budget)
+        t_ours, t_theirs = makespan(ours, profile), makespan(theirs, profile)
+        assert t_ours is not None and t_theirs is not None
+        assert t_ours <= t_theirs * (1 + 1e-12), (every, budget, t_ours, t_theirs)
+
+
+@SETTINGS
+@given(profile=chains(max_stages=14))
+def test_never_slower_than_torch_checkpoint_on_random_chains(profile: Profile) -> None:
+    for budget in budgets(profile, 5):
+        assert_never_slower_than_torch_checkpoint(profile, budget)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_never_slower_than_torch_checkpoint_on_real_profiles(name: str) -> None:
+    """The analytic V100 profiles of ResNet-50 and VGG-16 (batch 32) and ResNet-50 measured on an H100."""
+    profile = load(Profile, PROFILES / name)
+    lo = leanest(segment_tables(profile))[1]
+    hi = peak_memory(profile)
+    for fraction in (0.0, 0.1, 0.25, 0.5, 0.75, 1.0):
+        assert_never_slower_than_torch_checkpoint(profile, int(lo + (hi - lo) * fraction))
+
+
+# --------------------------------------------------------------------------- kernel and reference
+
+
+@SETTINGS
+@given(profile=chains(max_stages=10), slots=st.integers(1, 40), where=st.floats(0.0, 1.2), down=st.booleans())
+def test_the_kernel_is_the_reference(profile: Profile, slots: int, where: float, down: bool) -> None:
+    """Same tables (values and choices) and so the same segments, on random chains, both roundings."""
+    from membudget_recompute._kernels import dp_table as kernel
+    from membudget_recompute.reference import dp_table as reference
+
+    tables = segment_tables(profile)
+    lo, hi = leanest(tables)[1], peak_memory(profile)
+    budget = int(lo + (hi - lo) * where)
+    if budget <= profile.weight_bytes:
+        return
+    d = discretise(tables, budget, slots, down)
+    args = (d.slots, d.keep_saved, d.keep_checkpoint, d.saving, d.segment, d.cost)
+    (v1, c1), (v2, c2) = kernel(*args), reference(*args)
+    assert np.array_equal(v1, v2) and np.array_equal(c1, c2)
+    assert solve(d, "kernel") == solve(d, "reference")
+
+
+# --------------------------------------------------------------------------- the public API
+
+
+@SETTINGS
+@given(profile=chains(max_stages=12))
+def test_plan_segments_is_what_the_simulator_runs(profile: Profile) -> None:
+    """The segments fit (the simulator's peak, harness.memory's ``recompute_peak``) and take the predicted time."""
+    tables = segment_tables(profile)
+    for budget in budgets(profile, 4):
+        try:
+            segments, time = plan_segments(profile, budget)
+        except InfeasibleBudget as exc:
+            lean, need = leanest(tables)
+            assert exc.needed_bytes == need > budget
+            assert need == profile.weight_bytes + recompute_peak(profile, lean)
+            continue
+        schedule = Schedule("r", budget, recompute_ops(profile.n_stages, segments))
+        run = simulate(schedule, profile)
+        assert run.feasible and run.peak_bytes <= budget
+        assert run.peak_bytes == peak_of(tables, segments) == profile.weight_bytes + recompute_peak(profile, segments)
+        assert math.isclose(run.makespan, time, rel_tol=1e-9, abs_tol=1e-15)
+        assert not validate(schedule, profile, budget)
+
+
+def test_a_worked_example() -> None:
+    """Four 100-byte stages (F 1 s, B 2 s), worked by hand. Keep-all peaks at 700 (B3: x0..x3, the
+    output, y3, the output gradient). A one-stage segment frees nothing (Fc keeps x_a, all F_a saves);
+    a two-stage one frees one x (600, 2 s of recomputation): [0, 2), [1, 3) and [2, 4) tie, and the
+    ties go to saving stage 0. At 500 two x must go: [0, 3) (3 s) beats [0, 2) + [2, 4) (4 s), and it
+    is the leanest schedule: nothing fits 499."""
+    from harness.model import Stage
+
+    stage = Stage("s", "conv", 1.0, 2.0, 100, 100, 100)
+    profile = Profile("uniform", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 100, (stage,) * 4)
+    assert peak_memory(profile) == 700
+    assert plan_segments(profile, 700) == ([], 12.0)
+    assert plan_segments(profile, 600) == ([(1, 3)], 14.0)
+    assert plan_segments(profile, 500) == ([(0, 3)], 15.0)
+    with pytest.raises(InfeasibleBudget) as refused:
+        plan_segments(profile, 499)
+    assert refused.value.needed_bytes == 500
+
+
+def test_options_are_checked() -> None:
+    stage_profile = _ten_stages()
+    with pytest.raises(TypeError):
+        Recompute().plan(stage_profile, 10**9, slot=3)
+    with pytest.raises(ValueError):
+        plan(stage_profile, int(0.9 * peak_memory(stage_profile)), engine="fortran")
+
+
+# --------------------------------------------------------------------------- the torch executor
+
+
+def test_the_torch_executor_runs_the_schedule_with_the_plain_gradients() -> None:
+    """builtin:tiny-cnn on the CPU, planned a third of the way from the leanest schedule's peak to
+    keep-all's (so some stages are recomputed and some save): every parameter gradient equals the
+    unmodified model's (harness.executors.grad_check, as tests/test_torch_executor.py checks every
+    planner)."""
+    torch = pytest.importorskip("torch")
+    from harness.executors._torch_chain import build_chain
+    from harness.executors.grad_check import largest_relative_error, reference_gradients
+    from harness.executors.torch_executor import TorchExecutor
+    from harness.plugins import registry
+    from harness.protocols import Workload
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        chain = build_chain(Workload("builtin:tiny-cnn", 4, (3, 32, 32), "cpu"), "cpu")
+        profile = registry().profiler("analytic").profile(Workload("builtin:tiny-cnn", 4, (3, 32, 32), "V100-PCIe"))
+        lo, hi = leanest(segment_tables(profile))[1], peak_memory(profile)
+        schedule = Recompute().plan(profile, lo + (hi - lo) // 3)
+        kinds = {op.kind for op in schedule.ops}
+        assert {"Fc", "R"} <= kinds, schedule.ops
+        expected = reference_gradients(chain, 1)
+        run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+        assert run.status == "ok", run.message
+        got = {n: p.grad for n, p in chain.model.named_parameters() if p.grad is not None}
+        assert set(got) == set(expected)
+        for name, grad in expected.items():
+            torch.testing.assert_close(got[name], grad, msg=lambda m, name=name: f"{name}: {m}")
+        assert largest_relative_error(got, expected) <= 1e-6
+    finally:
+        torch.set_num_threads(threads)

@@ -192,3 +192,70 @@ def test_an_arena_that_cannot_grow_makes_requests_beyond_it_depart():
     replay(real, grow(events, 0, factor=8))
     replay(real, grow(events, 0, factor=8))
     assert real.arena_capacity > cap and real.stats.departures_by_iteration[-1] == 0
+
+
+# --------------------------------------------------------------------------- the executor and the glue
+
+
+def test_cuda_glue_imports_on_the_cpu_and_refuses_in_one_line():
+    import ctypes
+
+    torch = pytest.importorskip("torch")
+    from harness.executors._cuda_pluggable import ALLOC_FN, FREE_FN, PlannedPathError, PluggableAllocator
+
+    # the pluggable allocator's C signatures
+    assert ALLOC_FN._restype_ is ctypes.c_void_p
+    assert ALLOC_FN._argtypes_ == (ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    assert FREE_FN._restype_ is None
+    assert FREE_FN._argtypes_ == (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    real, memory = allocator([])
+
+    class Runtime:  # cudaMalloc stand-in for the emergency path
+        def __init__(self):
+            self.fake = FakeMemory(base=1 << 44)
+
+        def malloc(self, size):
+            return self.fake.malloc(size)
+
+        def free(self, ptr, size):
+            self.fake.free(ptr, size)
+
+        def synchronize(self, stream):
+            pass
+
+    hook = PluggableAllocator(real, Runtime())
+    assert hook.alloc_ptr and hook.free_ptr
+    # through the C function pointers, as torch would call them
+    c_alloc = ALLOC_FN(hook.alloc_ptr)
+    c_free = FREE_FN(hook.free_ptr)
+    p = c_alloc(4096, 0, None)
+    assert p and p % ALIGN == 0 and memory.live_bytes == 4096
+    c_free(p, 4096, 0, None)
+    assert memory.live_bytes == 0 and not hook.errors
+    # an exception inside the allocator never reaches C: the request is served anyway
+    real.fallback = None
+    p = c_alloc(1000, 0, None)
+    assert p and hook.errors
+    c_free(p, 1000, 0, None)
+    if not torch.cuda.is_available():
+        with pytest.raises(PlannedPathError, match="needs a CUDA GPU"):
+            hook.install()
+
+
+def test_the_planned_executor_on_the_cpu_emulates_the_arena():
+    pytest.importorskip("torchvision")
+    from harness.plugins import registry
+    from tests.torch_cases import setup
+
+    chain, profile = setup("builtin:tiny-cnn")
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    ex = registry().executor("torch-planned")
+    assert ex.name == "torch-planned"
+    from harness.executors.planned import TorchPlannedExecutor
+
+    run = TorchPlannedExecutor(device="cpu", warmup=2, iterations=2).run(schedule, profile)
+    m = run.metrics
+    assert run.status == "ok" and run.executor == "torch-planned" and m["emulated"] == 1.0
+    assert m["departures"] == 0 and m["planned_requests"] > 0
+    assert m["plan_max_live_bytes"] <= m["arena_bytes"] <= m["caching_reserved_bytes"]
+    assert m["grad_error"] < 1e-5

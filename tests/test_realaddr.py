@@ -40,12 +40,12 @@ def test_the_profiled_sequence_is_served_entirely_at_planned_addresses(recorded)
     real, memory = allocator(events)
     replay(real, events)  # the profiling iteration: everything recorded, from the fallback
     n = sum(1 for e in events if e[0] == "alloc")
-    assert real.stats.recorded == n and real.stats.planned == 0
+    assert real.stats.recorded == n and real.session.stats.planned == 0
     assert real.arena_base is not None and real.stats.arena_allocations == 1
     mallocs = memory.mallocs
     for _ in range(3):
         replay(real, events)
-    assert real.stats.planned == 3 * n and real.stats.departures == 0
+    assert real.session.stats.planned == 3 * n and real.stats.departures == 0
     assert memory.mallocs == mallocs  # planned iterations allocate nothing from the device
     assert real.session.stats.reoptimizations == 0
     # the arena is the plan's, the plan is a valid placement of the aligned trace
@@ -64,7 +64,7 @@ def test_any_allocator_plugin_plans_the_arena():
     replay(real, events)
     replay(real, events)
     assert real.session.plan.allocator == "greedy-by-size"
-    assert real.stats.departures == 0 and real.stats.planned == sum(1 for e in events if e[0] == "alloc")
+    assert real.stats.departures == 0 and real.session.stats.planned == sum(1 for e in events if e[0] == "alloc")
 
 
 def grow(events, index, factor=2):
@@ -90,10 +90,10 @@ def test_a_larger_request_departs_to_the_fallback_then_is_replanned(recorded):
     assert real.stats.departures - before >= 1
     assert any("planned" in r for r in real.session.stats.reasons)
     assert real.session.stats.reoptimizations == 1
-    planned = real.stats.planned
+    planned = real.session.stats.planned
     replay(real, bigger)  # re-planned from the sequence just seen: all planned again
     assert real.stats.departures_by_iteration[-1] == 0
-    assert real.stats.planned - planned == sum(1 for e in events if e[0] == "alloc")
+    assert real.session.stats.planned - planned == sum(1 for e in events if e[0] == "alloc")
 
 
 def test_an_extra_request_departs_and_the_next_iteration_plans_it(recorded):
@@ -160,14 +160,14 @@ def test_the_interrupted_region_is_not_monitored():
                 for p in side:
                     real.free(p)
     real.end_iteration()
-    assert real.stats.unmonitored == 3
+    assert real.session.stats.unmonitored == 3
     assert real.stats.departures == 0 and real.session.stats.reoptimizations == 0
 
 
 def test_outside_iterations_and_unknown_frees():
     real, memory = allocator(events_of("vgg16"))
     w = real.alloc(1000)  # weights: before any iteration, unmonitored
-    assert w % ALIGN == 0 and real.stats.unmonitored == 1
+    assert w % ALIGN == 0 and real.session.stats.unmonitored == 1
     real.free(0xDEAD)  # never raised (it runs inside a C callback on CUDA): recorded
     assert real.stats.errors
     real.free(w)

@@ -10,5 +10,5 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 python -m pip install -q tox >/dev/null 2>&1 || true
 tox -e gpu-suite --notest -q || exit 1
-.tox/gpu-suite/bin/python -m pytest -q -s -p no:cacheprovider tests/test_planned_gpu.py 2>&1 | tail -15 | tee "$out/planned-tests.txt"
+.tox/gpu-suite/bin/python -m pytest -q -s -p no:cacheprovider tests/test_torch_executor_gpu.py -k planned 2>&1 | tail -15 | tee "$out/planned-tests.txt"
 .tox/gpu-suite/bin/python benchmarks/gpu/planned_placement.py "$out" 2>&1 | tail -20 | tee "$out/planned.txt"

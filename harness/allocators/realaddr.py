@@ -33,9 +33,8 @@ for a planned request, so the iterations after the plan make no device allocatio
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -96,17 +95,17 @@ class FakeMemory:
 class RealAddressStats:
     """What a :class:`RealAddressAllocator` served: counts and bytes.
 
-    ``departures`` counts monitored requests, after a plan exists, that the plan could not
-    serve (each went to the fallback); ``departures_by_iteration`` the same per iteration;
-    ``recorded`` the requests of profiling iterations (before any plan); ``errors`` the
-    frees of unknown addresses (ignored, never raised through a C callback).
+    The requests served at planned addresses and the unmonitored ones are the session's
+    counts (``session.stats.planned``, ``.unmonitored``). ``departures`` counts monitored
+    requests, after a plan exists, that the plan could not serve (each went to the
+    fallback); ``departures_by_iteration`` the same per iteration; ``recorded`` the requests
+    of profiling iterations (before any plan); ``errors`` the frees of unknown addresses
+    (ignored, never raised through a C callback).
     """
 
     requests: int = 0
-    planned: int = 0
     recorded: int = 0
     departures: int = 0
-    unmonitored: int = 0
     departures_by_iteration: list[int] = field(default_factory=list)
     fallback_live_bytes: int = 0
     fallback_peak_bytes: int = 0
@@ -160,7 +159,6 @@ class RealAddressAllocator:
             self.stats.requests += 1
             if a.region == "plan":
                 ptr = self.arena_base + a.offset
-                self.stats.planned += 1
             else:
                 rounded = -(-a.size // self.alignment) * self.alignment
                 try:
@@ -171,7 +169,7 @@ class RealAddressAllocator:
                 self.stats.fallback_live_bytes += rounded
                 self.stats.fallback_peak_bytes = max(self.stats.fallback_peak_bytes, self.stats.fallback_live_bytes)
                 if a.index is None:
-                    self.stats.unmonitored += 1
+                    pass  # unmonitored (the session counts it)
                 elif self.session.plan is None:
                     self.stats.recorded += 1
                 else:
@@ -221,14 +219,9 @@ class RealAddressAllocator:
         """Monitor requests again."""
         self.session.resume()
 
-    @contextmanager
-    def unmonitored(self) -> Iterator[None]:
-        """:meth:`interrupt` ... :meth:`resume`."""
-        self.interrupt()
-        try:
-            yield
-        finally:
-            self.resume()
+    def unmonitored(self) -> Any:
+        """:meth:`interrupt` ... :meth:`resume` as a context manager (the session's)."""
+        return self.session.unmonitored()
 
     def _fit_arena(self) -> None:
         need = self.session.arena_bytes
@@ -269,9 +262,9 @@ class RealAddressAllocator:
             "fallback_peak_bytes": float(s.fallback_peak_bytes),
             "planned_reserved_bytes": float(self.reserved_bytes),
             "requests": float(s.requests),
-            "planned_requests": float(s.planned),
+            "planned_requests": float(st.planned),
             "departures": float(s.departures),
-            "unmonitored_requests": float(s.unmonitored),
+            "unmonitored_requests": float(st.unmonitored),
             "reoptimizations": float(st.reoptimizations),
             "arena_allocations": float(s.arena_allocations),
         }

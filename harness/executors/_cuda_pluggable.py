@@ -30,7 +30,7 @@ statistics (``max_memory_reserved``, ``reset_peak_memory_stats``) raise there: t
 allocator's own figures replace them. The arena and the fallback's blocks come from
 ``cudaMalloc``/``cudaFree`` of the CUDA runtime torch loaded (ctypes, nothing compiled).
 
-Assumptions no CPU test can check (to confirm on a GPU, ``tests/test_planned_gpu.py``):
+Assumptions no CPU test can check (to confirm on a GPU: the planned tests of ``tests/test_torch_executor_gpu.py``):
 
 1. ``torch._C._cuda_customAllocator`` and ``change_current_allocator`` behave as read
    above in this torch build, and nothing before :meth:`PluggableAllocator.install`

@@ -80,14 +80,11 @@ class TorchPlannedExecutor:
                              seed=self.seed, enforce_budget=False, **extra)
 
     def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run:
-        from harness.executors.torch_executor import check_compatible, resolve_device
+        from harness.executors.torch_executor import check_compatible, resolve_device, workload_on
 
         check_compatible(schedule, profile)
         device = resolve_device(workload, self.device)
-        if workload is None:
-            workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), str(device),
-                                profile.dtype)
-        workload = replace(workload, device=str(device))
+        workload = replace(workload_on(workload, profile, device), device=str(device))
         if device.type == "cuda":
             return self._run_cuda(schedule, profile, workload)
         return self._run_emulated(schedule, profile, workload)

@@ -139,9 +139,10 @@ def test_the_registered_executor_imports_torch_only_when_it_runs():
         print(sorted(e.name for e in got), "torch" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['simulate',", "'torch',", "'torch-save-on-cpu']", "False"]
+    assert out.stdout.split() == ["['simulate',", "'torch',", "'torch-planned',", "'torch-save-on-cpu']", "False"]
     assert registry().executor("torch").name == "torch"
     assert registry().executor("torch-save-on-cpu").executor().save_on_cpu
+    assert registry().executor("torch-planned").executor().name == "torch-planned"
 
 
 def test_a_suite_runs_the_torch_executor_beside_the_simulator(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ pytestmark = [
 
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.executors._torch_chain import TorchChain, build_chain, output_gradient  # noqa: E402
+from harness.executors.planned import TorchPlannedExecutor  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
 from harness.model import Profile  # noqa: E402
 from harness.plugins import registry  # noqa: E402
@@ -129,3 +130,35 @@ def test_the_prediction_is_reported_beside_the_measurement():
     assert run.status == "ok", run.message
     assert run.metrics["predicted_s"] > 0 and math.isfinite(run.metrics["prediction_error"])
     assert run.metrics["time_min_s"] <= run.makespan <= run.metrics["time_max_s"]
+
+
+# --------------------------------------------------------------------------- torch-planned (issue #18)
+# ResNet-50 training at planned addresses: each planned run is its own process (the
+# pluggable allocator is installed before CUDA starts there), the caching allocator's run
+# of the same schedule is in this one. Asserted: gradients equal the caching run's (TF32,
+# cuDNN's choices: a few 1e-3 of the largest gradient), no departure in the timed
+# iterations, the arena reported beside the caching reserve.
+
+PLANNED_MODEL = "torchvision:resnet50", 32, (3, 224, 224)
+
+
+@functools.cache
+def resnet50_profile():
+    return TorchProfiler(warmup=1, repeats=3, algorithms=False).profile(Workload(*PLANNED_MODEL, "cuda"))
+
+
+@pytest.mark.parametrize("planner", ["keep-all", "greedy"])
+def test_resnet50_trains_at_planned_addresses_with_the_caching_allocators_gradients(planner):
+    p = resnet50_profile()
+    lo, hi = min_memory(p), peak_memory(p)
+    budget = hi if planner == "keep-all" else int(lo + 0.5 * (hi - lo))
+    schedule = registry().planner(planner).plan(p, budget)
+    run = TorchPlannedExecutor(warmup=3, iterations=3).run(schedule, p, Workload(*PLANNED_MODEL, "cuda"))
+    assert run.status == "ok", run.message
+    m = run.metrics
+    assert m["grad_error_vs_caching"] < 1e-2, m
+    assert m["departures"] == 0 and m["planned_requests"] > 0
+    assert m["plan_max_live_bytes"] <= m["plan_bytes"] <= m["arena_bytes"]
+    assert m["caching_reserved_bytes"] > 0 and "allocator_errors" not in m
+    print(f"{planner}: arena {m['arena_bytes'] / 2**30:.2f} GiB, planned reserved "
+          f"{m['planned_reserved_bytes'] / 2**30:.2f} GiB, caching reserved {m['caching_reserved_bytes'] / 2**30:.2f} GiB")

@@ -1,4 +1,5 @@
-"""Built-in executors: the event simulator and the torch executor (also with PyTorch's save_on_cpu)."""
+"""Built-in executors: the event simulator and the torch executor (also with PyTorch's save_on_cpu, and
+with planned placement at real addresses)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,27 @@ class LazyTorchSaveOnCpuExecutor(LazyTorchExecutor):
         super().__init__(**{"save_on_cpu": True, **options})
 
 
+class LazyTorchPlannedExecutor(LazyTorchExecutor):
+    """The ``torch-planned`` executor (``harness.executors.planned``), torch imported on first use."""
+
+    name = "torch-planned"
+    description = ("Every device allocation of an iteration at the offsets an allocator planned from a profiled "
+                   "iteration, beside the caching allocator's reserve (CUDA; emulated on the CPU)")
+
+    def executor(self):
+        if self._executor is None:
+            from harness.executors.planned import TorchPlannedExecutor
+
+            self._executor = TorchPlannedExecutor(**self.options)
+        return self._executor
+
+
 def register_builtin(register):
-    """Register the built-in executors: ``simulate``, ``torch`` and ``torch-save-on-cpu``
-    (lazily: no torch import here)."""
+    """Register the built-in executors: ``simulate``, ``torch``, ``torch-save-on-cpu`` and
+    ``torch-planned`` (lazily: no torch import here)."""
     from harness.simulate.executor import Simulator
 
     register(Simulator())
     register(LazyTorchExecutor())
     register(LazyTorchSaveOnCpuExecutor())
+    register(LazyTorchPlannedExecutor())

@@ -123,6 +123,13 @@ def resolve_device(workload: Workload | None, device: str | None) -> torch.devic
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def workload_on(workload: Workload | None, profile: Profile, device: torch.device) -> Workload:
+    """``workload`` (or, when None, the profile's model, batch, input and dtype) on ``device``."""
+    if workload is None:
+        return Workload(profile.model, profile.batch_size, tuple(profile.input_shape), str(device), profile.dtype)
+    return workload
+
+
 def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | None = None) -> None:
     """Raise ``ScheduleMismatch`` unless schedule, profile and model describe the same chain."""
     from harness.validate import check_structure
@@ -197,10 +204,7 @@ class TorchExecutor:
         """Build (or reuse) the workload's model on the device and execute ``schedule`` on it."""
         check_compatible(schedule, profile)
         device = resolve_device(workload, self.device)
-        if workload is None:
-            workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), str(device),
-                                profile.dtype)
-        return self.execute(schedule, profile, self.chain(workload, device))
+        return self.execute(schedule, profile, self.chain(workload_on(workload, profile, device), device))
 
     def chain(self, workload: Workload, device: torch.device) -> TorchChain:
         """The chain of ``workload`` on ``device``, kept for the next run of the same workload."""

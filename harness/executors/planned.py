@@ -1,0 +1,267 @@
+"""The ``torch-planned`` executor: a schedule's iterations served from one planned arena (issue #18).
+
+On CUDA, :meth:`TorchPlannedExecutor.run`
+
+1. starts a fresh process (``python -m harness.executors.planned JOB.json``) that makes a
+   :class:`~harness.allocators.realaddr.RealAddressAllocator` its CUDA allocator
+   (:mod:`harness.executors._cuda_pluggable`, whose docstring says why a process and not a
+   ``MemPool``, and lists what only a GPU can confirm), builds the model (weights: outside
+   iterations, from the fallback), runs one unmonitored warm-up iteration (cuDNN/cuBLAS
+   handles and workspaces made once), one profiling iteration (recorded, served by the
+   fallback), re-plans while a warm-up iteration departs, then the timed iterations at
+   planned addresses; it writes the metrics and the last iteration's gradients;
+2. runs the same schedule with the plain ``torch`` executor in this process (the caching
+   allocator): its ``max_memory_reserved`` is the row's ``caching_reserved_bytes``, and its
+   gradients are compared with the planned run's (``grad_error_vs_caching``, 0.0 when
+   equal).
+
+Metrics: ``arena_bytes`` (the arena held), ``plan_bytes`` and ``plan_max_live_bytes`` (the
+plan's arena and the trace's max-live bytes), ``fallback_peak_bytes`` (weights, the
+profiling iteration and departures), ``planned_reserved_bytes`` (arena + fallback peak:
+what the planned process took from the device), ``departures`` (requests of the timed
+iterations that left the plan), ``caching_reserved_bytes``, the timing metrics of the
+torch executor. Options: ``allocator`` (a registered allocator's name, default
+``bestfit``), ``warmup`` (at least 2), ``iterations``, ``alignment``, ``seed``, ``duplex``,
+``timeout_s``.
+
+On the CPU (no pluggable allocator) the path is emulated: the torch executor runs the
+schedule on the CPU (time, gradients), and the simulator's memory trace of the schedule
+is played through the same RealAddressAllocator over a fake address space; the caching
+figure is the ``caching`` allocator model's arena for that trace; ``emulated`` is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.errors import MembudgetError
+from harness.model import Profile, Run, Schedule, from_dict, to_dict
+from harness.protocols import Workload
+
+__all__ = ["TorchPlannedExecutor", "main"]
+
+
+def _allocator(name: str) -> Any:
+    from harness.plugins import registry
+
+    return registry().allocator(name)
+
+
+class TorchPlannedExecutor:
+    """``torch-planned``: the torch executor with every iteration's allocation at planned addresses."""
+
+    name = "torch-planned"
+    description = ("Runs the schedule with one arena at the offsets an allocator planned from a profiled "
+                   "iteration (CUDA: pluggable allocator; CPU: emulated), beside the caching allocator's reserve")
+
+    def __init__(self, allocator: str = "bestfit", device: str | None = None, warmup: int = 3,
+                 iterations: int = 5, alignment: int = 512, seed: int = 0, duplex: bool = False,
+                 timeout_s: float = 1800.0) -> None:
+        if warmup < 2:
+            raise ValueError("torch-planned needs warmup >= 2 (one unmonitored, one profiling iteration)")
+        self.allocator, self.device, self.warmup, self.iterations = allocator, device, warmup, iterations
+        self.alignment, self.seed, self.duplex, self.timeout_s = alignment, seed, duplex, timeout_s
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__)
+
+    def _torch(self, device: str, **extra: Any):
+        from harness.executors.torch_executor import TorchExecutor
+
+        return TorchExecutor(device=device, warmup=self.warmup, iterations=self.iterations, duplex=self.duplex,
+                             seed=self.seed, enforce_budget=False, **extra)
+
+    def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run:
+        from harness.executors.torch_executor import check_compatible, resolve_device, workload_on
+
+        check_compatible(schedule, profile)
+        device = resolve_device(workload, self.device)
+        workload = replace(workload_on(workload, profile, device), device=str(device))
+        if device.type == "cuda":
+            return self._run_cuda(schedule, profile, workload)
+        return self._run_emulated(schedule, profile, workload)
+
+    # -- CPU: the torch executor for time and gradients, the simulator's trace for memory
+    def _run_emulated(self, schedule: Schedule, profile: Profile, workload: Workload) -> Run:
+        from harness.allocators.caching import CachingAllocator
+        from harness.allocators.realaddr import FakeMemory, RealAddressAllocator, replay, trace_events
+        from harness.allocators.trace import to_int_trace
+        from harness.simulate.executor import simulate
+
+        run = self._torch(str(workload.device)).run(schedule, profile, workload)
+        trace = simulate(schedule, profile, duplex=self.duplex, with_trace=True).trace
+        blocks = [b for b in trace if b.size > 0]
+        events = trace_events(to_int_trace(blocks))
+        real = RealAddressAllocator(_allocator(self.allocator), FakeMemory(alignment=self.alignment),
+                                    alignment=self.alignment)
+        for _ in range(self.warmup - 1):  # the CPU has no unmonitored warm-up to make
+            replay(real, events)
+        before = real.stats.departures
+        for _ in range(self.iterations):
+            replay(real, events)
+        metrics = {**run.metrics, **real.summary(), "departures": float(real.stats.departures - before),
+                   "caching_reserved_bytes": float(CachingAllocator().place(blocks).arena_bytes),
+                   "emulated": 1.0}
+        return replace(run, executor=self.name, metrics=metrics)
+
+    # -- CUDA: the planned run in its own process, the caching run here
+    def _run_cuda(self, schedule: Schedule, profile: Profile, workload: Workload) -> Run:
+        with tempfile.TemporaryDirectory(prefix="membudget-planned-") as tmp:
+            job = Path(tmp) / "job.json"
+            job.write_text(json.dumps({
+                "schedule": to_dict(schedule), "profile": to_dict(profile),
+                "workload": {"model": workload.model, "batch_size": workload.batch_size,
+                             "input_size": list(workload.input_size), "device": str(workload.device),
+                             "dtype": workload.dtype},
+                "options": {"allocator": self.allocator, "warmup": self.warmup, "iterations": self.iterations,
+                            "alignment": self.alignment, "seed": self.seed, "duplex": self.duplex},
+                "out": tmp,
+            }))
+            try:
+                proc = subprocess.run([sys.executable, "-m", "harness.executors.planned", str(job)],
+                                      capture_output=True, text=True, timeout=self.timeout_s, env=dict(os.environ))
+            except subprocess.TimeoutExpired:
+                return self._failed(schedule, profile, f"the planned process ran past {self.timeout_s} s")
+            result = Path(tmp) / "run.json"
+            if proc.returncode != 0 or not result.exists():
+                tail = (proc.stderr or proc.stdout or "").strip().splitlines()
+                why = tail[-1] if tail else f"exit status {proc.returncode}"
+                return self._failed(schedule, profile, f"the planned process failed: {why}")
+            planned = from_dict(Run, json.loads(result.read_text()))
+            import torch
+
+            grads = torch.load(Path(tmp) / "grads.pt")
+        if planned.status != "ok":
+            return planned
+        baseline_executor = self._torch(str(workload.device))
+        baseline = baseline_executor.run(schedule, profile, workload)
+        metrics = dict(planned.metrics)
+        if baseline.status == "ok":
+            from harness.executors.grad_check import largest_relative_error
+
+            chain = baseline_executor._chain
+            got = {n: p.grad for n, p in chain.model.named_parameters() if p.grad is not None}
+            metrics["grad_error_vs_caching"] = largest_relative_error(
+                {n: g.to(next(iter(got.values())).device) for n, g in grads.items()}, got)
+            metrics["caching_reserved_bytes"] = baseline.metrics.get("max_memory_reserved", math.nan)
+            metrics["caching_allocated_bytes"] = baseline.metrics.get("max_memory_allocated", math.nan)
+            metrics["caching_time_median_s"] = baseline.metrics.get("time_median_s", math.nan)
+            if "grad_error" in baseline.metrics:
+                metrics["grad_error"] = baseline.metrics["grad_error"]
+        return replace(planned, metrics=metrics)
+
+    def _failed(self, schedule: Schedule, profile: Profile, message: str) -> Run:
+        return Run(executor=self.name, planner=schedule.planner, status="error", message=message,
+                   makespan=math.nan, compute_time=profile.compute_time, peak_bytes=0, moved_bytes=0)
+
+
+# --------------------------------------------------------------------------- the planned process
+
+
+def _planned_execution_class():
+    from harness.executors.torch_executor import _Execution
+
+    class PlannedExecution(_Execution):
+        """The torch executor's iterations, each one monitored by the real-address allocator."""
+
+        real: Any = None
+        k = 0
+        departures_before = 0
+
+        def _reset_stats(self) -> None:  # the pluggable allocator keeps no statistics
+            import torch
+
+            self.held_max = self.resident_max = 0
+            torch.cuda.synchronize(self.chain.device)
+            self.departures_before = self.real.stats.departures
+
+        def _iteration(self, record: bool) -> float:
+            k, self.k = self.k, self.k + 1
+            if k == 0:  # lazily made handles and workspaces: once, not part of the sequence
+                return super()._iteration(record)
+            self.real.begin_iteration()
+            try:
+                return super()._iteration(record)
+            finally:
+                import torch
+
+                torch.cuda.synchronize(self.chain.device)
+                self.real.end_iteration()
+
+        def _report(self, times, moved, stall, prediction):
+            self.cuda = False  # the caching allocator's statistics raise under a pluggable allocator
+            try:
+                run = super()._report(times, moved, stall, prediction)
+            finally:
+                self.cuda = True
+            metrics = {**run.metrics, **self.real.summary(),
+                       "departures": float(self.real.stats.departures - self.departures_before)}
+            return replace(run, executor=TorchPlannedExecutor.name,
+                           peak_bytes=int(self.real.reserved_bytes), metrics=metrics)
+
+    return PlannedExecution
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The planned process: ``python -m harness.executors.planned JOB.json``."""
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(argv[0]).read_text())
+    out = Path(job["out"])
+    opts = job["options"]
+    import torch
+
+    from harness.allocators.realaddr import RealAddressAllocator
+    from harness.executors._cuda_pluggable import CudaRuntime, PlannedPathError, PluggableAllocator
+
+    try:
+        runtime = CudaRuntime()
+        real = RealAddressAllocator(_allocator(opts["allocator"]), runtime, alignment=opts["alignment"])
+        hook = PluggableAllocator(real, runtime)
+        hook.install()
+    except (PlannedPathError, MembudgetError) as exc:
+        print(f"torch-planned: {exc}", file=sys.stderr)
+        return 2
+    from harness.executors._torch_chain import build_chain
+    from harness.executors.torch_executor import TorchExecutor, check_compatible
+
+    schedule = from_dict(Schedule, job["schedule"])
+    profile = from_dict(Profile, job["profile"])
+    w = job["workload"]
+    workload = Workload(w["model"], w["batch_size"], tuple(w["input_size"]), w["device"], w["dtype"])
+    device = torch.device(workload.device)
+    chain = build_chain(workload, device)
+    check_compatible(schedule, profile, chain)
+    ex = TorchExecutor(device=str(device), warmup=opts["warmup"], iterations=opts["iterations"],
+                       duplex=opts["duplex"], seed=opts["seed"], enforce_budget=False, grad_check=False)
+    from harness.executors.torch_executor import _safe_predict
+
+    execution = _planned_execution_class()(ex, schedule, profile, chain)
+    execution.real = real
+    if schedule.transfers and hasattr(execution.copies, "d2h"):
+        c = execution.copies
+        hook.set_streams(c.compute.cuda_stream, [c.d2h.cuda_stream, c.h2d.cuda_stream])
+    try:
+        with torch.autograd.set_multithreading_enabled(False):  # one thread: one request order
+            run = execution.measure(_safe_predict(schedule, profile, opts["duplex"]))
+    finally:
+        execution.close()
+    if hook.errors or real.stats.errors:
+        errors = hook.errors + real.stats.errors
+        run = replace(run, metrics={**run.metrics, "allocator_errors": float(len(errors))},
+                      message=(run.message + " " if run.message else "") + f"allocator: {errors[0]}")
+    grads = {n: p.grad.detach().cpu() for n, p in chain.model.named_parameters() if p.grad is not None}
+    torch.save(grads, out / "grads.pt")
+    (out / "run.json").write_text(json.dumps(to_dict(run)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The real-address path on the CPU (issue #18): recorded H100 traces through RealAddressAllocator.
+
+Each test plays the allocation sequence of a recorded CUDA training iteration
+(``results/traces/h100``, ResNet-50 and VGG-16 at batch 32) through the allocator with a
+fake address space, checking every served address against the live ones
+(``realaddr.replay``), then perturbs the sequence the ways papers/003 section 4.3 names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.allocators.greedy_by_size import GreedyBySize
+from harness.allocators.realaddr import FakeMemory, RealAddressAllocator, replay, trace_events
+from harness.allocators.trace import read_csv
+from membudget_bestfit import BestFit
+
+TRACES = Path(__file__).resolve().parents[1] / "results" / "traces" / "h100"
+ALIGN = 512
+
+
+def events_of(name: str):
+    return trace_events(read_csv(TRACES / f"trace-{name}-b32-training.csv"))
+
+
+@pytest.fixture(scope="module", params=["resnet50", "vgg16"])
+def recorded(request):
+    return request.param, events_of(request.param)
+
+
+def allocator(events, planner=None):
+    memory = FakeMemory(alignment=ALIGN)
+    return RealAddressAllocator(planner or BestFit(), memory, alignment=ALIGN), memory
+
+
+def test_the_profiled_sequence_is_served_entirely_at_planned_addresses(recorded):
+    name, events = recorded
+    real, memory = allocator(events)
+    replay(real, events)  # the profiling iteration: everything recorded, from the fallback
+    n = sum(1 for e in events if e[0] == "alloc")
+    assert real.stats.recorded == n and real.session.stats.planned == 0
+    assert real.arena_base is not None and real.stats.arena_allocations == 1
+    mallocs = memory.mallocs
+    for _ in range(3):
+        replay(real, events)
+    assert real.session.stats.planned == 3 * n and real.stats.departures == 0
+    assert memory.mallocs == mallocs  # planned iterations allocate nothing from the device
+    assert real.session.stats.reoptimizations == 0
+    # the arena is the plan's, the plan is a valid placement of the aligned trace
+    assert real.arena_capacity == real.plan_bytes
+    plan = real.session.plan
+    assert plan.arena_bytes >= plan.max_live_bytes
+    assert all(o % ALIGN == 0 for o in plan.offsets)
+    # best-fit on these traces stays within 2% of max-live (tests/test_allocators_real_traces.py)
+    assert plan.arena_bytes <= 1.02 * plan.max_live_bytes
+    assert real.reserved_bytes == real.arena_capacity + real.stats.fallback_peak_bytes
+
+
+def test_any_allocator_plugin_plans_the_arena():
+    events = events_of("vgg16")
+    real, _ = allocator(events, GreedyBySize())
+    replay(real, events)
+    replay(real, events)
+    assert real.session.plan.allocator == "greedy-by-size"
+    assert real.stats.departures == 0 and real.session.stats.planned == sum(1 for e in events if e[0] == "alloc")
+
+
+def grow(events, index, factor=2):
+    """``events`` with the ``index``-th allocation ``factor`` times larger."""
+    out, k = [], 0
+    for kind, key, size in events:
+        if kind == "alloc":
+            if k == index:
+                size *= factor
+            k += 1
+        out.append((kind, key, size))
+    return out
+
+
+def test_a_larger_request_departs_to_the_fallback_then_is_replanned(recorded):
+    name, events = recorded
+    real, _ = allocator(events)
+    replay(real, events)
+    replay(real, events)
+    bigger = grow(events, 5)
+    before = real.stats.departures
+    replay(real, bigger)  # overlaps are checked inside
+    assert real.stats.departures - before >= 1
+    assert any("planned" in r for r in real.session.stats.reasons)
+    assert real.session.stats.reoptimizations == 1
+    planned = real.session.stats.planned
+    replay(real, bigger)  # re-planned from the sequence just seen: all planned again
+    assert real.stats.departures_by_iteration[-1] == 0
+    assert real.session.stats.planned - planned == sum(1 for e in events if e[0] == "alloc")
+
+
+def test_an_extra_request_departs_and_the_next_iteration_plans_it(recorded):
+    name, events = recorded
+    real, _ = allocator(events)
+    replay(real, events)
+    extra = events[:10] + [("alloc", "extra", 3 << 20), ("free", "extra", 0)] + events[10:]
+    replay(real, extra)
+    # every request after the extra one is off by one: it departs as soon as it is larger
+    # than what its index planned or its planned addresses are taken
+    assert real.stats.departures_by_iteration[-1] >= 1
+    assert real.session.stats.reoptimizations == 1
+    replay(real, extra)
+    assert real.stats.departures_by_iteration[-1] == 0
+
+
+def test_a_request_beyond_the_sequence_departs():
+    events = events_of("vgg16")
+    real, _ = allocator(events)
+    replay(real, events)
+    longer = events + [("alloc", "tail", 1 << 20), ("free", "tail", 0)]
+    replay(real, longer)
+    assert real.stats.departures_by_iteration[-1] == 1
+    assert any("beyond" in r for r in real.session.stats.reasons)
+    replay(real, longer)
+    assert real.stats.departures_by_iteration[-1] == 0
+
+
+def test_a_missing_free_keeps_its_addresses_taken_until_it_is_freed(recorded):
+    name, events = recorded
+    real, memory = allocator(events)
+    replay(real, events)
+    # drop the free of the largest block: it stays alive, and the requests the plan put on
+    # its addresses after its planned free find them taken
+    sizes = {key: size for kind, key, size in events if kind == "alloc"}
+    big = max(sizes, key=sizes.get)
+    leaky = [e for e in events if not (e[0] == "free" and e[1] == big)]
+    kept = replay(real, leaky)  # no two live requests overlap (checked inside)
+    assert big in kept and real.in_arena(kept[big])
+    assert real.stats.departures_by_iteration[-1] >= 1
+    assert any("still in use" in r for r in real.session.stats.reasons)
+    real.free(kept[big], sizes[big])  # the program lets it go (outside an iteration)
+    replay(real, events)  # planned from the leaky iteration: the block lives to the end there
+    replay(real, events)
+    assert real.stats.departures_by_iteration[-1] == 0
+    assert memory.live_bytes == real.arena_capacity  # nothing left in the fallback
+
+
+def test_the_interrupted_region_is_not_monitored():
+    events = events_of("vgg16")
+    real, _ = allocator(events)
+    replay(real, events)
+    real.begin_iteration()
+    live = {}
+    for k, (kind, key, size) in enumerate(events):
+        if kind == "alloc":
+            live[key] = real.alloc(size)
+        else:
+            real.free(live.pop(key))
+        if k == 20:  # a non-hot part: served by the fallback, lambda untouched
+            with real.unmonitored():
+                side = [real.alloc(s) for s in (1 << 20, 7 << 20, 12345)]
+                assert not any(real.in_arena(p) for p in side)
+                for p in side:
+                    real.free(p)
+    real.end_iteration()
+    assert real.session.stats.unmonitored == 3
+    assert real.stats.departures == 0 and real.session.stats.reoptimizations == 0
+
+
+def test_outside_iterations_and_unknown_frees():
+    real, memory = allocator(events_of("vgg16"))
+    w = real.alloc(1000)  # weights: before any iteration, unmonitored
+    assert w % ALIGN == 0 and real.session.stats.unmonitored == 1
+    real.free(0xDEAD)  # never raised (it runs inside a C callback on CUDA): recorded
+    assert real.stats.errors
+    real.free(w)
+    assert memory.live_bytes == 0
+
+
+def test_an_arena_that_cannot_grow_makes_requests_beyond_it_depart():
+    events = events_of("vgg16")
+    real, _ = allocator(events)
+    replay(real, events)
+    cap = real.arena_capacity
+    # a planned block alive across the re-plan pins the arena; the grown plan departs beyond it
+    real.begin_iteration()
+    pin = real.alloc(events[0][2])
+    assert real.in_arena(pin)
+    real.end_iteration()
+    replay(real, grow(events, 0, factor=8))
+    assert real.arena_capacity == cap
+    replay(real, grow(events, 0, factor=8))
+    assert real.stats.departures_by_iteration[-1] >= 1
+    real.free(pin)
+    replay(real, grow(events, 0, factor=8))
+    replay(real, grow(events, 0, factor=8))
+    assert real.arena_capacity > cap and real.stats.departures_by_iteration[-1] == 0
+
+
+# --------------------------------------------------------------------------- the executor and the glue
+
+
+def test_cuda_glue_imports_on_the_cpu_and_refuses_in_one_line():
+    import ctypes
+
+    torch = pytest.importorskip("torch")
+    from harness.executors._cuda_pluggable import ALLOC_FN, FREE_FN, PlannedPathError, PluggableAllocator
+
+    # the pluggable allocator's C signatures
+    assert ALLOC_FN._restype_ is ctypes.c_void_p
+    assert ALLOC_FN._argtypes_ == (ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    assert FREE_FN._restype_ is None
+    assert FREE_FN._argtypes_ == (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    real, memory = allocator([])
+
+    class Runtime:  # cudaMalloc stand-in for the emergency path
+        def __init__(self):
+            self.fake = FakeMemory(base=1 << 44)
+
+        def malloc(self, size):
+            return self.fake.malloc(size)
+
+        def free(self, ptr, size):
+            self.fake.free(ptr, size)
+
+        def synchronize(self, stream):
+            pass
+
+    hook = PluggableAllocator(real, Runtime())
+    assert hook.alloc_ptr and hook.free_ptr
+    # through the C function pointers, as torch would call them
+    c_alloc = ALLOC_FN(hook.alloc_ptr)
+    c_free = FREE_FN(hook.free_ptr)
+    p = c_alloc(4096, 0, None)
+    assert p and p % ALIGN == 0 and memory.live_bytes == 4096
+    c_free(p, 4096, 0, None)
+    assert memory.live_bytes == 0 and not hook.errors
+    # an exception inside the allocator never reaches C: the request is served anyway
+    real.fallback = None
+    p = c_alloc(1000, 0, None)
+    assert p and hook.errors
+    c_free(p, 1000, 0, None)
+    if not torch.cuda.is_available():
+        with pytest.raises(PlannedPathError, match="needs a CUDA GPU"):
+            hook.install()
+
+
+def test_the_planned_executor_on_the_cpu_emulates_the_arena():
+    pytest.importorskip("torchvision")
+    from harness.plugins import registry
+    from tests.torch_cases import setup
+
+    chain, profile = setup("builtin:tiny-cnn")
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    ex = registry().executor("torch-planned")
+    assert ex.name == "torch-planned"
+    from harness.executors.planned import TorchPlannedExecutor
+
+    run = TorchPlannedExecutor(device="cpu", warmup=2, iterations=2).run(schedule, profile)
+    m = run.metrics
+    assert run.status == "ok" and run.executor == "torch-planned" and m["emulated"] == 1.0
+    assert m["departures"] == 0 and m["planned_requests"] > 0
+    assert m["plan_max_live_bytes"] <= m["arena_bytes"] <= m["caching_reserved_bytes"]
+    assert m["grad_error"] < 1e-5

@@ -273,3 +273,44 @@ def schedule_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
             if not movable:
                 needs[k] += bl.size
     return needs
+
+
+def segment_needs(mem: list[StageMemory], a: int) -> list[tuple[int, int]]:
+    """For each b in a+1..L: the needs (forward, backward) of the segment [a, b) checkpointed
+    and recomputed (``harness.schedules.recompute_ops``), weights and other stages' saved data apart.
+
+    ``mem``: ``stage_memory`` of every stage. forward: the largest need of Fc_a, Fn_{a+1}..Fn_{b-1}
+    (the checkpoint x_a, held from F_a to B_a, is counted by every one); backward: the largest
+    need of R_a..R_{b-1}, B_{b-1}..B_a, where y_b (the output, for b = L) waits and the
+    recomputed saved data of the segment accumulates (it is never offloaded). With
+    P_j = extra_a + saved_{a+1} + ... + saved_{j-1}, the recomputed data before stage j:
+
+    - Fc_a: F_a's need; Fn_j: x_a + F_j's need;
+    - R_a: y_b + F_a's need; R_j (j > a): y_b + x_a + P_j + F_j's need (for R_{b-1}, its output
+      counted as max(x_b, h_{b-1}): what it leaves for B_{b-1} may exceed x_b in a profile);
+    - B_a: B_a's need + the part of x_a it does not save (the checkpoint is all of x_a);
+      B_j (j > a): x_a + P_j + B_j's need.
+
+    What ``schedule_blocks`` holds during those operations when every other stage's saved
+    tensor is away (tests/test_memory.py checks it). O(L - a) for all b together.
+    """
+    ma = mem[a]
+    ck = ma.input
+    out: list[tuple[int, int]] = []
+    fwd = ma.forward_need
+    rec = ma.forward_need  # the R terms but y_b: max over j < b
+    bwd = ma.backward_need + ma.drop
+    acc = ma.extra  # P_{j}: the recomputed saved data before stage j
+    for j in range(a, len(mem)):
+        m = mem[j]
+        r_j = m.forward_need
+        if j > a:
+            r_j += ck + acc
+            fwd = max(fwd, ck + m.forward_need)
+            bwd = max(bwd, ck + acc + m.backward_need)
+            acc += m.saved
+        rec = max(rec, r_j)
+        # R_{b-1}'s output is x_b.recomputed with B_{b-1}'s share, max(x_b, h_{b-1}) together
+        last_r = r_j + (max(0, m.held - m.output) if j + 1 < len(mem) else 0)
+        out.append((fwd, max(bwd, m.grad_in + max(rec, last_r))))
+    return out

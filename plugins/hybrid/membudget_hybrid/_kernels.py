@@ -13,8 +13,12 @@ non-decreasing in Delta_F and Delta_B.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
+
+from membudget_dynprog._kernels import pareto_keep
 
 KEEP, OFFLOAD, SEGMENT = 0, 1, 2
 
@@ -69,7 +73,6 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
     ccost = np.empty(ccap, np.float64)
     cpar = np.empty(ccap, np.int64)
     cmove = np.empty(ccap, np.int8)
-    tree = np.full(RB, np.inf)
     for b in range(1, L + 1):
         last = b == L
         m = 0
@@ -94,12 +97,8 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
                         continue
                     if m == ccap:
                         ccap *= 2
-                        cK = _grow_i(cK, ccap)
-                        cdF = _grow_i(cdF, ccap)
-                        cdB = _grow_i(cdB, ccap)
-                        ccost = _grow_f(ccost, ccap)
-                        cpar = _grow_i(cpar, ccap)
-                        cmove = _grow_b(cmove, ccap)
+                        cK, cdF, cdB = _grow(cK, ccap), _grow(cdF, ccap), _grow(cdB, ccap)
+                        ccost, cpar, cmove = _grow(ccost, ccap), _grow(cpar, ccap), _grow(cmove, ccap)
                     cK[m] = nk
                     cdF[m] = ndf
                     cdB[m] = ndb
@@ -109,59 +108,25 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
                     m += 1
         if m == 0:
             return K, dF, dB, cost, parent, move, offsets, b
-        # order by (K, Delta_F, Delta_B), then cost, then the order the moves were made
+        # DYNPROG's sweep on the candidates in cost order: of equal states the cheapest stays
+        by_cost = np.argsort(ccost[:m], kind="mergesort")
         key = np.empty(m, np.int64)
         for t in range(m):
-            key[t] = (cK[t] * RF + (cdF[t] - df_min)) * RB + (cdB[t] - db_min)
-        by_cost = np.argsort(ccost[:m], kind="mergesort")
-        order = by_cost[np.argsort(key[by_cost], kind="mergesort")]
+            c = by_cost[t]
+            key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
+        kept = by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
         lo = offsets[b]
-        n_kept = 0
-        start = 0
-        while start < m:
-            end = start
-            g = cK[order[start]]
-            while end < m and cK[order[end]] == g:
-                end += 1
-            first = lo + n_kept
-            for t in range(start, end):
-                c = order[t]
-                i = cdB[c] - db_min
-                best = np.inf
-                j = i
-                while j >= 0:
-                    if tree[j] < best:
-                        best = tree[j]
-                    j = (j & (j + 1)) - 1
-                if best <= ccost[c] + eps:
-                    continue
-                j = i
-                while j < RB:
-                    if ccost[c] < tree[j]:
-                        tree[j] = ccost[c]
-                    j = j | (j + 1)
-                at = lo + n_kept
-                if at == cap:
-                    cap *= 2
-                    K = _grow_i(K, cap)
-                    dF = _grow_i(dF, cap)
-                    dB = _grow_i(dB, cap)
-                    cost = _grow_f(cost, cap)
-                    parent = _grow_i(parent, cap)
-                    move = _grow_b(move, cap)
-                K[at] = cK[c]
-                dF[at] = cdF[c]
-                dB[at] = cdB[c]
-                cost[at] = ccost[c]
-                parent[at] = cpar[c]
-                move[at] = cmove[c]
-                n_kept += 1
-            for at in range(first, lo + n_kept):  # reset what this K group touched
-                j = dB[at] - db_min
-                while j < RB:
-                    tree[j] = np.inf
-                    j = j | (j + 1)
-            start = end
+        n_kept = kept.shape[0]
+        while lo + n_kept > cap:
+            cap *= 2
+            K, dF, dB = _grow(K, cap), _grow(dF, cap), _grow(dB, cap)
+            cost, parent, move = _grow(cost, cap), _grow(parent, cap), _grow(move, cap)
+        K[lo:lo + n_kept] = cK[kept]
+        dF[lo:lo + n_kept] = cdF[kept]
+        dB[lo:lo + n_kept] = cdB[kept]
+        cost[lo:lo + n_kept] = ccost[kept]
+        parent[lo:lo + n_kept] = cpar[kept]
+        move[lo:lo + n_kept] = cmove[kept]
         if beam > 0 and n_kept > beam:  # keep the beam states of least cost + pending offload time
             rank = np.empty(n_kept)
             for t in range(n_kept):
@@ -179,37 +144,17 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
 
 
 @njit(cache=True)
-def _grow_i(a, n):
-    out = np.empty(n, np.int64)
+def _grow(a, n):
+    out = np.empty(n, a.dtype)
     out[:a.shape[0]] = a
     return out
 
 
-@njit(cache=True)
-def _grow_f(a, n):
-    out = np.empty(n, np.float64)
-    out[:a.shape[0]] = a
-    return out
-
-
-@njit(cache=True)
-def _grow_b(a, n):
-    out = np.empty(n, np.int8)
-    out[:a.shape[0]] = a
-    return out
-
-
-_warm = False
-
-
+@functools.cache
 def warm_up() -> None:
-    """Compile the kernel (or load it from the cache) on a one-stage toy problem."""
-    global _warm
-    if _warm:
-        return
+    """Compile the kernel (or load it from the cache) on a one-stage toy problem, once."""
     one = np.ones(1, np.int64)
     z = np.zeros(1, np.int64)
     seg = np.full((2, 2), -1, np.int64)
     segf = np.zeros((2, 2))
     hybrid_dp(one, one, one, z, z, np.ones(1, np.bool_), seg, seg, seg, seg, seg, segf, 1.0, 1.0, 4, 0, -2, 8, 8, 0.0, 0)
-    _warm = True

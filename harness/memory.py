@@ -354,7 +354,20 @@ def saving_need(m: StageMemory) -> int:
 def segment_needs(mem: list[StageMemory]) -> np.ndarray:
     """The peak of every segment [a, b) checkpointed at a (``harness.schedules.recompute_ops``:
     Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above what the stages before a keep
-    (``forward_keeps``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L.
+    (``forward_keeps``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L;
+    the larger of its two phases (``segment_phase_needs``).
+    """
+    forward, backward = segment_phase_needs(mem)
+    return np.maximum(forward, backward)
+
+
+def segment_phase_needs(mem: list[StageMemory]) -> tuple[np.ndarray, np.ndarray]:
+    """The needs of every segment [a, b) checkpointed at a, by phase: (forward, backward), two
+    (L, L + 1) int64 arrays, entry [a, b] for a < b <= L. Forward: the most Fc_a, Fn_{a+1}..Fn_{b-1}
+    need; backward: the most R_a..R_{b-1}, B_{b-1}..B_a need. Both are above what the other stages
+    keep (weights apart): the stages before a (``forward_keeps``) under a pure recomputation
+    schedule, or whatever a planner that offloads leaves of them (the segment's own recomputed
+    data is never offloaded).
 
     ``mem``: ``stage_memory`` of every stage. From the blocks of ``schedule_blocks``, with
     S(k) = saved_{a+1} + ... + saved_{k-1} and cp_a = x_a + extra_a (the checkpoint and the
@@ -371,9 +384,10 @@ def segment_needs(mem: list[StageMemory]) -> np.ndarray:
     b-1 is recomputed). Each row is running maxima over b (O(L) numpy per row).
     """
     n = len(mem)
-    table = np.zeros((n, n + 1), dtype=np.int64)
+    forward_table = np.zeros((n, n + 1), dtype=np.int64)
+    backward_table = np.zeros((n, n + 1), dtype=np.int64)
     if n == 0:
-        return table
+        return forward_table, backward_table
 
     def column(f) -> np.ndarray:
         return np.array([f(m) for m in mem], dtype=np.int64)
@@ -393,8 +407,9 @@ def segment_needs(mem: list[StageMemory]) -> np.ndarray:
         # the R_j, j < k, whose output is whole (R_a's and the inside ones'), before each k
         earlier = np.maximum.accumulate(np.concatenate([[0, ma.forward_need], above[:-1] + fn[k[:-1]]]))[:n - a]
         final = np.concatenate([[last[a]], above + last[k]])
-        table[a, a + 1:] = np.maximum(np.maximum(fwd, bwd), grad_in[a:] + np.maximum(earlier, final))
-    return table
+        forward_table[a, a + 1:] = fwd
+        backward_table[a, a + 1:] = np.maximum(bwd, grad_in[a:] + np.maximum(earlier, final))
+    return forward_table, backward_table
 
 
 def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = ()) -> int:

@@ -110,3 +110,30 @@ def test_segment_needs_by_hand() -> None:
     assert list(segment_needs(mem)[0, 1:]) == [300, 400, 500, 700]
     assert forward_keeps(mem[0], "Fc") == 100 and forward_keeps(mem[1], "Fn") == 0
     assert recompute_peak(profile, [(0, 2)]) == 600
+
+
+@SETTINGS
+@given(profile=chains(with_algorithms=False))
+def test_segment_needs_are_what_the_blocks_hold(profile: Profile) -> None:
+    """A recomputed segment's forward and backward needs (``segment_phase_needs``) are the most the
+    blocks hold during its operations when every other stage's saved tensor is away (the
+    segment's recomputed data is not: it cannot be offloaded)."""
+    from harness.memory import pass_ops, segment_phase_needs
+    from harness.schedules import recompute_ops
+
+    n = profile.n_stages
+    mem = [stage_memory(profile, i) for i in range(n)]
+    forward, backward = segment_phase_needs(mem)
+    for a in range(n):
+        for b in range(a + 1, n + 1):
+            schedule = Schedule("t", 0, recompute_ops(n, [(a, b)]))
+            ops = pass_ops(schedule, n)[0]
+            live = [0] * len(schedule.ops)
+            for bl in schedule_blocks(schedule, [profile]):
+                stage = bl.tensor % n if bl.tensor >= 0 else -1
+                for k in range(bl.born + 1 if bl.born_at_end else bl.born, bl.dies + 1):
+                    away = bl.tensor >= 0 and not a <= stage < b and ops.producer(stage) < k < bl.dies
+                    live[k] += 0 if away else bl.size
+            fwd = max(live[ops.forward[i]] for i in range(a, b))
+            bwd = max(live[k] for i in range(a, b) for k in (ops.recompute[i], ops.backward[i]))
+            assert (forward[a, b], backward[a, b]) == (fwd, bwd), (a, b)

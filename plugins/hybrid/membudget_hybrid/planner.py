@@ -1,0 +1,280 @@
+"""HYBRID: per stage keep, offload or recompute, chosen jointly by one dynamic program.
+
+The chain model and DYNPROG's recurrences (papers/004 section 5, ``membudget_dynprog``)
+extended by one move, after Beaumont, Eyraud-Dubois and Shilova (NeurIPS 2021, section 4:
+a recomputed segment behaves, seen from the offloading schedule, like one coarse stage).
+The DP state after deciding stages 0..b-1 is DYNPROG's (K, Delta_F, Delta_B): K the
+memory kept on the device for the backward pass (saved data of kept stages, checkpoints of
+recomputed segments), Delta_F, Delta_B the offload and prefetch work still pending. From a
+state of layer a:
+
+- keep stage a / offload stage a (its saved data s_a): DYNPROG's moves, eqs. (1)-(8), to
+  layer a + 1;
+- recompute the segment [a, b) (``harness.schedules.recompute_ops``: Fc_a, Fn_{a+1..b-1},
+  then R_a..R_{b-1} before B_{b-1}): a keep of one coarse stage to layer b whose saved data
+  is the checkpoint x_a (it stays: the vocabulary offloads only saved tensors of ``F``
+  stages, so neither the checkpoint nor recomputed data ever moves), whose forward need
+  C^F is the largest of its forwards' and backward need C^B the largest of its
+  recomputations' and backwards' (``harness.memory.segment_phase_needs``), whose overlap
+  windows are its forwards' time (u_F) and its recomputations' plus backwards' time (u_B),
+  and whose cost adds the recomputation time sum_{a<=j<b} f_j.
+
+The value minimised is idle time plus recomputation time, i.e. makespan minus the compute
+time of the unmodified chain. Pure DYNPROG (no segment) and pure recomputation (no
+offload) are paths of the same table, so the table's optimum is at most either's.
+
+Discretisation (papers/004 section 5.3.2, as ``membudget_dynprog.discretise``): S slots of
+(M - W) / S bytes; s_i rounded optimistically through their partial sums, C^F, C^B and
+checkpoints rounded up, the u beta windows rounded down. eps_G (eqs. (9), (10) with
+Av_F = 0) is DYNPROG's, computed on the stage chain (h9 takes the kept memory after B_j as
+if every later stage were a kept single stage: an approximation on paths ending in a
+segment). While no candidate of the table runs in the simulator, the DP is run again with
+the usable memory shrunk by 1, 2, 4, ... slots.
+
+The planner returns the fastest, in the simulator, of its own plan, DYNPROG's and the
+recomputation planner's (``membudget_recompute``, itself never slower than ``torch-checkpoint``),
+so it is never slower than either by construction.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from harness.bounds import peak_memory
+from harness.errors import InfeasibleBudget, MembudgetError
+from harness.memory import segment_phase_needs, stage_memory
+from harness.model import Profile, Schedule
+from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
+from harness.simulate.executor import makespan
+from membudget_dynprog import discretise
+from membudget_recompute import Recompute
+
+DEFAULT_SLOTS = 500
+TIE_CANDIDATES = 4  # plans backtracked among those tied for the table's optimum, each simulated
+SHRINK_ROUNDS = 8
+DEFAULT_BEAM = 2000  # states kept per layer (0: all, the exact table)  # usable memory shrunk by 1, 2, 4, ... slots while no candidate runs
+
+
+@dataclass(frozen=True)
+class HybridTable:
+    """DYNPROG's discretised chain (``membudget_dynprog.Discretised``) plus, per segment [a, b)
+    (arrays indexed [a, b], -1: left out because it cannot fit), its checkpoint ``sx``, needs
+    ``scf``, ``scb``, windows ``suf``, ``sub`` in slots, and recomputation time ``scost`` (s)."""
+
+    disc: object
+    sx: np.ndarray
+    scf: np.ndarray
+    scb: np.ndarray
+    suf: np.ndarray
+    sub: np.ndarray
+    scost: np.ndarray
+
+
+def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS) -> HybridTable:
+    """Express ``profile`` under ``budget`` in ``slots`` slots: DYNPROG's stage arrays, and the segments'."""
+    disc = discretise(profile, budget, slots)
+    n = profile.n_stages
+    usable = int(budget) - profile.weight_bytes
+    S = disc.slots
+    q = usable / S
+
+    def up(nbytes: int) -> int:
+        return -((-int(nbytes) * S) // usable)
+
+    mem = [stage_memory(profile, i) for i in range(n)]
+    fwd = np.concatenate([[0.0], np.cumsum([s.fwd_time for s in profile.stages])])
+    bwd = np.concatenate([[0.0], np.cumsum([s.bwd_time for s in profile.stages])])
+    shape = (n + 1, n + 1)
+    sx, scf, scb = np.full(shape, -1, np.int64), np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    suf, sub, scost = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape)
+    forward_needs, backward_needs = segment_phase_needs(mem)
+    for a in range(n):
+        checkpoint = up(mem[a].input)
+        for b in range(a + 1, n + 1):
+            need_f, need_b = int(forward_needs[a, b]), int(backward_needs[a, b])
+            cf, cb = up(need_f), up(need_b)
+            if cf > S or cb > S or checkpoint > S:
+                continue
+            sx[a, b], scf[a, b], scb[a, b] = checkpoint, cf, cb
+            recompute = fwd[b] - fwd[a]
+            suf[a, b] = math.floor(recompute * profile.d2h_bandwidth / q)
+            sub[a, b] = math.floor((recompute + bwd[b] - bwd[a]) * profile.h2d_bandwidth / q)
+            scost[a, b] = recompute
+    return HybridTable(disc, sx, scf, scb, suf, sub, scost)
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """One plan of the table: the stages offloaded, the segments recomputed, and its predicted cost."""
+
+    offload: tuple[int, ...]
+    segments: tuple[tuple[int, int], ...]
+    cost: float  # predicted idle + recomputation time (s)
+
+
+def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
+                 beam: int = 0) -> tuple[list[Decisions], int] | None:
+    """The DP; the ``candidates`` best final states backtracked (best first), and the states kept.
+
+    None when no state survives (the budget is too small for the table).
+    """
+    from membudget_dynprog._kernels import final_totals
+    from membudget_hybrid._kernels import OFFLOAD, SEGMENT, hybrid_dp
+
+    d = table.disc
+    n = d.n_stages
+    RF, RB = d.key_ranges
+    K, dF, dB, cost, parent, move, offsets, built = hybrid_dp(
+        d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, eps, beam)
+    if built <= n:
+        return None
+    lo, hi = offsets[n], offsets[n + 1]
+    totals = final_totals(K[lo:hi], dF[lo:hi], dB[lo:hi], cost[lo:hi], d.wf, d.wb, d.h9, np.zeros(0))
+    order = np.lexsort((dB[lo:hi], dF[lo:hi], -K[lo:hi], totals))[:max(1, candidates)]
+    found = []
+    for s in order:
+        offload, segments = [], []
+        at, b = lo + int(s), n
+        while b > 0:
+            p = int(parent[at])
+            a = int(np.searchsorted(offsets, p, side="right")) - 1  # the parent's layer
+            if move[at] == SEGMENT:
+                segments.append((a, b))
+            elif move[at] == OFFLOAD:
+                offload.append(a)
+            at, b = p, a
+        found.append(Decisions(tuple(sorted(offload)), tuple(sorted(segments)), float(totals[s])))
+    return found, int(offsets[n + 1])
+
+
+@dataclass
+class Plan:
+    """The outcome of ``plan_hybrid``: the schedule, where it came from, and the table's own plan."""
+
+    schedule: Schedule
+    makespan: float
+    source: str  # hybrid | dynprog | recompute (the fastest of the three; ties go to hybrid)
+    own: Decisions | None  # the table's plan that ran (None: none ran)
+    own_makespan: float  # inf when none ran
+    rivals: dict[str, float] = field(default_factory=dict)  # the others' makespans (inf: refused)
+    states: int = 0
+    rounds: int = 0
+
+
+def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, duplex: bool = False,
+                rivals: bool = True, beam: int = DEFAULT_BEAM, planner: str = "hybrid") -> Plan:
+    """The table's plan, and (with ``rivals``) DYNPROG's and the recomputation planner's: the fastest."""
+    check_budget(profile, budget, planner)
+    options: dict = {"slots": int(slots), "beam": int(beam)}
+    if budget >= peak_memory(profile):
+        schedule = keep_all_schedule(profile, budget, planner)
+        return Plan(schedule, profile.compute_time, "hybrid", Decisions((), (), 0.0), profile.compute_time)
+    from membudget_hybrid._kernels import warm_up
+
+    warm_up()
+    own, own_schedule, own_time, states, rounds = _own_plan(profile, budget, int(slots), int(beam), planner, options,
+                                                              duplex)
+    best = ("hybrid", own_schedule, own_time)
+    times: dict[str, float] = {}
+    if rivals:
+        for name, schedule in _rival_schedules(profile, budget, int(slots), duplex):
+            t = math.inf if schedule is None else makespan(schedule, profile, budget=budget, duplex=duplex)
+            times[name] = math.inf if t is None else t
+            if times[name] < best[2]:
+                best = (name, schedule, times[name])
+    source, schedule, time_ = best
+    if schedule is None:
+        raise _refusal(profile, budget, planner)
+    note = (f"hybrid: S={slots}, {rounds} DP run(s), {states} states; the table's plan "
+            + (f"offloads {list(own.offload)}, recomputes {list(own.segments)}, "
+               f"predicted +{own.cost:.6g} s, simulated {own_time:.6g} s" if own else "did not run")
+            + "".join(f"; {k} {v:.6g} s" for k, v in times.items())
+            + f"; kept: {source}")
+    schedule = replace(schedule, planner=planner, notes=note,
+                       options={**schedule.options, **options, "source": source})
+    return Plan(schedule, time_, source, own, own_time, times, states, rounds)
+
+
+def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool):
+    """The table's fastest runnable plan (shrinking the memory while none runs): (decisions, schedule,
+    makespan, states, rounds); (None, None, inf, ...) when none runs."""
+    usable = budget - profile.weight_bytes
+    states = rounds = 0
+    shrink = 0
+    for _ in range(SHRINK_ROUNDS):
+        table_budget = budget - (usable * shrink) // slots
+        if table_budget <= profile.weight_bytes:
+            break
+        solved = solve_hybrid(discretise_hybrid(profile, table_budget, slots), TIE_CANDIDATES, beam=beam)
+        rounds += 1
+        if solved is None:
+            break
+        found, made = solved
+        states += made
+        best = found[0].cost
+        tied = [c for c in found if c.cost <= best + 1e-12 * max(1.0, abs(best))]
+        chosen, chosen_schedule, chosen_time = None, None, math.inf
+        for c in tied:
+            schedule, t = fastest_ordered_schedule(profile, budget, set(c.offload), planner=planner, duplex=duplex,
+                                                   options=options, recompute=list(c.segments))
+            if schedule is not None and t < chosen_time:
+                chosen, chosen_schedule, chosen_time = c, schedule, t
+        if chosen is not None:
+            return chosen, chosen_schedule, chosen_time, states, rounds
+        shrink = max(1, 2 * shrink)
+    return None, None, math.inf, states, rounds
+
+
+def _rival_schedules(profile: Profile, budget: int, slots: int, duplex: bool):
+    """DYNPROG's schedule and the recomputation planner's, None for one that refuses the budget."""
+    from membudget_dynprog import plan_offload
+
+    try:
+        yield "dynprog", plan_offload(profile, budget, slots=slots, duplex=duplex).schedule
+    except (InfeasibleBudget, MembudgetError):
+        yield "dynprog", None
+    yield "recompute", recompute_schedule(profile, budget)
+
+
+def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
+    """The recomputation planner's schedule (None when it refuses the budget): ``membudget_recompute``'s
+    optimal segmentation, which is never slower than torch-checkpoint."""
+    planner, options = Recompute(), {}
+    try:
+        return planner.plan(profile, budget, **options)
+    except InfeasibleBudget:
+        return None
+
+
+def _refusal(profile: Profile, budget: int, planner: str) -> InfeasibleBudget:
+    from harness.schedules import keep_all_schedule, unconstrained_peak
+
+    need = max(budget + 1, unconstrained_peak(keep_all_schedule(profile, budget, planner), profile))
+    return InfeasibleBudget(f"infeasible: {planner} found no schedule for {profile.model} under {budget} bytes; "
+                            f"keep-all needs {need} bytes", needed_bytes=need)
+
+
+class Hybrid:
+    """Per stage keep, offload or recompute, by one DP over DYNPROG's state with a segment move.
+
+    Options: ``slots`` (S, default 500), ``duplex`` (passed to the simulator), ``rivals``
+    (default True: also run DYNPROG and the recomputation planner and keep the fastest of the
+    three; False: the table's plan alone, for study), ``beam`` (states kept per layer, default
+    2000; 0 keeps every undominated state: the exact table, slow on long chains).
+    """
+
+    name = "hybrid"
+    description = ("Keep, offload or recompute per stage, jointly optimal on the chain model "
+                   "(Beaumont et al. 2021; DYNPROG's DP with a recomputed-segment move)")
+    extra_options = ()
+
+    def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, duplex: bool = False,
+             rivals: bool = True, beam: int = DEFAULT_BEAM) -> Schedule:
+        """The fastest of the table's plan, DYNPROG's and the recomputation planner's."""
+        return plan_hybrid(profile, budget_bytes, slots=slots, duplex=duplex, rivals=rivals, beam=beam,
+                           planner=self.name).schedule

@@ -40,7 +40,7 @@ from harness.errors import UnknownOption
 from harness.lazy import resolve
 from harness.model import Profile, save
 from harness.plugins import registry as get_registry
-from harness.profilers.errors import ProfilingError
+from harness.errors import ProfilingError
 from harness.protocols import Workload
 
 __all__ = ["DEFAULT_INPUT_SIZE", "default_input_size", "profile_command", "place_trace_file", "place_command"]

@@ -35,3 +35,7 @@ class InfeasibleBudget(MembudgetError):
 
 class UnknownOption(MembudgetError, ValueError):
     """A planner was given an option its ``plan`` does not take (a typo would otherwise be ignored)."""
+
+
+class ProfilingError(MembudgetError):
+    """A model could not be profiled: the message says which model, what failed, and what to try."""

@@ -24,9 +24,9 @@ torchvision = pytest.importorskip("torchvision")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from harness.profilers.graph import Graph, trace  # noqa: E402
+from harness.chain.graph import Graph, trace  # noqa: E402
 from harness.profilers.instrument import record_chain  # noqa: E402
-from harness.profilers.stages import plan_stages  # noqa: E402
+from harness.chain.stages import plan_stages  # noqa: E402
 
 
 class _Allocations(TorchDispatchMode):

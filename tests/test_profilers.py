@@ -25,9 +25,9 @@ from harness.profilers import ProfilingError, devices  # noqa: E402
 from harness.profilers.analytic import AnalyticProfiler  # noqa: E402
 from harness.profilers.devices import Efficiency, calibrate  # noqa: E402
 from harness.profilers.file import FileProfiler  # noqa: E402
-from harness.profilers.graph import Graph, trace  # noqa: E402
+from harness.chain.graph import Graph, trace  # noqa: E402
 from harness.profilers.measured import TorchProfiler  # noqa: E402
-from harness.profilers.stages import plan_stages, storage_bytes, storage_key  # noqa: E402
+from harness.chain.stages import plan_stages, storage_bytes, storage_key  # noqa: E402
 from harness.protocols import Profiler, Workload  # noqa: E402
 
 QUICK = TorchProfiler(warmup=0, repeats=1, algorithms=False)

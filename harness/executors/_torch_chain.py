@@ -1,6 +1,6 @@
 """A model as a chain the torch executor can run one stage at a time.
 
-The chain is the profilers' (``harness.profilers.extract``): the model traced into a
+The chain is the one the profilers measure (``harness.chain``): the model traced into a
 graph and cut where one tensor is live (papers/004 section 6.1). ``ChainPass`` runs the
 forward of each stage (F_i, or Fc_i and Fn_i, which do not save), its recomputation R_i
 and its backward B_i as separate calls, the way
@@ -26,8 +26,8 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from harness.executors._torch_store import concrete
-from harness.profilers.graph import Graph, trace
-from harness.profilers.stages import StagePlan, plan_stages
+from harness.chain.graph import Graph, trace
+from harness.chain.stages import StagePlan, plan_stages
 from harness.protocols import Workload
 
 
@@ -80,8 +80,8 @@ class TorchChain:
 
 def build_chain(workload: Workload, device: torch.device | str) -> TorchChain:
     """Build the workload's model on ``device`` and cut it as the profilers do."""
-    from harness.profilers.errors import ProfilingError
-    from harness.profilers.extract import build_model, extract
+    from harness.errors import ProfilingError
+    from harness.chain.extract import build_model, extract
 
     device = concrete(device)
     model, example = build_model(workload, device)

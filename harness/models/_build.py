@@ -69,7 +69,7 @@ def on_device(construct: Callable[[], nn.Module], device: Any) -> nn.Module:
     For ``meta`` no parameter data is ever allocated (see the module docstring).
     """
     device = torch.device(device)
-    from harness.models.metafast import MetaFastPaths
+    from harness.chain.metafast import MetaFastPaths
 
     try:
         with device, MetaFastPaths() if device.type == "meta" else nullcontext():

@@ -11,7 +11,7 @@ profile`` is ``harness.commands.profile_command``.
 
 from __future__ import annotations
 
-from harness.profilers.errors import ProfilingError
+from harness.errors import ProfilingError
 
 __all__ = ["ProfilingError", "register_builtin"]
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from harness.model import Algorithm, Profile, Stage
 from harness.profilers import devices
 from harness.profilers.devices import DeviceSpec, Efficiency
-from harness.profilers.errors import ProfilingError
-from harness.profilers.extract import extract
+from harness.errors import ProfilingError
+from harness.chain.extract import extract
 from harness.profilers.instrument import ChainRecord, OpStats, StageRecord, record_chain
 from harness.protocols import Workload
 

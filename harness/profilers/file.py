@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.model import ModelError, Profile, load
-from harness.profilers.errors import ProfilingError
+from harness.errors import ProfilingError
 from harness.protocols import Workload
 
 

@@ -43,8 +43,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from harness.profilers.graph import tensors_in
-from harness.profilers.stages import storage_key
+from harness.chain.graph import tensors_in
+from harness.chain.stages import storage_key
 
 _ADDITIONS = {operator.add, operator.iadd, torch.add}
 _SUBTRACTIONS = {operator.sub, operator.isub, torch.sub}

@@ -44,11 +44,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from harness.models.metafast import meta_modes
-from harness.profilers.errors import ProfilingError
+from harness.chain.metafast import meta_modes
+from harness.errors import ProfilingError
 from harness.profilers.grad_liveness import GradLiveness, dense_bytes, operand_uses
-from harness.profilers.graph import Graph, tensors_in
-from harness.profilers.stages import StagePlan, StageSpan, storage_bytes, storage_key
+from harness.chain.graph import Graph, tensors_in
+from harness.chain.stages import StagePlan, StageSpan, storage_bytes, storage_key
 
 _aten = torch.ops.aten
 _CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}

@@ -28,8 +28,8 @@ import torch
 
 from harness.model import Algorithm, Profile, Stage
 from harness.profilers.analytic import NOTES
-from harness.profilers.errors import ProfilingError
-from harness.profilers.extract import Chain, extract
+from harness.errors import ProfilingError
+from harness.chain.extract import Chain, extract
 from harness.profilers.instrument import ChainRecord, StageRecord, record_chain
 from harness.protocols import Workload
 

@@ -5,7 +5,7 @@ M_peak. The paper reports DYNPROG below 1.2 LB throughout and better than GREEDY
 
 The chains: the profiler cuts where one activation is live (section 6.1, "grouping each
 non-linear part of the graph in a virtual layer"), after rewriting DenseNet's growing
-concatenation into a chain (``harness.profilers.graph.chain_concatenations``), so that every
+concatenation into a chain (``harness.chain.graph.chain_concatenations``), so that every
 dense layer is a stage whose boundary is the concatenation of all previous features, as in
 the sequential models the paper's chains came from. DenseNet-121/169/201 have 73/97/113 stages
 (19 each when a dense block was one stage, up to 1.3 GB saved in one stage and max

@@ -24,7 +24,7 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_flatten
 
-from harness.profilers.errors import ProfilingError
+from harness.errors import ProfilingError
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 
@@ -303,7 +303,7 @@ class Graph:
         kwargs = fx.node.map_arg(n.kwargs, load)
         if n.op == "call_function":
             target = n.target
-            if target is _SDPA:  # late lookup: the meta profiler swaps it (harness.models.metafast)
+            if target is _SDPA:  # late lookup: the meta profiler swaps it (harness.chain.metafast)
                 target = torch.nn.functional.scaled_dot_product_attention
             return target(*args, **kwargs)
         if n.op == "call_method":

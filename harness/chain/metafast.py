@@ -225,7 +225,7 @@ def meta_modes(active: bool = True) -> Iterator[None]:
     """While active: ``MetaFastPaths``, and ``F.scaled_dot_product_attention`` as ``_attention``.
 
     The function is swapped in ``torch.nn.functional`` (where ``nn.MultiheadAttention``
-    finds it); graph nodes that call it look it up there too (``harness.profilers.graph``).
+    finds it); graph nodes that call it look it up there too (``harness.chain.graph``).
     """
     if not active:
         yield

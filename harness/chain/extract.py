@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from harness.errors import MembudgetError
-from harness.profilers.errors import ProfilingError
-from harness.profilers.graph import Graph, trace
-from harness.profilers.stages import StagePlan, plan_stages
+from harness.errors import ProfilingError
+from harness.chain.graph import Graph, trace
+from harness.chain.stages import StagePlan, plan_stages
 from harness.protocols import Workload
 
 

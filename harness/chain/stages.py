@@ -36,9 +36,9 @@ from itertools import pairwise
 
 import torch
 
-from harness.models.metafast import meta_modes
-from harness.profilers.errors import ProfilingError
-from harness.profilers.graph import Graph, is_concatenation, iter_nodes, op_name, tensors_in
+from harness.chain.metafast import meta_modes
+from harness.errors import ProfilingError
+from harness.chain.graph import Graph, is_concatenation, iter_nodes, op_name, tensors_in
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,9 @@ def _plan(args: argparse.Namespace):
         planned = plan_case(planner, profile, budget, options)
     except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
         raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
+    except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
+        raise MembudgetError(f"planner {args.planner} with options {args.option or []}: out of memory while "
+                             "planning (a smaller table, e.g. fewer slots, may fit)") from None
     schedule, plan_time = planned.schedule, planned.plan_time_s
     stages = stage_profile(profile, schedule).stages
     summary = {

@@ -192,9 +192,8 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
 
 def _plan(args: argparse.Namespace):
     from harness.bounds import min_memory, peak_memory
-    from harness.case import plan_case
+    from harness.case import plan_case, saved_data_fields
     from harness.plugins import registry
-    from harness.simulate.lowering import stage_profile
 
     profile = _load_profile(args.profile)
     budget = parse_budget(args.budget, profile)
@@ -205,14 +204,17 @@ def _plan(args: argparse.Namespace):
         planned = plan_case(planner, profile, budget, options)
     except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
         raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
+    except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
+        raise MembudgetError(f"planner {args.planner} with options {args.option or []}: out of memory while "
+                             "planning (a smaller table, e.g. fewer slots, may fit)") from None
     schedule, plan_time = planned.schedule, planned.plan_time_s
-    stages = stage_profile(profile, schedule).stages
     summary = {
         "model": profile.model, "batch_size": profile.batch_size, "planner": args.planner,
         "budget_bytes": budget, "min_memory_bytes": min_memory(profile), "peak_memory_bytes": peak_memory(profile),
         "stages": profile.n_stages, "offloaded_stages": list(schedule.offloaded_stages),
-        "offloaded_bytes": sum(t.nbytes if t.nbytes is not None else stages[t.stage].saved_bytes
-                               for t in schedule.transfers if t.direction == "offload"),
+        "recomputed_stages": list(schedule.recomputed_stages),
+        # what it does with the saved data: the rows' columns (docs/results.md), one rule
+        **{k: v for k, v in saved_data_fields(schedule, profile).items() if k != "weight_bytes"},
         "transfers": len(schedule.transfers), "synchronised_transfers": sum(
             1 for t in schedule.transfers if t.wait_op is not None),
         "sub_batches": schedule.sub_batches,

@@ -40,3 +40,11 @@ def check_planner_options(name: str, planner: Any, options: Iterable[str]) -> No
     if unknown:
         takes = f"its options: {', '.join(known)}" if known else "it takes no options"
         raise UnknownOption(f"planner {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
+
+
+def int_option(planner: str, name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int of at least ``minimum``, else a ``ValueError`` naming the planner's option
+    (a bool, a float such as 1.5, a string or a list is refused rather than coerced or compared)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{planner}: option {name} must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -65,6 +65,8 @@ def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_
     assert c.memory_reduction == pytest.approx(2.0)
     table = claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean")
     assert table is not None and "not run" in table[1][0][1] and table[1][0][2] == "not checked"
+    # the claim is about the combination: the others' reduction is shown, never judged "not held"
+    assert c.reduction_held is None and table[1][0][4] == "not checked"
 
 
 def test_no_claims_without_a_recompute_only_strategy():

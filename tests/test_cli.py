@@ -441,3 +441,31 @@ def test_failures_are_listed_with_their_message_and_infeasible_budgets_are_not()
     assert lines[0].startswith("oom: m/oom: out of memory under the budget of 10 bytes: CUDA out of memory.")
     assert lines[0].endswith("...") and len(lines[0]) <= len("oom: m/oom: ") + 80
     assert lines[1] == "error: m/error: (no message)"
+
+
+def test_a_planner_out_of_memory_is_a_one_line_error(capsys, profile_file, monkeypatch):
+    # recompute --option slots=1000000000 used to end in a MemoryError traceback
+    import harness.case
+
+    def too_big(*args, **kwargs):
+        raise MemoryError("Allocation failed (probably too large).")
+
+    monkeypatch.setattr(harness.case, "plan_case", too_big)
+    _, path = profile_file
+    code, out, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%")
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "membudget: error: planner prefix" in err and "out of memory while planning" in err
+
+
+def test_plan_says_what_a_recomputing_schedule_keeps_offloads_and_recomputes(capsys, profile_file):
+    # plan and simulate printed offloaded_stages and offloaded_bytes only: a recompute, hybrid or
+    # torch-checkpoint schedule read as "offloads nothing" with no word of what it recomputes
+    profile, path = profile_file
+    for command in ("plan", "simulate"):
+        code, out, _ = _run(capsys, command, str(path), "--planner", "torch-checkpoint", "--budget", "peak", "--json")
+        report = json.loads(out)
+        assert code == 0 and report["recomputed_stages"] and report["recompute_s"] > 0
+        assert report["recomputed_bytes"] > 0 and report["offloaded_bytes"] == 0
+        assert report["kept_bytes"] + report["recomputed_bytes"] == sum(s.saved_bytes for s in profile.stages)
+        assert report["recompute_s"] == pytest.approx(
+            sum(profile.stages[i].fwd_time for i in report["recomputed_stages"]))

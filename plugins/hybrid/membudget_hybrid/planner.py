@@ -48,6 +48,7 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import segment_phase_needs, stage_memory
 from harness.model import Profile, Schedule
+from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
 from harness.simulate.executor import makespan
 from membudget_dynprog import discretise
@@ -169,8 +170,9 @@ class Plan:
 def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, duplex: bool = False,
                 rivals: bool = True, beam: int = DEFAULT_BEAM, planner: str = "hybrid") -> Plan:
     """The table's plan, and (with ``rivals``) DYNPROG's and the recomputation planner's: the fastest."""
+    slots, beam = int_option(planner, "slots", slots, 1), int_option(planner, "beam", beam, 0)
     check_budget(profile, budget, planner)
-    options: dict = {"slots": int(slots), "beam": int(beam)}
+    options: dict = {"slots": slots, "beam": beam}
     if budget >= peak_memory(profile):
         schedule = keep_all_schedule(profile, budget, planner)
         return Plan(schedule, profile.compute_time, "hybrid", Decisions((), (), 0.0), profile.compute_time)

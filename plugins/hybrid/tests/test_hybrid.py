@@ -224,3 +224,13 @@ def test_torch_executor_gradients_of_a_plan_that_offloads_and_recomputes():
             torch.testing.assert_close(got[name], grad, msg=lambda m, name=name: f"{name}: {m}")
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("option, value", [("slots", 0), ("slots", -3), ("slots", True), ("slots", 1.5),
+                                           ("beam", -1), ("beam", "1e9"), ("beam", None)])
+def test_a_bad_slots_or_beam_is_refused_by_name(option, value):
+    # slots=0 used to end in a ZeroDivisionError, beam=-1 planned as beam=0 (the exact table)
+    profile = uniform_chain()
+    budget = (min_memory(profile) + peak_memory(profile)) // 2
+    with pytest.raises(ValueError, match=f"option {option} must be an integer >= {0 if option == 'beam' else 1}"):
+        Hybrid().plan(profile, budget, **{option: value})

@@ -59,6 +59,7 @@ import numpy as np
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import forward_keeps, saving_need, segment_needs, stage_memory
 from harness.model import Profile, Schedule
+from harness.options import int_option
 from harness.planners.torch_peers import checkpoint_segments
 from harness.schedules import ordered_schedule
 from harness.units import format_bytes
@@ -306,6 +307,7 @@ class Recompute:
         by the validator; ``InfeasibleBudget`` when none fits."""
         if options:
             raise TypeError(f"{self.name} takes only the options slots and engine, got {sorted(options)}")
+        slots = int_option(self.name, "slots", slots, 1)
         from harness.simulate.executor import makespan
         from harness.validate import validate
 

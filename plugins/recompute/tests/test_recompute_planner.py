@@ -283,3 +283,11 @@ def test_the_torch_executor_runs_the_schedule_with_the_plain_gradients() -> None
         assert largest_relative_error(got, expected) <= 1e-6
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("value", [0, -3, 1.5, True, "abc", None])
+def test_a_bad_slots_is_refused_by_name(value):
+    # slots=1.5 used to plan with S=1.5, slots="abc" to fail with "'<' not supported between ..."
+    profile = _ten_stages()
+    with pytest.raises(ValueError, match="option slots must be an integer >= 1"):
+        Recompute().plan(profile, peak_memory(profile), slots=value)

@@ -394,18 +394,13 @@ def does_what(rows: pd.DataFrame) -> bool:
     return bool(rows["kept_bytes"].notna().any())
 
 
-def _gib(value: Any) -> str:
-    f = _num(value)
-    return "-" if f is None else f"{f / 2**30:.2f}"
-
-
 def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Budget x (the fastest strategy, its time, the runner-up and the lead, what the winner does).
 
     One line per budget, ascending: the fastest strategy by iteration time (the quantity common
     to the budget), its time and slowdown over the ideal iteration, the second fastest strategy and
     how many times faster the winner is (its time over the winner's), and the winner's saved data
-    of one iteration kept on the device, offloaded and recomputed (GiB). A budget where nothing ran
+    of one iteration kept on the device, offloaded and recomputed. A budget where nothing ran
     says so (and is marked).
     """
     planners = _planner_order(table.rows)
@@ -413,7 +408,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
     for i, budget in enumerate(_budget_order(table.rows)):
         at = table.rows[table.rows["budget_label"] == budget]
         size = at["budget_bytes"].dropna()
-        line = [f"{budget} ({_gib(size.iloc[0]) if len(size) else '-'})"]
+        line = [f"{budget} ({fmt_bytes(size.iloc[0]) if len(size) else '-'})"]
         winners = fastest(table.cells, budget)
         if not winners:
             lines.append(line + ["none fits", *["-"] * 7])
@@ -431,10 +426,9 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         else:
             line += ["-", "-"]
         plan = plan_rows(at[at["planner_label"] == winner]).iloc[0]
-        line += [_gib(plan["kept_bytes"]), _gib(plan["offloaded_bytes"]), _gib(plan["recomputed_bytes"])]
+        line += [fmt_bytes(plan["kept_bytes"]), fmt_bytes(plan["offloaded_bytes"]), fmt_bytes(plan["recomputed_bytes"])]
         lines.append(line)
-    headers = ["budget (GiB)", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept GiB", "offloaded GiB",
-               "recomputed GiB"]
+    headers = ["budget", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept", "offloaded", "recomputed"]
     return headers, lines, bad
 
 
@@ -459,8 +453,8 @@ def claims_table(tables: Sequence[ExecutorTable], statistic: str) -> tuple[list[
         if c.memory_reduction is None:
             reduction = f"no budget within {OVERHEAD_LIMIT:.1f}x the ideal time"
         else:
-            reduction = (f"{c.memory_reduction:.2f}x ({_gib(c.activation_bytes)} GiB of activations at the keep-all "
-                         f"peak; budget {_gib(c.reduction_budget)} GiB; {c.reduction_strategy})")
+            reduction = (f"{c.memory_reduction:.2f}x ({fmt_bytes(c.activation_bytes)} of activations at the keep-all "
+                         f"peak; budget {fmt_bytes(c.reduction_budget)}; {c.reduction_strategy})")
         lines.append([table.title, share, verdict(c.share_held), reduction, verdict(c.reduction_held)])
     if not lines:
         return None

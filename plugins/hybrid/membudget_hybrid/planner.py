@@ -193,8 +193,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     if schedule is None:
         raise _refusal(profile, budget, planner)
     note = (f"hybrid: S={slots}, {rounds} DP run(s), {states} states; the table's plan "
-            + (f"offloads {list(own.offload)}, recomputes {list(own.segments)}, "
-               f"predicted +{own.cost:.6g} s, simulated {own_time:.6g} s" if own else "did not run")
+            + (f"offloads {list(own.offload)}, recomputes {list(own.segments)}, predicted "
+               f"+{own.cost:.6g} s (fractional model), simulated {own_time:.6g} s" if own else "did not run")
             + "".join(f"; {k} {v:.6g} s" for k, v in times.items())
             + f"; kept: {source}")
     schedule = replace(schedule, planner=planner, notes=note,

@@ -432,7 +432,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
     return headers, lines, bad
 
 
-def claims_table(tables: Sequence[ExecutorTable], statistic: str) -> tuple[list[str], list[list[str]]] | None:
+def claims_table(tables: Sequence[ExecutorTable]) -> tuple[list[str], list[list[str]]] | None:
     """The paper's claims (``harness.claims``) per model and executor; None when no table has a
     recompute-only strategy and the new columns."""
     from harness.claims import OVERHEAD_LIMIT, check_claims, verdict
@@ -797,7 +797,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
                                          aggfunc="mean", sort=False)
             doc.table(["planner (mean over budgets)", *pivot.columns],
                       [[p, *(fmt_ratio(v) for v in pivot.loc[p])] for p in pivot.index])
-    claims = claims_table(tables, statistic)
+    claims = claims_table(tables)
     if claims is not None:
         from harness.claims import PAPER
 

@@ -63,7 +63,7 @@ def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_
     assert c.combined_planner is None and c.overhead_share is None and c.share_held is None
     assert c.reduction_strategy == "fastest of greedy, keep-all, torch-checkpoint"
     assert c.memory_reduction == pytest.approx(2.0)
-    table = claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean")
+    table = claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")])
     assert table is not None and "not run" in table[1][0][1] and table[1][0][2] == "not checked"
     # the claim is about the combination: the others' reduction is shown, never judged "not held"
     assert c.reduction_held is None and table[1][0][4] == "not checked"
@@ -72,7 +72,7 @@ def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_
 def test_no_claims_without_a_recompute_only_strategy():
     rows = _rows({"keep-all": {"b110": 1.0}, "greedy": {"b60": 2.0, "b110": 1.0}})
     assert check_claims(rows, summarise(rows)).recompute_planner is None
-    assert claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")], "trimmed-mean") is None
+    assert claims_table([ExecutorTable.of(model_groups(rows)[0], "simulate")]) is None
 
 
 def test_the_strategy_table_ranks_by_time_and_says_what_the_winner_does():

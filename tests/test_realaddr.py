@@ -243,6 +243,9 @@ def test_cuda_glue_imports_on_the_cpu_and_refuses_in_one_line():
 
 
 def test_the_planned_executor_on_the_cpu_emulates_the_arena():
+    """The CPU path's plumbing: the torch executor's run (time, gradients) and the simulator's trace
+    replayed through the real-address allocator, whose metrics reach the run. The replay repeats
+    one trace, so departures are 0 by construction here; departures are tested above."""
     pytest.importorskip("torchvision")
     from harness.plugins import registry
     from tests.torch_cases import setup
@@ -259,3 +262,62 @@ def test_the_planned_executor_on_the_cpu_emulates_the_arena():
     assert m["departures"] == 0 and m["planned_requests"] > 0
     assert m["plan_max_live_bytes"] <= m["arena_bytes"] <= m["caching_reserved_bytes"]
     assert m["grad_error"] < 1e-5
+
+
+def test_a_block_carried_into_the_next_iteration_is_planned_apart_after_one_replan():
+    """A block allocated in iteration t and freed in t+1 after its first request (an output kept
+    across iterations) takes planned addresses the next iteration's plan knew nothing of: the
+    session marks it carried, re-plans once with it alive from the iteration's start, and then
+    every request is planned again (no re-plan each iteration, no endless list of reasons)."""
+    real = RealAddressAllocator(BestFit(), FakeMemory())
+    carry = None
+    for _ in range(8):
+        real.begin_iteration()
+        a = real.alloc(1000)  # lambda 0: a temporary
+        real.free(a)
+        if carry is not None:
+            real.free(carry)  # the previous iteration's output, freed after lambda 0
+        carry = real.alloc(1000)  # lambda 1: lives into the next iteration
+        real.end_iteration()
+    assert real.stats.departures_by_iteration[-3:] == [0, 0, 0]
+    assert real.session.stats.reoptimizations <= 2
+    assert len(real.session.stats.reasons) <= 3
+
+
+def test_an_arena_that_cannot_be_obtained_sends_planned_requests_to_the_fallback():
+    """When the device refuses the arena's malloc, nothing is served at a missing base: every
+    request of the next iteration departs to the fallback, counted, and nothing crashes."""
+    memory = FakeMemory()
+    real = RealAddressAllocator(BestFit(), memory)
+    refuse = {"on": False}
+    malloc = memory.malloc
+
+    def malloc_unless_refused(size: int) -> int:
+        if refuse["on"] and size >= 4096:
+            raise MemoryError("no arena")
+        return malloc(size)
+
+    memory.malloc = malloc_unless_refused
+    refuse["on"] = True
+    for _ in range(3):
+        real.begin_iteration()
+        blocks = [real.alloc(2048) for _ in range(3)]
+        for b in blocks:
+            real.free(b)
+        try:
+            real.end_iteration()
+        except MemoryError:
+            pass
+    assert real.arena_base is None
+    assert real.stats.departures_by_iteration[-1] == 3
+
+
+def test_the_planned_executor_runs_on_the_layout_the_case_planned_for():
+    """torch-planned names no copy-engine layout of its own, so a case records the planner's on the
+    schedule (``harness.case.copy_layout``) and the planned run reads it from there."""
+    from harness.case import copy_layout
+    from harness.executors.planned import TorchPlannedExecutor
+
+    ex = TorchPlannedExecutor()
+    assert ex.duplex is None
+    assert copy_layout(ex, {"duplex": True}) is True and copy_layout(ex, {}) is False

@@ -157,6 +157,9 @@ class RealAddressAllocator:
         with self._lock:
             a = self.session.malloc(max(int(size), 1))
             self.stats.requests += 1
+            if a.region == "plan" and self.arena_base is None:  # cannot happen with capacity 0; be safe
+                self.session.free(a)
+                raise RuntimeError("a planned request with no arena")
             if a.region == "plan":
                 ptr = self.arena_base + a.offset
             else:
@@ -235,6 +238,9 @@ class RealAddressAllocator:
         self.release_arena()
         g = self.alignment
         capacity = -(-int(need * (1.0 + self.arena_slack)) // g) * g
+        # no arena until the malloc succeeds: every planned request departs to the fallback
+        self.session.capacity = 0
+        self.arena_capacity = 0
         self.arena_base = self.memory.malloc(capacity)
         self.arena_capacity = capacity
         self.stats.arena_allocations += 1

@@ -50,6 +50,8 @@ from harness.model import Placement
 
 __all__ = ["Allocation", "SessionStats", "ProfileGuidedSession"]
 
+MAX_REASONS = 100  # the first reasons for re-optimising that SessionStats keeps
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -76,7 +78,7 @@ class SessionStats:
     planned: int = 0
     pooled: int = 0
     unmonitored: int = 0
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # the first MAX_REASONS
 
 
 class _FirstFitPool:
@@ -160,6 +162,7 @@ class ProfileGuidedSession:
         self._next_handle = 0
         self._iteration = 0  # numbers the iterations, so that a free knows where its allocation was made
         self._live: dict[int, tuple[Allocation, int | None]] = {}  # handle -> (allocation, iteration if monitored)
+        self._carried: set[int] = set()  # lambdas whose block outlives its iteration (freed in a later one)
         self._live_plan: list[tuple[int, int, int]] = []  # (offset, end, handle), sorted
 
     # ------------------------------------------------------------------ state
@@ -268,6 +271,10 @@ class ProfileGuidedSession:
             raise ValueError(f"allocation {allocation.handle} is not live") from None
         if made_in == self._iteration and self._in_iteration and alloc.index is not None:
             self._events.append(("free", alloc.index, 0))
+        elif made_in is not None and made_in != self._iteration and alloc.index is not None:
+            # carried into this iteration: its planned addresses are taken from the iteration's
+            # start until now, so the next plan keeps it apart from everything (see optimize)
+            self._carried.add(alloc.index)
         if alloc.region == "pool":
             self._pool.free(alloc.offset, max(self._pool.g, -(-alloc.size // self._pool.g) * self._pool.g))
         else:
@@ -303,7 +310,8 @@ class ProfileGuidedSession:
 
     def _reopt(self, reason: str) -> None:
         self._need_reopt = True
-        self.stats.reasons.append(reason)
+        if len(self.stats.reasons) < MAX_REASONS:
+            self.stats.reasons.append(reason)
 
     # ------------------------------------------------------------------ planning
     def profiled_blocks(self):
@@ -329,7 +337,10 @@ class ProfileGuidedSession:
 
         n, g = len(rows), self.alignment
         # sizes rounded up to the alignment and planned in units of it: every offset aligned
-        trace = [MemoryBlock(id=lam, name=str(lam), size=-(-size // g), alloc=b.alloc, free=b.free)
+        # a block carried into the next iteration also holds its addresses from that iteration's
+        # start: planned as alive from time 0, it overlaps (and is kept apart from) every block
+        trace = [MemoryBlock(id=lam, name=str(lam), size=-(-size // g),
+                             alloc=0 if lam in self._carried else b.alloc, free=b.free)
                  for lam, size, b in rows]
         placement = self.allocator.place(trace)
         if g > 1:

@@ -21,7 +21,7 @@ profiling iteration and departures), ``planned_reserved_bytes`` (arena + fallbac
 what the planned process took from the device), ``departures`` (requests of the timed
 iterations that left the plan), ``caching_reserved_bytes``, the timing metrics of the
 torch executor. Options: ``allocator`` (a registered allocator's name, default
-``bestfit``), ``warmup`` (at least 2), ``iterations``, ``alignment``, ``seed``, ``duplex``,
+``bestfit``), ``warmup`` (at least 2), ``iterations``, ``alignment``, ``seed``, ``duplex`` (default: the schedule's layout),
 ``timeout_s``.
 
 On the CPU (no pluggable allocator) the path is emulated: the torch executor runs the
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import MembudgetError
-from harness.model import Profile, Run, Schedule, from_dict, to_dict
+from harness.model import Profile, Run, Schedule, duplex_of, from_dict, to_dict
 from harness.protocols import Workload
 
 __all__ = ["TorchPlannedExecutor", "main"]
@@ -63,7 +63,7 @@ class TorchPlannedExecutor:
                    "iteration (CUDA: pluggable allocator; CPU: emulated), beside the caching allocator's reserve")
 
     def __init__(self, allocator: str = "bestfit", device: str | None = None, warmup: int = 3,
-                 iterations: int = 5, alignment: int = 512, seed: int = 0, duplex: bool = False,
+                 iterations: int = 5, alignment: int = 512, seed: int = 0, duplex: bool | None = None,
                  timeout_s: float = 1800.0) -> None:
         if warmup < 2:
             raise ValueError("torch-planned needs warmup >= 2 (one unmonitored, one profiling iteration)")
@@ -97,7 +97,7 @@ class TorchPlannedExecutor:
         from harness.simulate.executor import simulate
 
         run = self._torch(str(workload.device)).run(schedule, profile, workload)
-        trace = simulate(schedule, profile, duplex=self.duplex, with_trace=True).trace
+        trace = simulate(schedule, profile, duplex=duplex_of(schedule, self.duplex), with_trace=True).trace
         blocks = [b for b in trace if b.size > 0]
         events = trace_events(to_int_trace(blocks))
         real = RealAddressAllocator(_allocator(self.allocator), FakeMemory(alignment=self.alignment),
@@ -122,7 +122,8 @@ class TorchPlannedExecutor:
                              "input_size": list(workload.input_size), "device": str(workload.device),
                              "dtype": workload.dtype},
                 "options": {"allocator": self.allocator, "warmup": self.warmup, "iterations": self.iterations,
-                            "alignment": self.alignment, "seed": self.seed, "duplex": self.duplex},
+                            "alignment": self.alignment, "seed": self.seed,
+                            "duplex": duplex_of(schedule, self.duplex)},
                 "out": tmp,
             }))
             try:
@@ -189,12 +190,27 @@ def _planned_execution_class():
                 return super()._iteration(record)
             self.real.begin_iteration()
             try:
-                return super()._iteration(record)
-            finally:
-                import torch
+                time = super()._iteration(record)
+            except BaseException:
+                try:  # close the iteration, but never hide why it failed (e.g. an oom) behind a re-plan
+                    self.real.end_iteration()
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+            import torch
 
-                torch.cuda.synchronize(self.chain.device)
-                self.real.end_iteration()
+            torch.cuda.synchronize(self.chain.device)
+            self.real.end_iteration()
+            return time
+
+        def _oom(self, exc, prediction):
+            self.cuda = False  # as in _report: no caching-allocator statistics to read here
+            try:
+                run = super()._oom(exc, prediction)
+            finally:
+                self.cuda = True
+            return replace(run, executor=TorchPlannedExecutor.name, peak_bytes=int(self.real.reserved_bytes),
+                           metrics={**run.metrics, **self.real.summary()})
 
         def _report(self, times, moved, stall, prediction):
             self.cuda = False  # the caching allocator's statistics raise under a pluggable allocator
@@ -264,4 +280,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # leave without interpreter teardown: the pluggable allocator's ctypes callbacks stay
+    # installed, and tensors freed during finalisation would call into a dismantled
+    # interpreter; a crash there would discard the run.json already written
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

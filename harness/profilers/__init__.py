@@ -4,7 +4,7 @@
 - ``torch``: measured on a CPU or a CUDA GPU;
 - ``file``: read from a profile JSON file.
 
-All of them cut the model into a chain the same way (``stages.py``) and the first two
+All of them cut the model into a chain the same way (``harness.chain``) and the first two
 measure sizes with the same instrumented iteration (``instrument.py``). ``membudget
 profile`` is ``harness.commands.profile_command``.
 """

@@ -41,9 +41,12 @@ Assumptions no CPU test can check (to confirm on a GPU: the planned tests of ``t
    ``cudaMalloc``/``cudaFree``/``cudaStreamSynchronize`` use torch's context;
 3. a Python callback runs under the GIL, so the allocator's lock serialises the autograd
    thread and the main thread; an exception inside a callback would return NULL to torch
-   (the pluggable allocator does not check for NULL, a crash): every callback catches
-   everything and serves the request with ``cudaMalloc`` instead (counted in
-   ``errors``);
+   (whether torch's pluggable allocator checks for NULL is unverified: if it does not, a
+   NULL is a crash): every callback catches everything and serves the request with
+   ``cudaMalloc`` instead (counted in ``errors``); only when that too fails (the device is
+   out of memory) does it return NULL, so a real out-of-memory in the planned process is
+   either torch's error (an ``oom`` row) or the child's death by a signal (an ``error`` row
+   naming it): to be seen on a GPU;
 4. streams: the pluggable allocator ignores ``record_stream``, so a planned address freed
    while a side stream (the executor's copy streams) still reads it could be handed out
    again too early. With side streams registered (:meth:`PluggableAllocator.set_streams`),
@@ -220,7 +223,7 @@ class PluggableAllocator:
         self.errors.append(f"alloc({size}): {type(exc).__name__}: {exc}")
         try:
             ptr = self.runtime.malloc(size)
-        except BaseException:  # noqa: BLE001 - out of device memory: NULL, torch fails the op
+        except BaseException:  # noqa: BLE001 - out of device memory: NULL (assumption 3)
             return 0
         with self._lock:
             self._emergency[ptr] = size

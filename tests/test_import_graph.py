@@ -204,3 +204,18 @@ def test_the_cycle_check_finds_a_cycle_and_ignores_package_parents():
     graph["p.b"].add("p.a")
     assert shortest_cycle(cycles(graph)[0], graph) == ["p.a", "p.b", "p.a"]
     assert cycles({"p": {"p.a"}, "p.a": set()}) == []
+
+
+def test_the_import_graph_counts_function_level_imports_and_no_package_parent(tmp_path):
+    """``import_graph`` on a package made for the test: a package re-exporting its module is one
+    edge (p -> p.a), a module is not made to depend on its package, and an import inside a
+    function is an edge like any other (p.b <-> p.c is a cycle only through one)."""
+    p = tmp_path / "p"
+    p.mkdir()
+    (p / "__init__.py").write_text("from p.a import f\n")
+    (p / "a.py").write_text("def f():\n    return 1\n")
+    (p / "b.py").write_text("from p.a import f\n\n\ndef g():\n    from p import c\n    return c\n")
+    (p / "c.py").write_text("from . import b\n")
+    graph = import_graph(p)
+    assert graph == {"p": {"p.a"}, "p.a": set(), "p.b": {"p.a", "p.c"}, "p.c": {"p.b"}}
+    assert cycles(graph) == [["p.b", "p.c"]]

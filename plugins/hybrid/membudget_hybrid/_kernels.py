@@ -111,12 +111,7 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
         if m == 0:
             return K, dF, dB, cost, parent, move, offsets, b
         # DYNPROG's sweep on the candidates in cost order: of equal states the cheapest stays
-        by_cost = np.argsort(ccost[:m], kind="mergesort")
-        key = np.empty(m, np.int64)
-        for t in range(m):
-            c = by_cost[t]
-            key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
-        kept = by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
+        kept = _sweep(cK, cdF, cdB, ccost, m, wf, df_min, db_min, RF, RB, beam)
         lo = offsets[b]
         n_kept = kept.shape[0]
         while lo + n_kept > cap:
@@ -143,6 +138,45 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
             n_kept = beam
         offsets[b + 1] = lo + n_kept
     return K, dF, dB, cost, parent, move, offsets, L + 1
+
+
+@njit(cache=True)
+def _pareto(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB):
+    """The candidates of ``pool`` no other of ``pool`` dominates (DYNPROG's sweep), as indices."""
+    by_cost = pool[np.argsort(ccost[pool], kind="mergesort")]
+    key = np.empty(by_cost.shape[0], np.int64)
+    for t in range(by_cost.shape[0]):
+        c = by_cost[t]
+        key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
+    return by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
+
+
+@njit(cache=True)
+def _sweep(cK, cdF, cdB, ccost, m, wf, df_min, db_min, RF, RB, beam):
+    """The undominated candidates among the first ``m``, or (with a beam) enough of them for the beam.
+
+    With a beam, only the candidates of least rank (cost + pending offload time, the beam's
+    order) are swept, 4 beams' worth and more while fewer than a beam survive: a state that
+    dominates another has no larger rank, so the survivors among them are exactly the
+    undominated states of that rank or less, and the beam, which keeps the least ranks,
+    picks the same states as from the whole sweep (the offloaded checkpoints' move doubles
+    the segment candidates; this keeps the sort to a few beams).
+    """
+    everything = np.arange(m)
+    if beam <= 0 or m <= 4 * beam:
+        return _pareto(cK, cdF, cdB, ccost, everything, df_min, db_min, RF, RB)
+    rank = np.empty(m)
+    for t in range(m):
+        rank[t] = ccost[t] + max(cdF[t], 0) * wf
+    take = 4 * beam
+    while take < m:
+        threshold = np.partition(rank, take - 1)[take - 1]
+        pool = np.flatnonzero(rank <= threshold)
+        kept = _pareto(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB)
+        if kept.shape[0] >= beam:
+            return kept
+        take *= 4
+    return _pareto(cK, cdF, cdB, ccost, everything, df_min, db_min, RF, RB)
 
 
 @njit(cache=True)

@@ -22,11 +22,14 @@ and to recomputation as rotor's vocabulary has it): for stage i of a pass,
   of x_i and the extra), is the stage's saved tensor: the unit that is offloaded and
   prefetched, freed when B_i ends;
 - a forward that keeps only its input (``Fc``, a checkpoint) frees its extra at its end and
-  holds all of x_i until B_i ends; a forward that saves nothing (``Fn``) frees its extra
-  and x_i at its end;
+  holds all of x_i until B_i ends: x_i is then the stage's movable tensor (its checkpoint),
+  which an offload may move to the host once Fc_i has started (released when Fc_i ends) and a
+  prefetch must bring back before R_i, the first operation that reads it again; a forward
+  that saves nothing (``Fn``) frees its extra and x_i at its end, and nothing of it moves;
 - a recomputation (``R``) is a forward run again before B_i: it allocates like a forward,
   and its extra (and, after an ``Fn``, the kept part of its input, which the
-  recomputation of stage i-1 produced) is stage i's saved tensor; its output, when no
+  recomputation of stage i-1 produced) is stage i's recomputed data, freed when B_i ends
+  (after an ``Fn`` it is the stage's tensor, but no transfer may move it); its output, when no
   recomputation of stage i+1 reads it, is freed at its end but for the part B_i needs;
 - B_i allocates y_i (``grad_bytes``) and its workspace (and, for the last stage, the
   gradient of the output) and frees at its end the workspace, y_{i+1}, the saved tensor
@@ -159,9 +162,22 @@ class PassOps:
     backward: tuple[int, ...]
 
     def producer(self, i: int) -> int:
-        """The operation that creates stage i's saved tensor: its recomputation, else its forward."""
+        """The operation that creates stage i's tensor: its forward for ``F`` (the saved data) and
+        ``Fc`` (the checkpoint x_i), its recomputation for ``Fn``."""
         r = self.recompute[i]
-        return self.forward[i] if r is None else r
+        return self.forward[i] if r is None or self.kind[i] == "Fc" else r
+
+    def reader(self, i: int) -> int:
+        """The first operation that reads stage i's tensor after its producer: R_i for a checkpoint
+        (``Fc``), else B_i. A prefetch of the tensor must be over before it starts."""
+        return self.recompute[i] if self.kind[i] == "Fc" else self.backward[i]
+
+
+def movable_bytes(m: StageMemory, kind: str) -> int:
+    """The bytes a transfer of a stage moves when its ``nbytes`` is None, by forward kind: an ``F``
+    stage's saved data (saved_i), an ``Fc`` stage's checkpoint (all of x_i); an ``Fn`` stage has
+    nothing to move."""
+    return {"F": m.saved, "Fc": m.input, "Fn": 0}[kind]
 
 
 def pass_ops(schedule: Schedule, n_stages: int) -> list[PassOps]:
@@ -234,8 +250,8 @@ def _stage_blocks(i: int, m: StageMemory, prev: StageMemory | None, ops: PassOps
     # the forward does not save: what it computes beyond its input lives only while it runs
     out.append(block(f"saved{i}.transient", m.extra, f, f))
     share = held if prev_reads_forward else 0  # B_{i-1}'s share of x_i (within x_i in a consistent profile)
-    if kind == "Fc":  # the checkpoint: all of x_i until B_i
-        out.append(block(f"x{i}.checkpoint", m.input, born, b))
+    if kind == "Fc":  # the checkpoint: all of x_i until B_i, the stage's movable tensor
+        out.append(block(f"x{i}.checkpoint", m.input, born, b, tensor=t))
         if share:
             out.append(block(f"x{i}.held", share, b, ops.backward[i - 1], at_end=True))
     else:  # Fn: x_i goes when the forward ends, but for the share B_{i-1} reads
@@ -246,7 +262,8 @@ def _stage_blocks(i: int, m: StageMemory, prev: StageMemory | None, ops: PassOps
         return out
     # the recomputation: workspace, the recreated saved data, and x_i when stage i-1's recomputation made it
     out.append(block(f"wR{i}", m.fwd_workspace, r, r))
-    out.append(block(f"saved{i}.extra", m.extra, r, b, tensor=t))
+    # after an Fc the tensor is the checkpoint: the recreated extra is freed with B_i, not moved
+    out.append(block(f"saved{i}.extra", m.extra, r, b, tensor=t if kind == "Fn" else -1))
     if kind == "Fn":
         r_prev = ops.recompute[i - 1]
         out.append(block(f"x{i}.recomputed.drop", m.drop, r_prev, r))
@@ -263,16 +280,17 @@ def _stage_blocks(i: int, m: StageMemory, prev: StageMemory | None, ops: PassOps
 
 def schedule_needs(schedule: Schedule, passes: list[Profile]) -> list[int]:
     """Bytes each operation of ``schedule`` needs on the device (weights apart) when every saved
-    tensor that may be away is away: what is live while it runs, less the saved tensors whose
-    producer has ended and whose backward has not begun."""
+    tensor that may be away is away: what is live while it runs, less the tensors whose producer
+    has ended and whose reader (``PassOps.reader``: R_i for a checkpoint, else B_i) has not begun."""
     n = passes[0].n_stages
     blocks = schedule_blocks(schedule, passes)
-    producer = {sb * n + i: ops.producer(i) for sb, ops in enumerate(pass_ops(schedule, n)) for i in range(n)}
+    window = {sb * n + i: (ops.producer(i), ops.reader(i))
+              for sb, ops in enumerate(pass_ops(schedule, n)) for i in range(n)}
     needs = [0] * len(schedule.ops)
     for bl in blocks:
         first = bl.born + 1 if bl.born_at_end else bl.born
         for k in range(first, bl.dies + 1):
-            movable = bl.tensor >= 0 and producer[bl.tensor] < k < bl.dies
+            movable = bl.tensor >= 0 and window[bl.tensor][0] < k < window[bl.tensor][1]
             if not movable:
                 needs[k] += bl.size
     return needs
@@ -291,8 +309,9 @@ class SavedData:
       input x_i that is saved (``StageMemory.kept``, held on the device as the checkpoint) and
       has the rest (``StageMemory.extra``) recomputed;
     - ``offloaded``: of what remains, the bytes the schedule's offload transfers of that stage and
-      pass move to the host (``Transfer.nbytes``, all of saved_i when None; a tensor offloaded in
-      parts counts the parts' sum, at most what remains);
+      pass move to the host (``Transfer.nbytes``, when None all the stage moves: ``movable_bytes``;
+      a tensor offloaded in parts counts the parts' sum, at most what remains). An offloaded
+      checkpoint counts here: the kept part of x_i is away from Fc_i to R_i;
     - ``kept``: the rest, which stays on the device from its forward to B_i.
 
     ``recompute_s`` is the forward time of the recomputations (each R at its stage's algorithm);
@@ -317,14 +336,17 @@ def saved_data(schedule: Schedule, passes: list[Profile]) -> SavedData:
     as for ``schedule_blocks``.
     """
     n = passes[0].n_stages
+    all_ops = pass_ops(schedule, n)
     moved: dict[tuple[int, int], int] = {}
     for tr in schedule.transfers:
         if tr.direction == "offload":
-            size = passes[tr.sub_batch].stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
+            p, kind = passes[tr.sub_batch], all_ops[tr.sub_batch].kind[tr.stage]
+            size = movable_bytes(stage_memory(p, tr.stage, schedule.algorithm_of(tr.stage)), kind) \
+                if tr.nbytes is None else tr.nbytes
             moved[tr.sub_batch, tr.stage] = moved.get((tr.sub_batch, tr.stage), 0) + int(size)
     kept = offloaded = recomputed = 0
     recompute_s = 0.0
-    for sb, (ops, p) in enumerate(zip(pass_ops(schedule, n), passes)):
+    for sb, (ops, p) in enumerate(zip(all_ops, passes)):
         for i in range(n):
             m = stage_memory(p, i, schedule.algorithm_of(i))
             again = 0

@@ -271,7 +271,8 @@ class Op:
     "Optimal checkpointing for heterogeneous chains"):
 
     - ``F``: the forward that saves what B_i needs (rotor's F_all);
-    - ``Fc``: the forward that keeps only its input x_i, a checkpoint (rotor's F_ck);
+    - ``Fc``: the forward that keeps only its input x_i, a checkpoint (rotor's F_ck), which
+      transfers of the stage may move to the host until R_i reads it again;
     - ``Fn``: the forward that saves nothing ("forward-without-saving", rotor's F_nograd);
     - ``R``: the recomputation, a forward run again during the backward pass to re-create
       the stage's saved data (after ``Fc``, from the checkpoint; after ``Fn``, from the
@@ -280,7 +281,8 @@ class Op:
 
     Every stage of a pass has one forward (``F``, ``Fc`` or ``Fn``) and one ``B``, and an
     ``R`` exactly when its forward did not save; some stages may be offloaded while
-    others are recomputed (the combination papers/004 section 7 calls complementary).
+    others are recomputed (the combination papers/004 section 7 calls complementary), and
+    the checkpoint of a recomputed segment may itself be offloaded (Beaumont et al. 2021).
     What each allocates and frees is ``harness.memory``'s.
     """
 
@@ -301,13 +303,20 @@ class Op:
 
 @dataclass(frozen=True)
 class Transfer:
-    """A copy of a stage's saved data between device and host.
+    """A copy of a stage's tensor between device and host.
+
+    What it moves depends on the stage's forward (``harness.memory.movable_bytes``): after
+    ``F``, the saved data (``saved_bytes``), which must be back before B_i; after ``Fc``,
+    the checkpoint (all of its input x_i, ``input_bytes``), offloaded once Fc_i has started
+    and prefetched before R_i, the first operation that reads it again (``wait_op`` R_i;
+    the simulator makes R_i wait for it in any case). A stage whose forward is ``Fn`` has
+    nothing to move, and recomputed data never moves (``harness.validate`` refuses both).
 
     It is issued at the ``start`` or ``end`` of compute operation ``issue_op`` (an index
     into ``Schedule.ops``), runs on its copy engine in the order transfers are listed,
     and, when ``wait_op`` is set, that operation may not start before the copy completes
     (vDNN's end-of-layer synchronisation). With ``wait_op`` None it only holds things up
-    through memory (vDNN++). ``nbytes`` below the stage's saved bytes moves part of it
+    through memory (vDNN++). ``nbytes`` below what the stage moves moves part of it
     (the fractional relaxation of papers/004 section 4); None moves all of it.
     """
 

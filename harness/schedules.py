@@ -100,14 +100,18 @@ def ordered_schedule(
     the last forward for the last stage): the copy engine runs them as soon as the offloads
     before them are done and the memory they reserve fits (papers/004 eq. (10)).
 
-    ``recompute``: segments ``(a, b)`` checkpointed and recomputed as ``recompute_ops`` says
-    (their stages cannot be offloaded too: they save nothing in the forward pass).
+    ``recompute``: segments ``(a, b)`` checkpointed and recomputed as ``recompute_ops`` says.
+    Offloading the first stage a of a segment moves its checkpoint x_a (``harness.memory``):
+    the offload is issued when Fc_a starts, the prefetch no later than the start of B_b (the
+    end of the last forward when b = L), so that it is issued before R_a, which waits for it.
+    The other stages of a segment save nothing and cannot be offloaded.
     """
     amounts = dict.fromkeys(offload) if not isinstance(offload, Mapping) else dict(offload)
     n = profile.n_stages
     ops = recompute_ops(n, list(recompute), sub_batches) if recompute else training_ops(n, sub_batches)
     where = op_index(ops)
     forward = {(op.stage, op.sub_batch): k for k, op in enumerate(ops) if op.is_forward}
+    segment_end = {a: b for a, b in recompute}
     transfers: list[Transfer] = []
     for sb in range(sub_batches):
         stages = sorted(amounts)
@@ -124,7 +128,14 @@ def ordered_schedule(
                 issue, at = where[("B", j, sb)], "start"
             else:
                 issue, at = forward[(n - 1, sb)], "end"
-            transfers.append(Transfer(i, "prefetch", issue, at, None, sb, amounts[i]))
+            wait = None
+            if i in segment_end:  # a checkpoint: back before R_i, which reads it, at the latest
+                b = segment_end[i]
+                latest = (where[("B", b, sb)], "start") if b < n else (forward[(n - 1, sb)], "end")
+                if (issue, at == "end") > (latest[0], latest[1] == "end"):
+                    issue, at = latest
+                wait = where[("R", i, sb)]
+            transfers.append(Transfer(i, "prefetch", issue, at, wait, sb, amounts[i]))
     return Schedule(
         planner, int(budget), ops, tuple(transfers), algorithms=algorithms, sub_batches=sub_batches,
         options=dict(options or {}),

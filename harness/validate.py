@@ -5,12 +5,15 @@ Two layers, each independent of the planner:
 1. the schedule as data: every stage of every pass has one forward (``F``, ``Fc`` or
    ``Fn``), one backward and, exactly when its forward did not save, one recomputation
    ``R``; all in dependency order; transfers that name real stages and operations, no
-   offload of data not produced yet nor of a stage that is recomputed, one prefetch for
-   every offload, issued before the operation that needs it;
+   offload of data not produced yet, one prefetch for every offload, issued before the
+   operation that needs it. What a transfer of stage i moves depends on its forward: after
+   ``F`` its saved data (saved_i bytes), read again by B_i; after ``Fc`` its checkpoint (all
+   of x_i), read again by R_i, so the prefetch must be issued before R_i; after ``Fn``
+   nothing (recomputed data never moves: such a transfer is refused);
 2. the schedule as run: the reference simulator runs it, and its timeline and memory
    trace are checked against the profile from scratch: operations in order and for
-   their durations, no copy before its data exists, each backward after its data is
-   back, one copy at a time per engine, and a sweep over the memory trace that never
+   their durations, no copy before its data exists, each backward (each recomputation
+   of a checkpoint) after its data is back, one copy at a time per engine, and a sweep over the memory trace that never
    exceeds the budget.
 
 The checker keeps its own derivation of every rule it checks, deliberately: the order
@@ -149,34 +152,39 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
             continue
         if tr.wait_op is not None and not (tr.issue_op <= tr.wait_op < len(schedule.ops)):
             out.append(Violation(f"transfer {j} makes operation {tr.wait_op} wait, which does not come after its issue", tr.stage))
-        size = passes[tr.sub_batch].stages[tr.stage].saved_bytes
-        if tr.nbytes is not None and not 0 <= tr.nbytes <= size:
-            out.append(Violation(f"transfer {j} moves {tr.nbytes} bytes of a {size}-byte saved tensor", tr.stage))
         key = (tr.stage, tr.sub_batch)
-        if forward_kind[key] != "F":
+        kind = forward_kind[key]
+        if kind == "Fn":
             out.append(Violation(f"transfer {j} moves the saved data of stage {tr.stage}, which is recomputed, not saved "
-                                 f"by its forward", tr.stage))
+                                 f"by its forward (Fn{tr.stage} keeps nothing to move)", tr.stage))
             continue
+        size = _movable(tr.stage, tr.sub_batch, kind, passes)
+        what = "checkpoint" if kind == "Fc" else "saved tensor"
+        if tr.nbytes is not None and not 0 <= tr.nbytes <= size:
+            out.append(Violation(f"transfer {j} moves {tr.nbytes} bytes of a {size}-byte {what}", tr.stage))
         book = prefetches if tr.direction == "prefetch" else offloads
         if key in book:
             out.append(Violation(f"stage {tr.stage} is {tr.direction}ed twice in sub-batch {tr.sub_batch}", tr.stage))
         book[key] = j
-        f, b = pos[("F", tr.stage, tr.sub_batch)], pos[("B", tr.stage, tr.sub_batch)]
+        # the data exists from the forward on and is read again by B_i (a checkpoint: by R_i)
+        f = pos[(kind, tr.stage, tr.sub_batch)]
+        reader = "R" if kind == "Fc" else "B"
+        b = pos[(reader, tr.stage, tr.sub_batch)]
         if tr.direction == "offload":
             if tr.issue_op < f:
-                out.append(Violation(f"offload of stage {tr.stage} is issued before F{tr.stage} produces its data", tr.stage))
+                out.append(Violation(f"offload of stage {tr.stage} is issued before {kind}{tr.stage} produces its data", tr.stage))
             if tr.issue_op > b or (tr.issue_op == b and tr.issue_at == "end"):
-                out.append(Violation(f"offload of stage {tr.stage} is issued after B{tr.stage} consumed the data", tr.stage))
+                out.append(Violation(f"offload of stage {tr.stage} is issued after {reader}{tr.stage} consumed the data", tr.stage))
         else:
             if tr.issue_op >= b:
-                out.append(Violation(f"prefetch of stage {tr.stage} is issued no earlier than B{tr.stage}, which needs it", tr.stage))
+                out.append(Violation(f"prefetch of stage {tr.stage} is issued no earlier than {reader}{tr.stage}, which needs it", tr.stage))
     for key, j in offloads.items():
         q = prefetches.get(key)
         if q is None:
             out.append(Violation(f"stage {key[0]} is offloaded but never prefetched", key[0]))
         elif q < j:
             out.append(Violation(f"stage {key[0]} is prefetched before it is offloaded", key[0]))
-        elif _amount(schedule.transfers[q], passes) != _amount(schedule.transfers[j], passes):
+        elif _amount(schedule.transfers[q], passes, forward_kind) != _amount(schedule.transfers[j], passes, forward_kind):
             out.append(Violation(f"stage {key[0]} is offloaded and prefetched in different amounts", key[0]))
     for key in prefetches.keys() - offloads.keys():
         out.append(Violation(f"stage {key[0]} is prefetched but was never offloaded", key[0]))
@@ -212,9 +220,11 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
         return out
     by_engine: dict[str, list[tuple[float, float]]] = {}
     done: dict[tuple[str, int, int], float] = {}
+    forward_kind = {(op.stage, op.sub_batch): op.kind for op in schedule.ops if op.kind in ("F", "Fc", "Fn")}
     for tr, ev in zip(schedule.transfers, copies):
         key = (tr.stage, tr.sub_batch)
-        size = _amount(tr, passes)
+        kind = forward_kind[key]
+        size = _amount(tr, passes, forward_kind)
         bw = profile.h2d_bandwidth if tr.direction == "prefetch" else profile.d2h_bandwidth
         if not math.isclose(ev.end - ev.start, size / bw, rel_tol=1e-9, abs_tol=1e-12):
             out.append(Violation(f"{ev.label} lasts {ev.end - ev.start:.6g}s for {size} bytes", tr.stage, ev.start))
@@ -222,8 +232,8 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
         if ev.start < issued_at - _EPS:
             out.append(Violation(f"{ev.label} starts before it is issued", tr.stage, ev.start))
         if tr.direction == "offload":
-            if ev.start < start[("F", *key)] - _EPS:
-                out.append(Violation(f"{ev.label} starts before F{tr.stage} produced the data", tr.stage, ev.start))
+            if ev.start < start[(kind, *key)] - _EPS:
+                out.append(Violation(f"{ev.label} starts before {kind}{tr.stage} produced the data", tr.stage, ev.start))
             done[("offload", *key)] = ev.end
         else:
             off = done.get(("offload", *key))
@@ -231,6 +241,8 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
                 out.append(Violation(f"{ev.label} starts before the data reached the host", tr.stage, ev.start))
             if start[("B", *key)] < ev.end - _EPS:
                 out.append(Violation(f"B{tr.stage} starts before its saved data is back", tr.stage, start[("B", *key)]))
+            if kind == "Fc" and start[("R", *key)] < ev.end - _EPS:
+                out.append(Violation(f"R{tr.stage} starts before its checkpoint is back", tr.stage, start[("R", *key)]))
         if tr.wait_op is not None:
             waiter = _key_of(schedule.ops[tr.wait_op])
             if start[waiter] < ev.end - _EPS:
@@ -320,9 +332,18 @@ def trace_peaks(trace, budget: float, out: list[Violation]) -> tuple[int, int]:
     return low, high
 
 
-def _amount(tr, passes) -> int:
-    """The bytes a transfer moves (None: the whole saved tensor of its pass)."""
-    return passes[tr.sub_batch].stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
+def _movable(stage: int, sub_batch: int, kind: str, passes) -> int:
+    """What a transfer of a stage may move, by its forward's kind: the saved data of an ``F``
+    stage (saved_i), the checkpoint of an ``Fc`` stage (its whole input x_i), nothing after ``Fn``."""
+    s = passes[sub_batch].stages[stage]
+    return {"F": s.saved_bytes, "Fc": s.input_bytes}.get(kind, 0)
+
+
+def _amount(tr, passes, forward_kind) -> int:
+    """The bytes a transfer moves (None: all its stage may move in its pass, ``_movable``)."""
+    if tr.nbytes is not None:
+        return tr.nbytes
+    return _movable(tr.stage, tr.sub_batch, forward_kind[(tr.stage, tr.sub_batch)], passes)
 
 
 def _key_of(op) -> tuple[str, int, int]:

@@ -137,3 +137,40 @@ def test_segment_needs_are_what_the_blocks_hold(profile: Profile) -> None:
             fwd = max(live[ops.forward[i]] for i in range(a, b))
             bwd = max(live[k] for i in range(a, b) for k in (ops.recompute[i], ops.backward[i]))
             assert (forward[a, b], backward[a, b]) == (fwd, bwd), (a, b)
+
+
+# --------------------------------------------------------------------------- an offloaded checkpoint
+
+
+def checkpoint_offload_schedule(budget: int = 400) -> tuple[Profile, Schedule]:
+    """uniform_profile(100) with [0, 2) recomputed and stage 0's checkpoint x_0 offloaded (100 B/s)."""
+    from harness.schedules import ordered_schedule
+
+    profile = replace(uniform_profile(100), d2h_bandwidth=100.0, h2d_bandwidth=100.0)
+    schedule = ordered_schedule(profile, budget, {0}, planner="t", recompute=[(0, 2)])
+    return profile, schedule
+
+
+def test_an_fc_stages_checkpoint_is_its_movable_tensor_by_hand() -> None:
+    """Fc0 Fn1 F2 B2 R0 R1 B1 B0: x_0 (100 B) carries stage 0's tensor id, produced by Fc0 and
+    read again by R0, so it may be away from F1 to B2; the recreated extra (0 B here) is not moved."""
+    from harness.memory import pass_ops, saved_data
+
+    profile, schedule = checkpoint_offload_schedule()
+    assert [op.label for op in schedule.ops] == ["Fc0", "Fn1", "F2", "B2", "R0", "R1", "B1", "B0"]
+    blocks = {b.name: b for b in schedule_blocks(schedule, [profile])}
+    x0 = blocks["x0.checkpoint"]
+    assert (x0.size, x0.born, x0.dies, x0.tensor) == (100, 0, 7, 0)
+    assert blocks["saved0.extra"].tensor == -1
+    ops = pass_ops(schedule, 3)[0]
+    assert (ops.producer(0), ops.reader(0)) == (0, 4)
+    # live per operation by hand: 200 300 300 500 300 400 400 300; x_0 may be away at ops 1-3
+    assert schedule_needs(schedule, [profile]) == [200, 200, 200, 400, 300, 400, 400, 300]
+    # saved data: stage 0's kept x_0 is offloaded, stage 1 recomputed, stage 2 kept
+    data = saved_data(schedule, [profile])
+    assert (data.kept, data.offloaded, data.recomputed) == (100, 100, 100) and data.total == 300
+    plain = saved_data(replace(schedule, transfers=()), [profile])
+    assert (plain.kept, plain.offloaded, plain.recomputed) == (200, 0, 100)
+    low = lower(schedule, profile)
+    assert list(low.tr_bytes) == [100, 100] and list(low.tr_wait_op) == [-1, 4]
+    assert low.t_size[0] == 100 and low.op_tensor[0] == 0 and low.op_tensor[4] == -1

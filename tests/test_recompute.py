@@ -109,10 +109,17 @@ def test_the_validator_refuses_recomputations_out_of_place(ops, expected):
 
 
 def test_a_recomputed_stage_cannot_be_offloaded():
+    """Fn1 keeps nothing to move; Fc0's checkpoint may move, but must be back before R0 (op 4)."""
     profile = uniform_chain(3)
     ops = recompute_ops(3, [(0, 2)])
-    transfers = (Transfer(0, "offload", 0, "start"), Transfer(0, "prefetch", 4, "end"))
-    assert "stage 0, which is recomputed" in messages(validate(Schedule("t", 10**9, ops, transfers), profile))
+    transfers = (Transfer(1, "offload", 1, "start"), Transfer(1, "prefetch", 3, "start"))
+    assert "stage 1, which is recomputed" in messages(validate(Schedule("t", 10**9, ops, transfers), profile))
+    checkpoint = (Transfer(0, "offload", 0, "start"), Transfer(0, "prefetch", 3, "start", 4))
+    assert validate(Schedule("t", 10**9, ops, checkpoint), profile) == []
+    late = (Transfer(0, "offload", 0, "start"), Transfer(0, "prefetch", 4, "end"))
+    assert "no earlier than R0" in messages(validate(Schedule("t", 10**9, ops, late), profile))
+    bigger = (Transfer(0, "offload", 0, "start", None, 0, 101), Transfer(0, "prefetch", 3, "start", 4, 0, 101))
+    assert "101 bytes of a 100-byte checkpoint" in messages(validate(Schedule("t", 10**9, ops, bigger), profile))
 
 
 def test_torch_checkpoint_schedules_are_recompute_operations():

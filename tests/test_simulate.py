@@ -8,10 +8,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.bounds import lower_bound, min_memory, op_needs, peak_memory
 from harness.model import Profile, Schedule, Stage, Transfer, training_ops
 from harness.schedules import best_ordered_schedule, keep_all_schedule, ordered_schedule
+from harness.testing import chains
 from harness.validate import validate
 from harness.simulate.executor import simulate, timing
 
@@ -258,3 +261,63 @@ def test_a_checkpointed_segment_holds_the_recomputed_output_of_its_last_stage() 
     live_keep = lambda run, e: sum(b.size for b in run.trace if b.alloc <= (e.start + e.end) / 2 < b.free)  # noqa: E731
     assert (live_keep(simulate(keep, held), b1(simulate(keep, held)))
             - live_keep(simulate(keep, plain), b1(simulate(keep, plain)))) == 300
+
+
+def test_an_offloaded_checkpoint_by_hand() -> None:
+    """Fc0 Fn1 F2 B2 R0 R1 B1 B0 on 100-byte stages (F 1 s, B 2 s, 100 B/s): x_0 goes to the host
+    during Fc0 (0-1 s), so B2 fits in 400 bytes instead of 500; its prefetch (1 s) waits for B2 to
+    free memory (5 s) and R0 waits for it: 1 s later than with no budget to respect."""
+    from harness.memory import saved_data
+    from harness.validate import trace_peaks
+    from tests.test_memory import checkpoint_offload_schedule
+
+    profile, schedule = checkpoint_offload_schedule(400)
+    plain = replace(schedule, transfers=())
+    assert simulate(plain, profile, budget=500).makespan == 11.0
+    assert simulate(plain, profile, budget=400).status == "infeasible"
+    for engine in ("kernel", "reference"):
+        run = simulate(schedule, profile, engine=engine)
+        events = {e.label: (e.start, e.end) for e in run.timeline}
+        assert events["offload 0"] == (0.0, 1.0) and events["prefetch 0"] == (5.0, 6.0)
+        assert events["R0"] == (6.0, 7.0) and events["B0"] == (10.0, 12.0)
+        assert run.makespan == 12.0 and run.peak_bytes == 400 and run.moved_bytes == 200
+        out: list = []
+        assert trace_peaks(run.trace, 400, out)[0] == 400 and not out  # frees first: the budget holds
+    assert validate(schedule, profile, 400) == []
+    # with room, the prefetch runs during B2 and costs nothing
+    roomy = simulate(replace(schedule, budget_bytes=500), profile)
+    assert roomy.makespan == 11.0 and {e.label: e.start for e in roomy.timeline}["prefetch 0"] == 3.0
+    assert saved_data(schedule, [profile]).offloaded == 100
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(profile=chains(max_stages=12), data=st.data())
+def test_offloaded_checkpoints_simulate_as_the_validator_sweeps(profile: Profile, data) -> None:
+    """Random segments, random offloaded checkpoints and saving stages: the simulator's peak is the
+    validator's sweep of the trace, both engines agree, and the run passes the validator at its peak."""
+    from harness.memory import saved_data
+    from harness.schedules import ordered_schedule
+    from harness.validate import trace_peaks
+    from tests.test_memory import _random_segments
+
+    n = profile.n_stages
+    segments = _random_segments(n, data.draw)
+    inside = {i for a, b in segments for i in range(a + 1, b)}
+    movable = [i for i in range(n) if i not in inside]
+    offload = set(data.draw(st.lists(st.sampled_from(movable), unique=True))) if movable else set()
+    window = data.draw(st.sampled_from([None, 1, 2]))
+    schedule = ordered_schedule(profile, 0, offload, planner="t", recompute=segments, prefetch_window=window)
+    run = simulate(schedule, profile, budget=float("inf"))
+    ref = simulate(schedule, profile, budget=float("inf"), engine="reference")
+    assert run.feasible and math.isclose(run.makespan, ref.makespan) and run.peak_bytes == ref.peak_bytes
+    out: list = []
+    low, high = trace_peaks(run.trace, float("inf"), out)
+    assert low <= run.peak_bytes <= high  # the validator's bracket (equal but for zero-time operations)
+    assert validate(schedule, profile, float("inf")) == [], (segments, offload)
+    compute = sum(e.end - e.start for e in run.timeline if e.stream == "compute")
+    assert run.makespan >= compute - 1e-9 and math.isclose(compute, run.compute_time)
+    data_ = saved_data(schedule, [profile])
+    assert data_.total == sum(s.saved_bytes for s in profile.stages)
+    checkpoints = {a for a, _ in segments} & offload
+    assert data_.offloaded >= sum(min(profile.stages[a].input_bytes, profile.stages[a].saved_bytes)
+                                  for a in checkpoints)

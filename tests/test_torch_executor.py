@@ -122,6 +122,52 @@ def test_offloading_and_recomputing_together_give_the_plain_gradients(sub_batche
     assert_gradients_equal(chain, expected)
 
 
+@pytest.mark.parametrize("sub_batches", [1, 2])
+def test_offloaded_checkpoints_give_the_plain_gradients(sub_batches: int):
+    """The checkpoints x_0 and x_2 of two recomputed segments go to the host after Fc_i and come
+    back before R_i (a real copy through the store, host memory standing in for the device), and
+    the gradients are the unmodified model's."""
+    from harness.executors._torch_copies import CpuCopies
+    from harness.executors._torch_store import SavedStore
+    from harness.validate import validate
+
+    chain, profile = setup(MODELS[0])
+    n = profile.n_stages
+    segments = [(0, 2), (2, n // 2)]
+    offload = {0, 2} | {i for i in range(n // 2, n - 1) if profile.stages[i].saved_bytes > 0}
+    schedule = ordered_schedule(profile, 10**12, offload, planner="both", recompute=segments,
+                                sub_batches=sub_batches, prefetch_window=1)
+    assert {0, 2} <= set(schedule.offloaded_stages) and not validate(schedule, profile)
+    expected = cached_reference(MODELS[0], sub_batches)
+    kept: list[tuple[int, int]] = []
+    copies: list[tuple[str, int]] = []
+    keep, offload, prefetch = SavedStore.keep, CpuCopies.offload, CpuCopies.prefetch
+
+    def spy_keep(self, sub_batch, stage, t):
+        kept.append((sub_batch, stage))
+        keep(self, sub_batch, stage, t)
+
+    def spy_offload(self, plan, label):
+        copies.append((label, sum(take for _, take in plan)))
+        return offload(self, plan, label)
+
+    def spy_prefetch(self, blocks, label):
+        copies.append((label, sum(b.moved for b in blocks)))
+        return prefetch(self, blocks, label)
+
+    SavedStore.keep, CpuCopies.offload, CpuCopies.prefetch = spy_keep, spy_offload, spy_prefetch
+    try:
+        run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    finally:
+        SavedStore.keep, CpuCopies.offload, CpuCopies.prefetch = keep, offload, prefetch
+    assert run.status == "ok", run.message
+    assert sorted(set(kept)) == [(sb, i) for sb in range(sub_batches) for i in (0, 2)]
+    moved = dict(copies)  # each checkpoint went and came back whole: x_i's bytes each way
+    for i in (0, 2):
+        assert moved[f"offload {i}"] > 0 and moved[f"offload {i}"] == moved[f"prefetch {i}"]
+    assert_gradients_equal(chain, expected)
+
+
 def test_save_on_cpu_is_an_option_of_the_executor():
     """PyTorch's own save_on_cpu hooks, chosen by the executor, for any schedule (here a checkpointing one)."""
     chain, profile = setup(MODELS[0])

@@ -93,3 +93,17 @@ def test_keep_all_at_peak_validates_and_below_peak_does_not() -> None:
     schedule = Schedule("keep-all", peak, training_ops(8))
     assert validate(schedule, profile) == []
     assert validate(schedule, profile, peak - 1)
+
+
+def test_a_checkpoint_back_after_its_recomputation_is_caught() -> None:
+    """check_run's own rule: R_i reads the checkpoint, so its prefetch must be over before R_i starts
+    (a run whose R0 starts before the copy ends is refused, even though B0 comes later)."""
+    from tests.test_memory import checkpoint_offload_schedule
+
+    profile, schedule = checkpoint_offload_schedule(400)
+    run = simulate(schedule, profile)
+    assert check_run(schedule, profile, run, 400) == []
+    r0 = [k for k, e in enumerate(run.timeline) if e.label == "R0"][0]
+    early = dataclasses.replace(run.timeline[r0], start=5.5, end=6.5)
+    lying = dataclasses.replace(run, timeline=run.timeline[:r0] + (early,) + run.timeline[r0 + 1:])
+    assert "R0 starts before its checkpoint is back" in messages(check_run(schedule, profile, lying, 400))

@@ -217,6 +217,10 @@ class ChainPass:
         out = env.pop(first.output)
         self._produced(stage, sb, st, out, forward_pass=False)
 
+    def kept_input(self, stage: int, sb: int) -> torch.Tensor | None:
+        """The input x_stage that Fc_stage keeps for R_stage (its checkpoint), None when there is none."""
+        return self._sub(sb).inputs.get(stage)
+
     def _produced(self, stage: int, sb: int, st: _SubBatch, out: Any, forward_pass: bool) -> None:
         """After F or R: keep the output's gradient edge for B_stage and hand the output on."""
         spans = self.chain.plan.stages

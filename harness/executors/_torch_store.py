@@ -103,6 +103,7 @@ class SavedStore:
         self.device = concrete(device)
         self._groups: dict[GroupKey, list[weakref.ref[Block]]] = {}
         self._by_storage: dict[int, weakref.ref[Block]] = {}
+        self._kept: dict[GroupKey, Block] = {}  # checkpoints held for their recomputation
         self.packed_bytes = 0
 
     # -- packing
@@ -145,6 +146,34 @@ class SavedStore:
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             yield
 
+    def keep(self, sub_batch: int, stage: int, t: torch.Tensor) -> None:
+        """Hold the input an ``Fc`` forward keeps (its checkpoint x_i) as a block of the stage's group,
+        so that transfers of the stage move it like saved data, until ``release``.
+
+        Nothing autograd holds refers to it yet (the forward ran under ``torch.no_grad``), so the
+        store keeps the block alive itself; R_i, which saves from it, then holds it like any saved
+        tensor. A storage that is already a block (the previous stage saved its output) stays in
+        its group.
+        """
+        try:
+            key = storage_key(t)
+        except (RuntimeError, NotImplementedError):
+            return
+        ref = self._by_storage.get(key)
+        block = ref() if ref is not None else None
+        if block is None:
+            storage = t.untyped_storage()
+            if key in self.weight_keys or t.device != self.device or not storage.resizable():
+                return
+            block = Block(storage, int(storage.nbytes()), (sub_batch, stage))
+            self._by_storage[key] = weakref.ref(block)
+            self._groups.setdefault(block.group, []).append(weakref.ref(block))
+        self._kept[(sub_batch, stage)] = block
+
+    def release(self, sub_batch: int, stage: int) -> None:
+        """The recomputation has read the checkpoint: the store no longer holds it alive."""
+        self._kept.pop((sub_batch, stage), None)
+
     def end_forward(self, sub_batch: int, stage: int, output: torch.Tensor | None, last: bool) -> None:
         """Apply the attribution rule: the stage's saved output joins the next stage's group."""
         if last or output is None:
@@ -181,6 +210,7 @@ class SavedStore:
         """Forget every block (the end of an iteration)."""
         self._groups.clear()
         self._by_storage.clear()
+        self._kept.clear()
         self.packed_bytes = 0
 
 

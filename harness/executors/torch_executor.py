@@ -13,7 +13,8 @@ It trains with exactly the schedule's decisions, operation by operation in
   prefetches run on side CUDA streams into pinned host buffers reused across
   iterations (``_torch_copies``); the compute stream waits for a copy only before its
   ``wait_op`` (vDNN's per-layer synchronisation) and before the backward that reads
-  the data; a prefetch that does not fit waits for memory: it is retried at every
+  the data (before R_i for a checkpoint: a transfer of an ``Fc`` stage moves the input
+  x_i that Fc_i keeps, held in the store as a block of the stage from Fc_i to R_i); a prefetch that does not fit waits for memory: it is retried at every
   later operation and forced (after a device synchronisation) before its backward;
 - B_i runs the backward of stage i from its output's gradient to its input's;
 - sub-batches are gradient accumulation (``Schedule.sub_batches``: the batch split in
@@ -275,6 +276,11 @@ class _Execution:
         self.resident_max = 0  # CPU: the most weights + saved bytes held after an operation
         self.cap: float | None = None
         self.handles: dict[int, Any] = {}
+        kinds = {(op.sub_batch, op.stage): op.kind for op in schedule.ops if op.is_forward}
+        self.kinds = kinds
+        # the checkpoints the schedule moves: their Fc_i keeps x_i in the store, from Fc_i to R_i
+        self.moved_checkpoints = {(tr.sub_batch, tr.stage) for tr in schedule.transfers
+                                  if kinds.get((tr.sub_batch, tr.stage)) == "Fc"}
 
     # -- setup
     def _algorithms(self) -> dict[int, Callable[[], ContextManager | None]]:
@@ -389,7 +395,7 @@ class _Execution:
                 for j in self.waits.get(k, ()):
                     self.copies.wait(self.handles.get(j))
                 group = (op.sub_batch, op.stage)
-                if op.kind == "B":
+                if op.kind == "B" or (op.kind == "R" and group in self.moved_checkpoints):
                     self._resident(group)
                 if record:
                     self.record.held_before.append(self.store.device_bytes())
@@ -398,10 +404,16 @@ class _Execution:
                     chain_pass.backward(op.stage, op.sub_batch)
                 elif op.kind == "R":
                     chain_pass.recompute(op.stage, op.sub_batch)
+                    self.store.release(op.sub_batch, op.stage)
                     self._after_forward(op.sub_batch, op.stage)
                 else:
                     chain_pass.forward(op.stage, op.sub_batch, op.kind)
-                    if op.kind == "F":
+                    if op.kind == "Fc" and group in self.moved_checkpoints and not self.native:
+                        x = chain_pass.kept_input(op.stage, op.sub_batch)
+                        if x is not None:
+                            self.store.keep(op.sub_batch, op.stage, x)
+                        self._after_forward(op.sub_batch, op.stage)
+                    elif op.kind == "F":
                         self._after_forward(op.sub_batch, op.stage)
                 self.clock.span(op.label, "compute", start, self.clock.mark(stream))
                 self._issue(k, "end")
@@ -467,7 +479,8 @@ class _Execution:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
         if nbytes is None:
             return None
-        planned = self.passes[group[0]].stages[group[1]].saved_bytes
+        stage = self.passes[group[0]].stages[group[1]]
+        planned = stage.input_bytes if self.kinds.get(group) == "Fc" else stage.saved_bytes  # a checkpoint: x_i
         actual = self.store.group_bytes(group)
         if planned <= 0 or actual == planned:
             return nbytes
@@ -492,7 +505,7 @@ class _Execution:
             self._prefetch(j)
 
     def _resident(self, group: GroupKey) -> None:
-        """Before B of ``group``: its data back (forcing a prefetch that waited for memory), then wait for it."""
+        """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that waited for memory), then wait for it."""
         j = self.pending_prefetches.get(group)
         if j is not None and not self._prefetch(j):
             self.copies.synchronize()  # every offload done: all the memory they free is free

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.memory import schedule_blocks
+from harness.memory import movable_bytes, pass_ops, schedule_blocks, stage_memory
 from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of
 from harness.simulate.lowering import Lowered, lower, pass_profiles
 from harness.simulate.reference import OK, Timing, simulate_reference
@@ -117,6 +117,7 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
         (prefetch if tr.direction == "prefetch" else offload)[tr.sub_batch * n + tr.stage] = j
     blocks: list[tuple[str, int, float, float]] = [("weights", passes[0].weight_bytes, 0.0, makespan)]
     split: set[int] = set()
+    kinds = [ops.kind for ops in pass_ops(schedule, n)]
     for b in schedule_blocks(schedule, passes):
         born = float(tm.op_end[b.born] if b.born_at_end else tm.op_start[b.born])
         gone = float(tm.op_end[b.dies])
@@ -125,7 +126,8 @@ def memory_trace(schedule: Schedule, profile: Profile, tm: Timing, makespan: flo
             if b.tensor not in split:  # what stayed and what came back, from the release to the backward's end
                 split.add(b.tensor)
                 release = float(tm.tr_release[j])
-                size = passes[b.sub_batch].stages[b.stage].saved_bytes
+                size = movable_bytes(stage_memory(passes[b.sub_batch], b.stage, schedule.algorithm_of(b.stage)),
+                                     kinds[b.sub_batch][b.stage])
                 tr = schedule.transfers[j]
                 moved = int(tr.nbytes if tr.nbytes is not None else size)
                 tag = f"/{b.sub_batch}" if b.sub_batch else ""

@@ -3,8 +3,9 @@
 The memory rules are ``harness.memory``'s: every block of ``schedule_blocks`` is
 allocated when the operation that creates it starts (or, for what remains of a freed
 tensor, ends) and freed when the last operation that needs it ends; the blocks of a
-stage's saved tensor are the unit of offloading, freed as one when its backward ends
-(or released by an offload). An operation's duration is its stage's forward time (a
+stage's tensor (its saved data, or an ``Fc`` stage's checkpoint x_i) are the unit of
+offloading, freed as one when its backward ends (or released by an offload); a prefetched
+checkpoint is awaited by the recomputation R_i that reads it. An operation's duration is its stage's forward time (a
 forward, with or without saving, or a recomputation) or backward time, for the
 schedule's algorithm.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.memory import schedule_blocks
+from harness.memory import movable_bytes, pass_ops, schedule_blocks, stage_memory
 from harness.model import Profile, Schedule, duplex_of
 
 
@@ -30,7 +31,7 @@ class Lowered:
     op_dur: np.ndarray  # float64
     op_alloc: np.ndarray  # int64: bytes allocated at start
     op_free: np.ndarray  # int64: bytes freed at end, not counting saved data
-    op_tensor: np.ndarray  # int64: saved tensor created (F, R) or consumed (B); -1 for none (Fc, Fn)
+    op_tensor: np.ndarray  # int64: tensor created (F; Fc: its checkpoint; R after Fn) or consumed (B); -1 for none
     # saved tensors, index = sub_batch * L + stage
     t_size: np.ndarray  # int64
     # transfers, in list order
@@ -94,6 +95,7 @@ def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.nda
     op_alloc = np.zeros(n_ops, dtype=np.int64)
     op_free = np.zeros(n_ops, dtype=np.int64)
     op_tensor = np.full(n_ops, -1, dtype=np.int64)
+    kinds = [ops.kind for ops in pass_ops(schedule, n)]
     for k, op in enumerate(schedule.ops):
         p = passes[op.sub_batch] if op.sub_batch < len(passes) else passes[-1]
         stage = p.stages[op.stage]
@@ -101,7 +103,8 @@ def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.nda
         a = stage if index < 0 else stage.algorithms[index]  # the stage's own figures are its default
         op_is_b[k] = op.kind == "B"
         op_dur[k] = a.bwd_time if op.kind == "B" else a.fwd_time
-        if op.kind in ("F", "R", "B"):  # creates (F, R) or consumes (B) the stage's saved tensor
+        # creates (F, Fc: the checkpoint, R after an Fn) or consumes (B) the stage's tensor
+        if op.kind in ("F", "Fc", "B") or (op.kind == "R" and kinds[op.sub_batch][op.stage] == "Fn"):
             op_tensor[k] = op.sub_batch * n + op.stage
 
     t_size = np.zeros(len(passes) * n, dtype=np.int64)
@@ -139,10 +142,14 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
     tr_issue_end = np.zeros(m, dtype=np.bool_)
     tr_wait_op = np.full(m, -1, dtype=np.int64)
     tr_engine = np.zeros(m, dtype=np.int64)
+    all_ops = pass_ops(schedule, n) if schedule.transfers else []
     for j, tr in enumerate(schedule.transfers):
         t = tr.sub_batch * n + tr.stage
         p = passes[tr.sub_batch] if tr.sub_batch < len(passes) else passes[-1]
-        size = p.stages[tr.stage].saved_bytes if tr.nbytes is None else tr.nbytes
+        ops = all_ops[min(tr.sub_batch, len(all_ops) - 1)]
+        kind = ops.kind[tr.stage]
+        size = movable_bytes(stage_memory(p, tr.stage, schedule.algorithm_of(tr.stage)), kind) \
+            if tr.nbytes is None else tr.nbytes
         pre = tr.direction == "prefetch"
         tr_tensor[j] = t
         tr_is_prefetch[j] = pre
@@ -151,6 +158,10 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
         tr_issue_op[j] = tr.issue_op
         tr_issue_end[j] = tr.issue_at == "end"
         tr_wait_op[j] = -1 if tr.wait_op is None else tr.wait_op
+        if pre and kind == "Fc":  # R_i reads the checkpoint: it waits for it at the latest
+            reader = ops.reader(tr.stage)
+            if 0 <= reader and (tr.wait_op is None or tr.wait_op > reader):
+                tr_wait_op[j] = reader
         tr_engine[j] = 1 if (duplex and pre) else 0
 
     return Lowered(

@@ -5,7 +5,8 @@ is built from layer b-1 by DYNPROG's two moves on stage b-1 (keep, offload: pape
 eqs. (1)-(8), ``membudget_dynprog._kernels.dp_step``) and from every layer a < b by the
 segment move [a, b): a keep of one coarse stage with the segment's constants (its
 checkpoint, forward and backward needs, overlap windows) whose cost also pays the
-recomputation. Candidates are sorted by (key, cost) and swept as DYNPROG's
+recomputation, or (with ``seg_offload``) an offload of that coarse stage, whose saved data
+is the checkpoint x_a: DYNPROG's offload move with the segment's constants. Candidates are sorted by (key, cost) and swept as DYNPROG's
 ``pareto_keep`` does: a state that another state of the same K dominates (no larger
 Delta_F, Delta_B, cost) is dropped, which keeps the optimum since every move is
 non-decreasing in Delta_F and Delta_B.
@@ -20,7 +21,7 @@ from numba import njit
 
 from membudget_dynprog._kernels import pareto_keep
 
-KEEP, OFFLOAD, SEGMENT = 0, 1, 2
+KEEP, OFFLOAD, SEGMENT, SEGMENT_OFFLOAD = 0, 1, 2, 3
 
 
 @njit(cache=True)
@@ -48,11 +49,12 @@ def _move(k, df, db, cost, x, cf, cb, uf, ub, extra, offload, wf, wb, S, df_min,
 
 @njit(cache=True)
 def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf, wb, S, df_min, db_min, RF, RB,
-              eps, beam):
+              eps, beam, seg_offload):
     """Every layer of the hybrid DP.
 
     Segment arrays are (L + 1) x (L + 1), indexed [a, b]; ``sx[a, b] < 0`` marks a segment
-    left out (it cannot fit). Returns the flat states (K, Delta_F, Delta_B, cost), each
+    left out (it cannot fit). ``seg_offload``: also try offloading a segment's checkpoint
+    (move ``SEGMENT_OFFLOAD``). Returns the flat states (K, Delta_F, Delta_B, cost), each
     state's parent (flat index) and move, the layer offsets and the number of layers built
     (L + 1 when the last layer is not empty).
     """
@@ -81,13 +83,13 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
             if not single and sx[a, b] < 0:
                 continue
             for s in range(offsets[a], offsets[a + 1]):
-                for mv in range(3):
-                    if mv == SEGMENT:
-                        if sx[a, b] < 0:
+                for mv in range(4):
+                    if mv >= SEGMENT:
+                        if sx[a, b] < 0 or (mv == SEGMENT_OFFLOAD and (not seg_offload or sx[a, b] == 0)):
                             continue
                         ok, nk, ndf, ndb, c = _move(K[s], dF[s], dB[s], cost[s], sx[a, b], scf[a, b], scb[a, b],
-                                                    suf[a, b], sub[a, b], scost[a, b], False, wf, wb, S,
-                                                    df_min, db_min, last)
+                                                    suf[a, b], sub[a, b], scost[a, b], mv == SEGMENT_OFFLOAD, wf, wb,
+                                                    S, df_min, db_min, last)
                     else:
                         if not single or (mv == OFFLOAD and not offloadable[a]):
                             continue
@@ -109,12 +111,7 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
         if m == 0:
             return K, dF, dB, cost, parent, move, offsets, b
         # DYNPROG's sweep on the candidates in cost order: of equal states the cheapest stays
-        by_cost = np.argsort(ccost[:m], kind="mergesort")
-        key = np.empty(m, np.int64)
-        for t in range(m):
-            c = by_cost[t]
-            key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
-        kept = by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
+        kept = _sweep(cK, cdF, cdB, ccost, m, wf, df_min, db_min, RF, RB, beam)
         lo = offsets[b]
         n_kept = kept.shape[0]
         while lo + n_kept > cap:
@@ -144,6 +141,45 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
 
 
 @njit(cache=True)
+def _pareto(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB):
+    """The candidates of ``pool`` no other of ``pool`` dominates (DYNPROG's sweep), as indices."""
+    by_cost = pool[np.argsort(ccost[pool], kind="mergesort")]
+    key = np.empty(by_cost.shape[0], np.int64)
+    for t in range(by_cost.shape[0]):
+        c = by_cost[t]
+        key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
+    return by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
+
+
+@njit(cache=True)
+def _sweep(cK, cdF, cdB, ccost, m, wf, df_min, db_min, RF, RB, beam):
+    """The undominated candidates among the first ``m``, or (with a beam) enough of them for the beam.
+
+    With a beam, only the candidates of least rank (cost + pending offload time, the beam's
+    order) are swept, 4 beams' worth and more while fewer than a beam survive: a state that
+    dominates another has no larger rank, so the survivors among them are exactly the
+    undominated states of that rank or less, and the beam, which keeps the least ranks,
+    picks the same states as from the whole sweep (the offloaded checkpoints' move doubles
+    the segment candidates; this keeps the sort to a few beams).
+    """
+    everything = np.arange(m)
+    if beam <= 0 or m <= 4 * beam:
+        return _pareto(cK, cdF, cdB, ccost, everything, df_min, db_min, RF, RB)
+    rank = np.empty(m)
+    for t in range(m):
+        rank[t] = ccost[t] + max(cdF[t], 0) * wf
+    take = 4 * beam
+    while take < m:
+        threshold = np.partition(rank, take - 1)[take - 1]
+        pool = np.flatnonzero(rank <= threshold)
+        kept = _pareto(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB)
+        if kept.shape[0] >= beam:
+            return kept
+        take *= 4
+    return _pareto(cK, cdF, cdB, ccost, everything, df_min, db_min, RF, RB)
+
+
+@njit(cache=True)
 def _grow(a, n):
     out = np.empty(n, a.dtype)
     out[:a.shape[0]] = a
@@ -157,4 +193,5 @@ def warm_up() -> None:
     z = np.zeros(1, np.int64)
     seg = np.full((2, 2), -1, np.int64)
     segf = np.zeros((2, 2))
-    hybrid_dp(one, one, one, z, z, np.ones(1, np.bool_), seg, seg, seg, seg, seg, segf, 1.0, 1.0, 4, 0, -2, 8, 8, 0.0, 0)
+    hybrid_dp(one, one, one, z, z, np.ones(1, np.bool_), seg, seg, seg, seg, seg, segf, 1.0, 1.0, 4, 0, -2, 8, 8, 0.0, 0,
+              True)

@@ -11,13 +11,18 @@ state of layer a:
 - keep stage a / offload stage a (its saved data s_a): DYNPROG's moves, eqs. (1)-(8), to
   layer a + 1;
 - recompute the segment [a, b) (``harness.schedules.recompute_ops``: Fc_a, Fn_{a+1..b-1},
-  then R_a..R_{b-1} before B_{b-1}): a keep of one coarse stage to layer b whose saved data
-  is the checkpoint x_a (it stays: the vocabulary offloads only saved tensors of ``F``
-  stages, so neither the checkpoint nor recomputed data ever moves), whose forward need
-  C^F is the largest of its forwards' and backward need C^B the largest of its
-  recomputations' and backwards' (``harness.memory.segment_phase_needs``), whose overlap
-  windows are its forwards' time (u_F) and its recomputations' plus backwards' time (u_B),
-  and whose cost adds the recomputation time sum_{a<=j<b} f_j.
+  then R_a..R_{b-1} before B_{b-1}): one coarse stage to layer b whose saved data is the
+  checkpoint x_a, whose forward need C^F is the largest of its forwards' and backward need
+  C^B the largest of its recomputations' and backwards' (``harness.memory.segment_phase_needs``),
+  whose overlap windows are its forwards' time (u_F) and its recomputations' plus backwards'
+  time (u_B), and whose cost adds the recomputation time sum_{a<=j<b} f_j. Like a stage, the
+  coarse stage is kept (DYNPROG's keep move: x_a stays on the device) or, with
+  ``offload_checkpoints`` (the default), offloaded (DYNPROG's offload move: x_a goes to the
+  host overlapping the following forwards and comes back before R_a overlapping the backward
+  of the later stages), which Beaumont et al. find the most profitable offload. The plan
+  realises it as an offload and a prefetch of stage a, whose tensor after ``Fc_a`` is its
+  checkpoint (``harness.memory``); recomputed data (the stages inside, the extra R_a
+  re-creates) never moves.
 
 The value minimised is idle time plus recomputation time, i.e. makespan minus the compute
 time of the unmodified chain. Pure DYNPROG (no segment) and pure recomputation (no
@@ -112,26 +117,29 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
 class Decisions:
     """One plan of the table: the stages offloaded, the segments recomputed, and its predicted cost."""
 
-    offload: tuple[int, ...]
+    offload: tuple[int, ...]  # stages offloaded: saving stages, and the first stage of a segment (its checkpoint)
     segments: tuple[tuple[int, int], ...]
     cost: float  # predicted idle + recomputation time (s)
 
 
 def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
-                 beam: int = 0) -> tuple[list[Decisions], int] | None:
+                 beam: int = 0, offload_checkpoints: bool = True) -> tuple[list[Decisions], int] | None:
     """The DP; the ``candidates`` best final states backtracked (best first), and the states kept.
+
+    ``offload_checkpoints``: let the DP offload a recomputed segment's checkpoint (``Decisions.offload``
+    then lists the segment's first stage a, whose checkpoint x_a moves).
 
     None when no state survives (the budget is too small for the table).
     """
     from membudget_dynprog._kernels import final_totals
-    from membudget_hybrid._kernels import OFFLOAD, SEGMENT, hybrid_dp
+    from membudget_hybrid._kernels import OFFLOAD, SEGMENT, SEGMENT_OFFLOAD, hybrid_dp
 
     d = table.disc
     n = d.n_stages
     RF, RB = d.key_ranges
     K, dF, dB, cost, parent, move, offsets, built = hybrid_dp(
         d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
-        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, eps, beam)
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, eps, beam, bool(offload_checkpoints))
     if built <= n:
         return None
     lo, hi = offsets[n], offsets[n + 1]
@@ -146,6 +154,9 @@ def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
             a = int(np.searchsorted(offsets, p, side="right")) - 1  # the parent's layer
             if move[at] == SEGMENT:
                 segments.append((a, b))
+            elif move[at] == SEGMENT_OFFLOAD:  # the segment, and its checkpoint x_a offloaded
+                segments.append((a, b))
+                offload.append(a)
             elif move[at] == OFFLOAD:
                 offload.append(a)
             at, b = p, a
@@ -168,11 +179,16 @@ class Plan:
 
 
 def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, duplex: bool = False,
-                rivals: bool = True, beam: int = DEFAULT_BEAM, planner: str = "hybrid") -> Plan:
-    """The table's plan, and (with ``rivals``) DYNPROG's and the recomputation planner's: the fastest."""
+                rivals: bool = True, beam: int = DEFAULT_BEAM, planner: str = "hybrid",
+                offload_checkpoints: bool = True) -> Plan:
+    """The table's plan, and (with ``rivals``) DYNPROG's and the recomputation planner's: the fastest.
+
+    ``offload_checkpoints`` False leaves out the move that offloads a segment's checkpoint."""
     slots, beam = int_option(planner, "slots", slots, 1), int_option(planner, "beam", beam, 0)
     check_budget(profile, budget, planner)
     options: dict = {"slots": slots, "beam": beam}
+    if not offload_checkpoints:
+        options["offload_checkpoints"] = False
     if budget >= peak_memory(profile):
         schedule = keep_all_schedule(profile, budget, planner)
         return Plan(schedule, profile.compute_time, "hybrid", Decisions((), (), 0.0), profile.compute_time)
@@ -180,7 +196,7 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
 
     warm_up()
     own, own_schedule, own_time, states, rounds = _own_plan(profile, budget, int(slots), int(beam), planner, options,
-                                                              duplex)
+                                                              duplex, bool(offload_checkpoints))
     best = ("hybrid", own_schedule, own_time)
     times: dict[str, float] = {}
     if rivals:
@@ -202,7 +218,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     return Plan(schedule, time_, source, own, own_time, times, states, rounds)
 
 
-def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool):
+def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
+              offload_checkpoints: bool = True):
     """The table's fastest runnable plan (shrinking the memory while none runs): (decisions, schedule,
     makespan, states, rounds); (None, None, inf, ...) when none runs."""
     usable = budget - profile.weight_bytes
@@ -212,7 +229,8 @@ def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str
         table_budget = budget - (usable * shrink) // slots
         if table_budget <= profile.weight_bytes:
             break
-        solved = solve_hybrid(discretise_hybrid(profile, table_budget, slots), TIE_CANDIDATES, beam=beam)
+        solved = solve_hybrid(discretise_hybrid(profile, table_budget, slots), TIE_CANDIDATES, beam=beam,
+                              offload_checkpoints=offload_checkpoints)
         rounds += 1
         if solved is None:
             break
@@ -267,7 +285,9 @@ class Hybrid:
     Options: ``slots`` (S, default 500), ``duplex`` (passed to the simulator), ``rivals``
     (default True: also run DYNPROG and the recomputation planner and keep the fastest of the
     three; False: the table's plan alone, for study), ``beam`` (states kept per layer, default
-    2000; 0 keeps every undominated state: the exact table, slow on long chains).
+    2000; 0 keeps every undominated state: the exact table, slow on long chains),
+    ``offload_checkpoints`` (default True: the DP may offload a recomputed segment's checkpoint;
+    False: checkpoints stay on the device, for study).
     """
 
     name = "hybrid"
@@ -276,7 +296,7 @@ class Hybrid:
     extra_options = ()
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, duplex: bool = False,
-             rivals: bool = True, beam: int = DEFAULT_BEAM) -> Schedule:
+             rivals: bool = True, beam: int = DEFAULT_BEAM, offload_checkpoints: bool = True) -> Schedule:
         """The fastest of the table's plan, DYNPROG's and the recomputation planner's."""
         return plan_hybrid(profile, budget_bytes, slots=slots, duplex=duplex, rivals=rivals, beam=beam,
-                           planner=self.name).schedule
+                           planner=self.name, offload_checkpoints=offload_checkpoints).schedule

@@ -111,20 +111,24 @@ def uniform_chain(n: int = 8) -> Profile:
 
 
 @pytest.mark.parametrize("n, eighths, expected", [
-    # recomputation alone does not fit: offload stages 0-3, recompute [4, 7): 49 ms, DYNPROG 64 ms
-    (8, 2, {"hybrid": 0.049, "dynprog": 0.064, "recompute": math.inf}),
-    # all three fit: offload stage 0, recompute [1, 4): 21 ms, RECOMPUTE 22 ms, DYNPROG 34 ms
-    (6, 4, {"hybrid": 0.021, "dynprog": 0.034, "recompute": 0.022}),
+    # recomputation alone does not fit: recompute [0, 3), [3, 5), [5, 7) and offload the checkpoints
+    # x_0 and x_3: 33 ms; without offloading checkpoints, offload stages 0-3, recompute [4, 7):
+    # 49 ms; DYNPROG 64 ms
+    (8, 2, {"hybrid": 0.033, "without": 0.049, "dynprog": 0.064, "recompute": math.inf}),
+    # all three fit: offload stage 0, recompute [1, 4): 21 ms (with or without), RECOMPUTE 22 ms, DYNPROG 34 ms
+    (6, 4, {"hybrid": 0.021, "without": 0.021, "dynprog": 0.034, "recompute": 0.022}),
 ])
 def test_a_plan_that_offloads_and_recomputes_beats_both(n, eighths, expected):
     """On equal stages, eighths/8 of the way above the minimum, the table's plan offloads some stages
-    and recomputes others, and is strictly faster than DYNPROG's and RECOMPUTE's optima."""
+    (or checkpoints) and recomputes others, and is strictly faster than DYNPROG's and RECOMPUTE's optima."""
     profile = uniform_chain(n)
     lo, hi = min_memory(profile), peak_memory(profile)
     plan = plan_hybrid(profile, lo + eighths * (hi - lo) // 8)
     assert plan.source == "hybrid", plan.schedule.notes
     assert plan.schedule.offloaded_stages and plan.schedule.recomputed_stages
     assert plan.makespan == pytest.approx(expected["hybrid"])
+    without = plan_hybrid(profile, lo + eighths * (hi - lo) // 8, offload_checkpoints=False)
+    assert without.makespan == pytest.approx(expected["without"])
     for rival in ("dynprog", "recompute"):
         assert plan.rivals[rival] == pytest.approx(expected[rival])
 
@@ -234,3 +238,33 @@ def test_a_bad_slots_or_beam_is_refused_by_name(option, value):
     budget = (min_memory(profile) + peak_memory(profile)) // 2
     with pytest.raises(ValueError, match=f"option {option} must be an integer >= {0 if option == 'beam' else 1}"):
         Hybrid().plan(profile, budget, **{option: value})
+
+
+def checkpoint_offload_chain() -> Profile:
+    """Five stages (200 B/s each way) where, at 1250 bytes, the best plan recomputes [1, 2) and
+    offloads its checkpoint x_1 as well as the saved data of stages 0 and 2."""
+    figures = [(2.0, 1.0, 100, 400, 200), (1.0, 2.0, 200, 800, 200), (2.0, 1.0, 200, 400, 100),
+               (1.0, 2.0, 100, 400, 100), (2.0, 1.0, 400, 200, 200)]
+    stages = tuple(Stage(f"s{i}", "conv", f, b, x, s, y) for i, (f, b, x, s, y) in enumerate(figures))
+    return Profile("toy", 1, (1,), "synthetic", 10**9, 200.0, 200.0, 0, 100, stages)
+
+
+def test_offloading_a_checkpoint_makes_hybrid_strictly_faster() -> None:
+    """Beaumont et al.'s main gain: the checkpoint x_1 of the recomputed segment [1, 2) goes to the
+    host after Fc_1 and comes back before R_1. Without that move (``offload_checkpoints=False``)
+    the plan is slower, and so are both rivals."""
+    profile, budget = checkpoint_offload_chain(), 1250
+    plan = plan_hybrid(profile, budget, slots=200)
+    without = plan_hybrid(profile, budget, slots=200, offload_checkpoints=False)
+    assert plan.source == "hybrid" and plan.own.segments == ((1, 2),) and 1 in plan.own.offload
+    assert plan.makespan < without.makespan and plan.makespan < min(plan.rivals.values())
+    assert (plan.makespan, without.makespan) == (18.0, 20.0)
+    schedule = plan.schedule
+    assert validate(schedule, profile, budget) == []
+    moved = [tr for tr in schedule.transfers if tr.stage == 1]
+    r1 = [k for k, op in enumerate(schedule.ops) if op.label == "R1"][0]
+    assert [tr.direction for tr in moved] == ["offload", "prefetch"] and moved[1].wait_op == r1
+    assert [op.kind for op in schedule.ops if op.stage == 1 and op.kind.startswith("F")] == ["Fc"]
+    assert simulate(schedule, profile).moved_bytes >= 2 * profile.stages[1].input_bytes
+    # as an option of the planner
+    assert Hybrid().plan(profile, budget, slots=200, offload_checkpoints=False).options["offload_checkpoints"] is False

@@ -26,7 +26,10 @@ state of layer a:
 
 The value minimised is idle time plus recomputation time, i.e. makespan minus the compute
 time of the unmodified chain. Pure DYNPROG (no segment) and pure recomputation (no
-offload) are paths of the same table, so the table's optimum is at most either's.
+offload) are paths of the same table, so with ``beam=0`` the table's optimum is at most
+either's in the table's own model (its rounded sizes, and DYNPROG's fractional copies, which
+the simulator does not grant: plugins/dynprog/README.md). The planner's guarantee is the
+simulated one: it returns the fastest of its own plans, DYNPROG's and RECOMPUTE's.
 
 Discretisation (papers/004 section 5.3.2, as ``membudget_dynprog.discretise``): S slots of
 (M - W) / S bytes; s_i rounded optimistically through their partial sums, C^F, C^B and
@@ -61,8 +64,8 @@ from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
 TIE_CANDIDATES = 4  # plans backtracked among those tied for the table's optimum, each simulated
-SHRINK_ROUNDS = 8
-DEFAULT_BEAM = 2000  # states kept per layer (0: all, the exact table)  # usable memory shrunk by 1, 2, 4, ... slots while no candidate runs
+SHRINK_ROUNDS = 8  # usable memory shrunk by 1, 2, 4, ... slots while no candidate runs
+DEFAULT_BEAM = 2000  # states kept per layer (0: all, the exact table)
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
     planner, options = Recompute(), {}
     try:
         return planner.plan(profile, budget, **options)
-    except InfeasibleBudget:
+    except (InfeasibleBudget, MembudgetError):  # a refusal, or a self-check that failed: no rival, as for DYNPROG
         return None
 
 
@@ -291,8 +294,8 @@ class Hybrid:
     """
 
     name = "hybrid"
-    description = ("Keep, offload or recompute per stage, jointly optimal on the chain model "
-                   "(Beaumont et al. 2021; DYNPROG's DP with a recomputed-segment move)")
+    description = ("Keep, offload or recompute per stage, chosen jointly by DYNPROG's DP with a recomputed-segment "
+                   "move (Beaumont et al. 2021); never slower than DYNPROG or recompute")
     extra_options = ()
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, duplex: bool = False,

@@ -28,7 +28,7 @@ from harness.testing import PlannerConformance, budgets, chains
 from harness.validate import validate
 from membudget_dynprog import Dynprog
 from membudget_hybrid import Hybrid, discretise_hybrid, plan_hybrid, recompute_schedule, solve_hybrid
-from membudget_recompute import Recompute
+from membudget_recompute import Recompute, plan_segments
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 REL = 1e-12
@@ -140,11 +140,20 @@ def test_the_table_contains_dynprog_and_recompute_paths():
 
     profile = uniform_chain()
     lo, hi = min_memory(profile), peak_memory(profile)
-    for budget in (lo + (hi - lo) // 4, lo + (hi - lo) // 2):
+    compute = sum(s.fwd_time + s.bwd_time for s in profile.stages)
+    checked = 0
+    for budget in (lo + (hi - lo) // 4, lo + (hi - lo) // 2, lo + 3 * (hi - lo) // 4):
         table = discretise_hybrid(profile, budget, 200)
         found, _ = solve_hybrid(table, beam=0)
         dyn = solve(table.disc, "reference")
         assert found[0].cost <= dyn.idle + 1e-12
+        try:  # pure recomputation: its cost in the table is its recomputed forwards' time
+            _, rec_time = plan_segments(profile, budget, slots=200)
+        except InfeasibleBudget:
+            continue
+        assert found[0].cost <= rec_time - compute + 1e-12
+        checked += 1
+    assert checked  # recomputation alone fits at some of these budgets
 
 
 def test_nothing_runs_below_min_memory():

@@ -44,7 +44,7 @@ and to recomputation as rotor's vocabulary has it): for stage i of a pass,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -438,19 +438,27 @@ def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = (
     """The peak device bytes (weights apart) of ``recompute_ops(L, segments)`` run with no transfers:
     over the pieces (a saving stage, or a segment) the prefix the stages before keep plus the piece's
     need (``saving_need``, ``segment_needs``)."""
-    n = profile.n_stages
-    mem = [stage_memory(profile, i) for i in range(n)]
-    table = segment_needs(mem) if segments else None
-    start = {a: b for a, b in segments}
+    mem = [stage_memory(profile, i) for i in range(profile.n_stages)]
+    return pieces_peak([saving_need(m) for m in mem], [forward_keeps(m, "F") for m in mem],
+                       segment_needs(mem) if segments else None, [forward_keeps(m, "Fc") for m in mem], segments)
+
+
+def pieces_peak(saving: Sequence[int], keep_saved: Sequence[int], segment: Any,
+                keep_checkpoint: Sequence[int], segments: Iterable[tuple[int, int]]) -> int:
+    """``recompute_peak``'s walk on tables a planner already has: per stage its ``saving_need`` and
+    ``forward_keeps`` (``F`` and ``Fc``), and ``segment[a, b]`` the ``segment_needs`` table (or
+    any table in the same bytes, e.g. rounded); the pieces left to right, each the prefix the
+    pieces before keep plus its own need."""
+    start = dict(segments)
     peak = prefix = i = 0
-    while i < n:
-        if i in start:
-            b = start[i]
-            peak = max(peak, prefix + int(table[i, b]))
-            prefix += forward_keeps(mem[i], "Fc")
-            i = b
-        else:
-            peak = max(peak, prefix + saving_need(mem[i]))
-            prefix += forward_keeps(mem[i], "F")
+    while i < len(saving):
+        b = start.get(i)
+        if b is None:
+            peak = max(peak, prefix + int(saving[i]))
+            prefix += int(keep_saved[i])
             i += 1
+        else:
+            peak = max(peak, prefix + int(segment[i, b]))
+            prefix += int(keep_checkpoint[i])
+            i = b
     return peak

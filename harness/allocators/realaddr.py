@@ -39,7 +39,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from harness.allocators._common import event_order
-from harness.allocators.session import Allocation, ProfileGuidedSession
+from harness.allocators.session import Allocation, ProfileGuidedSession, round_up
 from harness.allocators.trace import IntTrace
 
 __all__ = ["DeviceMemory", "FakeMemory", "RealAddressStats", "RealAddressAllocator", "trace_events"]
@@ -76,7 +76,7 @@ class FakeMemory:
         if self.capacity is not None and self.live_bytes + size > self.capacity:
             raise MemoryError(f"fake device memory: {size} bytes more than the {self.capacity} it has")
         g = self.alignment
-        ptr = -(-self.top // g) * g
+        ptr = round_up(self.top, g)
         self.top = ptr + size
         self.live[ptr] = size
         self.live_bytes += size
@@ -163,7 +163,7 @@ class RealAddressAllocator:
             if a.region == "plan":
                 ptr = self.arena_base + a.offset
             else:
-                rounded = -(-a.size // self.alignment) * self.alignment
+                rounded = round_up(a.size, self.alignment)
                 try:
                     ptr = self.fallback.malloc(rounded)
                 except BaseException:
@@ -190,7 +190,7 @@ class RealAddressAllocator:
                 return
             self.session.free(a)
             if a.region == "pool":
-                rounded = -(-a.size // self.alignment) * self.alignment
+                rounded = round_up(a.size, self.alignment)
                 self.fallback.free(ptr, rounded)
                 self.stats.fallback_live_bytes -= rounded
 
@@ -237,7 +237,7 @@ class RealAddressAllocator:
             return
         self.release_arena()
         g = self.alignment
-        capacity = -(-int(need * (1.0 + self.arena_slack)) // g) * g
+        capacity = round_up(need * (1.0 + self.arena_slack), g)
         # no arena until the malloc succeeds: every planned request departs to the fallback
         self.session.capacity = 0
         self.arena_capacity = 0

@@ -53,6 +53,11 @@ __all__ = ["Allocation", "SessionStats", "ProfileGuidedSession"]
 MAX_REASONS = 100  # the first reasons for re-optimising that SessionStats keeps
 
 
+def round_up(n: int, granule: int) -> int:
+    """``n`` rounded up to a multiple of ``granule`` (an alignment or a pool's granularity)."""
+    return -(-int(n) // granule) * granule
+
+
 @dataclass(frozen=True)
 class Allocation:
     """One served request: ``region`` (``plan`` or ``pool``) and ``offset`` in it.
@@ -92,7 +97,7 @@ class _FirstFitPool:
 
     def malloc(self, size: int) -> tuple[int, int]:
         """``(address, rounded size)`` of the lowest free block that fits, else at the top."""
-        size = max(self.g, -(-size // self.g) * self.g)
+        size = max(self.g, round_up(size, self.g))
         for k, s in enumerate(self.size):
             if s >= size:
                 a = self.addr[k]
@@ -276,7 +281,7 @@ class ProfileGuidedSession:
             # start until now, so the next plan keeps it apart from everything (see optimize)
             self._carried.add(alloc.index)
         if alloc.region == "pool":
-            self._pool.free(alloc.offset, max(self._pool.g, -(-alloc.size // self._pool.g) * self._pool.g))
+            self._pool.free(alloc.offset, max(self._pool.g, round_up(alloc.size, self._pool.g)))
         else:
             key = (alloc.offset, alloc.offset + alloc.size, alloc.handle)
             k = bisect.bisect_left(self._live_plan, key)
@@ -352,7 +357,7 @@ class ProfileGuidedSession:
         sizes = np.zeros(n, np.int64)
         for k, (lam, size, _) in enumerate(rows):
             offsets[lam] = placement.offsets[k]
-            sizes[lam] = -(-size // g) * g
+            sizes[lam] = round_up(size, g)
         if self._plan is not None:
             self.stats.reoptimizations += 1
         self.stats.optimizations += 1

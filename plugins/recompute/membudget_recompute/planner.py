@@ -23,8 +23,8 @@ the recomputed stages, ``cost[a, b] = u_F a + ... + u_F (b-1)`` per segment. Mem
 from ``harness.memory`` (never re-derived here): every operation of a piece holds, above the
 weights, the bytes the pieces before it keep (``forward_keeps``: saved_i for ``F``, x_a
 for a segment's ``Fc``) plus the piece's own need (``saving_need``, ``segment_needs``), so
-the peak of a schedule is the largest ``prefix + need`` over its pieces (``peak_of``;
-``harness.memory.recompute_peak`` is the same, tested byte for byte against the simulator).
+the peak of a schedule is the largest ``prefix + need`` over its pieces (``peak_of``, on ``harness.memory.pieces_peak``:
+the walk of ``harness.memory.recompute_peak``, tested byte for byte against the simulator).
 
 In slots of (budget - weights) / S bytes, with C[a][m] the least recomputation time of
 stages a..L-1 when m slots are free above the prefix (C[L][m] = 0)::
@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from harness.errors import InfeasibleBudget, MembudgetError
-from harness.memory import forward_keeps, saving_need, segment_needs, stage_memory
+from harness.memory import forward_keeps, pieces_peak, saving_need, segment_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.planners.torch_peers import checkpoint_segments
@@ -113,19 +113,8 @@ def segment_tables(profile: Profile) -> Tables:
 
 def peak_of(tables: Tables, segments: Segments) -> int:
     """The peak device bytes (weights included) of the schedule of ``segments``, in bytes, exactly."""
-    start = dict(segments)
-    peak = prefix = i = 0
-    while i < tables.n_stages:
-        b = start.get(i)
-        if b is None:
-            peak = max(peak, prefix + int(tables.saving[i]))
-            prefix += int(tables.keep_saved[i])
-            i += 1
-        else:
-            peak = max(peak, prefix + int(tables.segment[i, b]))
-            prefix += int(tables.keep_checkpoint[i])
-            i = b
-    return tables.weights + peak
+    return tables.weights + pieces_peak(tables.saving, tables.keep_saved, tables.segment, tables.keep_checkpoint,
+                                        segments)
 
 
 def recompute_time(tables: Tables, segments: Segments) -> float:

@@ -87,6 +87,24 @@ def budgets(profile: Profile, points: int = 5) -> list[int]:
     return sorted({lo + (hi - lo) * k // (points - 1) for k in range(points)})
 
 
+def registered_by_entry_point(name: str, distribution: str, kind: str) -> Any:
+    """The object the entry point ``name`` of the ``membudget`` group registers as ``kind``, after
+    checking that exactly one such entry point exists and that ``distribution`` brings it (what a
+    plugin's test asserts about its packaging; ``Registered.obj`` is returned)."""
+    from importlib.metadata import entry_points
+
+    from harness.plugins import Registry
+
+    eps = [ep for ep in entry_points(group="membudget") if ep.name == name]
+    assert len(eps) == 1, f"{len(eps)} entry points named {name!r} in the membudget group"
+    assert eps[0].dist is not None and eps[0].dist.name == distribution, eps[0].dist
+    registry = Registry()
+    registry.add_plugin(eps[0].load(), distribution, eps[0].dist.version)
+    entry = {e.name: e for e in registry.entries(kind)}[name]
+    assert entry.plugin == distribution
+    return entry.obj
+
+
 def check_refusal(exc: InfeasibleBudget, budget: int, planner: str = "the planner") -> None:
     """Assert the refusal contract: a message, and ``needed_bytes`` an int above ``budget``."""
     assert str(exc), f"{planner}: InfeasibleBudget must say why"

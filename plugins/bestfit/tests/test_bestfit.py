@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-
 import numpy as np
 import pytest
 
 from harness.allocators.caching import CachingAllocator
 from harness.allocators.trace import IntTrace, to_int_trace
-from harness.plugins import Registry
+from harness.testing import registered_by_entry_point
 from harness.testing_allocators import AllocatorConformance, dnn_inference_trace, dnn_training_trace
 from membudget_bestfit import BestFit
 
@@ -31,13 +29,7 @@ class TestBestFitPaperOnlyConformance(AllocatorConformance):
 
 def test_registered_by_its_entry_point():
     """The distribution names its module in the ``membudget`` group; the hook registers ``bestfit``."""
-    eps = [ep for ep in entry_points(group="membudget") if ep.name == "bestfit"]
-    assert len(eps) == 1 and eps[0].value == "membudget_bestfit"
-    assert eps[0].dist is not None and eps[0].dist.name == "membudget-bestfit"
-    reg = Registry()
-    reg.add_plugin(eps[0].load(), "membudget-bestfit", eps[0].dist.version)
-    entry = {e.name: e for e in reg.entries("allocator")}["bestfit"]
-    assert entry.plugin == "membudget-bestfit" and isinstance(entry.obj, BestFit)
+    assert isinstance(registered_by_entry_point("bestfit", "membudget-bestfit", "allocator"), BestFit)
 
 
 def test_rejects_unknown_kernel():

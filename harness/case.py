@@ -73,8 +73,9 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except Exception:  # a planner may refuse a toy chain; warming is best effort
-            pass
+        except Exception as exc:  # a planner may refuse a toy chain; warming is best effort
+            if is_interrupt(exc):  # but a Ctrl-C inside a kernel still stops the run
+                raise KeyboardInterrupt from exc
 
 
 def seed_everything(seed: int) -> None:
@@ -185,16 +186,17 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
     except Exception as exc:  # one failing case is a row, never a lost suite
         fields["status"], fields["message"] = classify(exc)
         return CaseOutcome(fields)
-    return execute_plan(planned, profile, budget, executor, workload, validate=validate)
+    return execute_plan(planned, profile, budget, executor, workload, validate=validate,
+                        budget_lb=fields["budget_lower_bound_s"])
 
 
 def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any, workload: Any, *,
-                 validate: bool = True) -> CaseOutcome:
+                 validate: bool = True, budget_lb: float | None = None) -> CaseOutcome:
     """Run a planned schedule and compute its row's figures; a failure is the outcome's status.
 
     Every metric the executor reports reaches the row: the documented columns by name, the
     others in ``metrics`` (JSON). The bounds are those of the schedule's copy engines
-    (``Schedule.duplex``).
+    (``Schedule.duplex``); ``budget_lb``, the budget's bound when the caller has it already.
     """
     from harness.bounds import lower_bound, schedule_lower_bound
     from harness.results import COLUMNS
@@ -208,7 +210,9 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
     try:
         fields.update(saved_data_fields(schedule, profile))
         # the budget's bound: the same for every strategy at this budget (the tables' common column)
-        fields["budget_lower_bound_s"] = budget_lb = lower_bound(profile, budget, duplex=duplex)
+        if budget_lb is None:
+            budget_lb = lower_bound(profile, budget, duplex=duplex)
+        fields["budget_lower_bound_s"] = budget_lb
         # judged against the bound of what it runs: its algorithms, passes, recomputation
         lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget)
         started = time.perf_counter()

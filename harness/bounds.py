@@ -21,7 +21,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Iterable
 
-from harness.memory import stage_memory
+from harness.memory import pass_ops, stage_memory
 from harness.model import Profile, Schedule, duplex_of, training_ops
 from harness.simulate.lowering import pass_profiles
 
@@ -155,12 +155,13 @@ def schedule_lower_bound(profile: Profile, schedule: Schedule, budget: float, du
     """
     duplex = duplex_of(schedule, duplex)
     total = 0.0
+    passes = pass_ops(schedule, profile.n_stages)
     for sb, p in enumerate(pass_profiles(profile, schedule)):
         # the algorithms the schedule runs (the defaults when it names none), never the relaxation:
         # a keep-all schedule at the peak must meet its bound exactly
         p = replace(p, variants=(), stages=tuple(
             replace(s, **_as_default(s, schedule.algorithm_of(i))) for i, s in enumerate(p.stages)))
-        recomputed = [op.stage for op in schedule.ops if op.kind == "R" and op.sub_batch == sb]
+        recomputed = [i for i, r in enumerate(passes[sb].recompute) if r is not None]
         if recomputed:
             total += p.compute_time + sum(p.stages[i].fwd_time for i in recomputed)
         else:

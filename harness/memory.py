@@ -50,7 +50,6 @@ import numpy as np
 
 from harness.model import Algorithm, Profile, Schedule
 
-FORWARD_KINDS = ("F", "Fc", "Fn")  # the forward pass: saves, keeps its input only, keeps nothing
 
 
 @dataclass(frozen=True)
@@ -174,9 +173,9 @@ class PassOps:
 
 
 def movable_bytes(m: StageMemory, kind: str) -> int:
-    """The bytes a transfer of a stage moves when its ``nbytes`` is None, by forward kind: an ``F``
-    stage's saved data (saved_i), an ``Fc`` stage's checkpoint (all of x_i); an ``Fn`` stage has
-    nothing to move."""
+    """What a forward of ``kind`` leaves on the device until its stage's recomputation or backward,
+    which is also what a transfer of the stage moves when its ``nbytes`` is None: an ``F`` stage's
+    saved data (saved_i), an ``Fc`` stage's checkpoint (all of x_i); an ``Fn`` stage keeps nothing."""
     return {"F": m.saved, "Fc": m.input, "Fn": 0}[kind]
 
 
@@ -361,12 +360,6 @@ def saved_data(schedule: Schedule, passes: list[Profile]) -> SavedData:
 # --------------------------------------------------------------------------- checkpointed segments
 
 
-def forward_keeps(m: StageMemory, kind: str) -> int:
-    """Bytes a forward of ``kind`` leaves on the device until its stage's recomputation or backward:
-    ``F`` its saved data, ``Fc`` its whole input (the checkpoint), ``Fn`` nothing."""
-    return {"F": m.saved, "Fc": m.input, "Fn": 0}[kind]
-
-
 def saving_need(m: StageMemory) -> int:
     """The peak of a stage that saves (``F``), above what the stages before it keep: its forward's
     or its backward's need (the B_i share of x_{i+1} is in ``backward_need``, whoever made it)."""
@@ -376,7 +369,7 @@ def saving_need(m: StageMemory) -> int:
 def segment_needs(mem: list[StageMemory]) -> np.ndarray:
     """The peak of every segment [a, b) checkpointed at a (``harness.schedules.recompute_ops``:
     Fc_a, Fn inside, R_a..R_{b-1} before B_{b-1}) above what the stages before a keep
-    (``forward_keeps``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L;
+    (``movable_bytes``), weights apart: an (L, L + 1) int64 array, entry [a, b] for a < b <= L;
     the larger of its two phases (``segment_phase_needs``).
     """
     forward, backward = segment_phase_needs(mem)
@@ -387,7 +380,7 @@ def segment_phase_needs(mem: list[StageMemory]) -> tuple[np.ndarray, np.ndarray]
     """The needs of every segment [a, b) checkpointed at a, by phase: (forward, backward), two
     (L, L + 1) int64 arrays, entry [a, b] for a < b <= L. Forward: the most Fc_a, Fn_{a+1}..Fn_{b-1}
     need; backward: the most R_a..R_{b-1}, B_{b-1}..B_a need. Both are above what the other stages
-    keep (weights apart): the stages before a (``forward_keeps``) under a pure recomputation
+    keep (weights apart): the stages before a (``movable_bytes``) under a pure recomputation
     schedule, or whatever a planner that offloads leaves of them (the segment's own recomputed
     data is never offloaded).
 
@@ -439,14 +432,14 @@ def recompute_peak(profile: Profile, segments: list[tuple[int, int]] | tuple = (
     over the pieces (a saving stage, or a segment) the prefix the stages before keep plus the piece's
     need (``saving_need``, ``segment_needs``)."""
     mem = [stage_memory(profile, i) for i in range(profile.n_stages)]
-    return pieces_peak([saving_need(m) for m in mem], [forward_keeps(m, "F") for m in mem],
-                       segment_needs(mem) if segments else None, [forward_keeps(m, "Fc") for m in mem], segments)
+    return pieces_peak([saving_need(m) for m in mem], [movable_bytes(m, "F") for m in mem],
+                       segment_needs(mem) if segments else None, [movable_bytes(m, "Fc") for m in mem], segments)
 
 
 def pieces_peak(saving: Sequence[int], keep_saved: Sequence[int], segment: Any,
                 keep_checkpoint: Sequence[int], segments: Iterable[tuple[int, int]]) -> int:
     """``recompute_peak``'s walk on tables a planner already has: per stage its ``saving_need`` and
-    ``forward_keeps`` (``F`` and ``Fc``), and ``segment[a, b]`` the ``segment_needs`` table (or
+    ``movable_bytes`` (``F`` and ``Fc``), and ``segment[a, b]`` the ``segment_needs`` table (or
     any table in the same bytes, e.g. rounded); the pieces left to right, each the prefix the
     pieces before keep plus its own need."""
     start = dict(segments)

@@ -261,7 +261,6 @@ def _interpolate(base: Profile, lo: Profile, hi: Profile, batch_size: int) -> Pr
 
 
 OpKind = Literal["F", "Fc", "Fn", "R", "B"]
-OP_KINDS: tuple[str, ...] = OpKind.__args__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

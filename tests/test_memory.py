@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.bounds import op_needs as bound_needs
-from harness.memory import (forward_keeps, recompute_peak, schedule_blocks, schedule_needs, segment_needs,
+from harness.memory import (movable_bytes, recompute_peak, schedule_blocks, schedule_needs, segment_needs,
                             stage_memory)
 from harness.model import Profile, Stage, training_ops, Schedule
 from harness.schedules import recompute_ops
@@ -91,7 +91,7 @@ def _random_segments(n: int, draw) -> list[tuple[int, int]]:
 @SETTINGS
 @given(profile=chains(max_stages=16), data=st.data())
 def test_the_peak_of_checkpointed_segments_is_the_simulators(profile: Profile, data) -> None:
-    """``recompute_peak`` (``saving_need``, ``segment_needs`` above the prefix ``forward_keeps``)
+    """``recompute_peak`` (``saving_need``, ``segment_needs`` above the prefix ``movable_bytes``)
     is the simulator's peak of ``recompute_ops`` with no transfers, byte for byte."""
     segments = _random_segments(profile.n_stages, data.draw)
     schedule = Schedule("segments", 0, recompute_ops(profile.n_stages, segments))
@@ -108,7 +108,7 @@ def test_segment_needs_by_hand() -> None:
     profile = Profile("uniform", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 100, (stage,) * 4)
     mem = [stage_memory(profile, i) for i in range(4)]
     assert list(segment_needs(mem)[0, 1:]) == [300, 400, 500, 700]
-    assert forward_keeps(mem[0], "Fc") == 100 and forward_keeps(mem[1], "Fn") == 0
+    assert movable_bytes(mem[0], "Fc") == 100 and movable_bytes(mem[1], "Fn") == 0
     assert recompute_peak(profile, [(0, 2)]) == 600
 
 

@@ -57,6 +57,7 @@ from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, o
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
 from harness.executors.grad_check import gradient_error
+from harness.memory import movable_bytes, stage_memory
 from harness.model import Profile, Run, Schedule, TimelineEvent, duplex_of
 from harness.protocols import Workload
 from harness.simulate.lowering import pass_profiles, stage_profile
@@ -479,8 +480,8 @@ class _Execution:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
         if nbytes is None:
             return None
-        stage = self.passes[group[0]].stages[group[1]]
-        planned = stage.input_bytes if self.kinds.get(group) == "Fc" else stage.saved_bytes  # a checkpoint: x_i
+        sb, i = group
+        planned = movable_bytes(stage_memory(self.passes[sb], i, self.schedule.algorithm_of(i)), self.kinds.get(group, "F"))
         actual = self.store.group_bytes(group)
         if planned <= 0 or actual == planned:
             return nbytes

@@ -25,7 +25,7 @@ import math
 
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
-from harness.schedules import check_budget, op_index, recompute_ops
+from harness.schedules import check_budget, op_index, recompute_ops, unconstrained_peak
 from harness.units import format_bytes
 
 
@@ -36,8 +36,7 @@ def _fits(schedule: Schedule, profile: Profile, budget: int, what: str) -> None:
     _, tm = timing(schedule, profile, budget=budget)
     if tm.ok:
         return
-    _, free = timing(schedule, profile, budget=float("inf"))
-    need = int(free.peak)
+    need = unconstrained_peak(schedule, profile)
     raise InfeasibleBudget(
         f"infeasible: {what} needs at least {need} bytes ({format_bytes(need)}) for {profile.model} at batch "
         f"{profile.batch_size}; the budget is {budget} bytes ({format_bytes(budget)})",

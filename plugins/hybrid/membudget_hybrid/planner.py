@@ -198,12 +198,12 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     from membudget_hybrid._kernels import warm_up
 
     warm_up()
-    own, own_schedule, own_time, states, rounds = _own_plan(profile, budget, int(slots), int(beam), planner, options,
+    own, own_schedule, own_time, states, rounds = _own_plan(profile, budget, slots, beam, planner, options,
                                                               duplex, bool(offload_checkpoints))
     best = ("hybrid", own_schedule, own_time)
     times: dict[str, float] = {}
     if rivals:
-        for name, schedule in _rival_schedules(profile, budget, int(slots), duplex):
+        for name, schedule in _rival_schedules(profile, budget, slots, duplex):
             t = math.inf if schedule is None else makespan(schedule, profile, budget=budget, duplex=duplex)
             times[name] = math.inf if t is None else t
             if times[name] < best[2]:
@@ -275,9 +275,7 @@ def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
 
 
 def _refusal(profile: Profile, budget: int, planner: str) -> InfeasibleBudget:
-    from harness.schedules import keep_all_schedule, unconstrained_peak
-
-    need = max(budget + 1, unconstrained_peak(keep_all_schedule(profile, budget, planner), profile))
+    need = peak_memory(profile)  # only reached below the keep-all peak
     return InfeasibleBudget(f"infeasible: {planner} found no schedule for {profile.model} under {budget} bytes; "
                             f"keep-all needs {need} bytes", needed_bytes=need)
 

@@ -21,7 +21,7 @@ With no transfers, the simulator (``harness.simulate.executor.makespan``) runs t
 operations back to back: the iteration time is the ideal compute plus the forward times of
 the recomputed stages, ``cost[a, b] = u_F a + ... + u_F (b-1)`` per segment. Memory comes
 from ``harness.memory`` (never re-derived here): every operation of a piece holds, above the
-weights, the bytes the pieces before it keep (``forward_keeps``: saved_i for ``F``, x_a
+weights, the bytes the pieces before it keep (``movable_bytes``: saved_i for ``F``, x_a
 for a segment's ``Fc``) plus the piece's own need (``saving_need``, ``segment_needs``), so
 the peak of a schedule is the largest ``prefix + need`` over its pieces (``peak_of``, on ``harness.memory.pieces_peak``:
 the walk of ``harness.memory.recompute_peak``, tested byte for byte against the simulator).
@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from harness.errors import InfeasibleBudget, MembudgetError
-from harness.memory import forward_keeps, pieces_peak, saving_need, segment_needs, stage_memory
+from harness.memory import movable_bytes, pieces_peak, saving_need, segment_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.planners.torch_peers import checkpoint_segments
@@ -75,7 +75,7 @@ class Tables:
     """A chain as the DP sees it: bytes (weights apart) and seconds, default algorithms.
 
     ``keep_saved[i]``, ``keep_checkpoint[i]``: what F_i, Fc_i keep until the backward pass
-    (``forward_keeps``); ``saving[i]``: the peak of a saving stage above the prefix
+    (``movable_bytes``); ``saving[i]``: the peak of a saving stage above the prefix
     (``saving_need``); ``segment[a, b]``: the peak of the segment [a, b) above the prefix
     (``segment_needs``; 0 where b <= a); ``cost[a, b]``: the seconds its recomputation takes.
     """
@@ -103,8 +103,8 @@ def segment_tables(profile: Profile) -> Tables:
     for a in range(n):
         cost[a, a + 1:] = np.cumsum(fwd[a:])
     return Tables(
-        keep_saved=np.array([forward_keeps(m, "F") for m in mem], dtype=np.int64),
-        keep_checkpoint=np.array([forward_keeps(m, "Fc") for m in mem], dtype=np.int64),
+        keep_saved=np.array([movable_bytes(m, "F") for m in mem], dtype=np.int64),
+        keep_checkpoint=np.array([movable_bytes(m, "Fc") for m in mem], dtype=np.int64),
         saving=np.array([saving_need(m) for m in mem], dtype=np.int64),
         segment=segment_needs(mem), cost=cost, weights=int(profile.weight_bytes),
         compute_time=float(profile.compute_time),
@@ -290,15 +290,11 @@ class Recompute:
     name = "recompute"
     description = "Optimal checkpointing by segments (which stages keep, which are recomputed) by dynamic programming"
 
-    def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel",
-             **options) -> Schedule:
-        """The schedule of ``plan``'s segments, checked in the simulator (its time is the predicted one) and
-        by the validator; ``InfeasibleBudget`` when none fits."""
-        if options:
-            raise TypeError(f"{self.name} takes only the options slots and engine, got {sorted(options)}")
+    def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel") -> Schedule:
+        """The schedule of ``plan``'s segments, checked in the simulator (its time is the predicted one;
+        the harness validates every plan, ``harness.case``); ``InfeasibleBudget`` when none fits."""
         slots = int_option(self.name, "slots", slots, 1)
         from harness.simulate.executor import makespan
-        from harness.validate import validate
 
         if engine == "kernel":
             from membudget_recompute._kernels import warm_up
@@ -306,15 +302,11 @@ class Recompute:
             warm_up()
         found = plan(profile, budget_bytes, slots, engine)
         schedule = ordered_schedule(profile, budget_bytes, (), planner=self.name, recompute=found.segments,
-                                    options={"slots": int(slots)})
+                                    options={"slots": slots})
         time = makespan(schedule, profile)
         if time is None or not math.isclose(time, found.time, rel_tol=1e-9, abs_tol=1e-15):
             raise MembudgetError(f"recompute: the simulator gives {time} s for the segments {found.segments}, "
                                  f"the DP {found.time} s under {budget_bytes} bytes; the memory model disagrees")
-        problems = validate(schedule, profile, budget_bytes)
-        if problems:
-            raise MembudgetError(f"recompute: the validator refuses the segments {found.segments}: "
-                                 + "; ".join(str(p) for p in problems[:3]))
         listed = found.segments if len(found.segments) <= 8 else f"{found.segments[:8]}..."
         note = (f"recompute: {len(found.segments)} segment(s) {listed}, predicted {found.time:.6g} s, "
                 f"peak {found.peak_bytes} B, {'optimal' if found.optimal else 'within the slot rounding'} "

@@ -86,6 +86,7 @@ def test_a_device_plan_holds_in_the_budget_where_the_chain_plan_does_not(calibra
     try:
         plan = plan_for_device(planner, calibrated, budget)
     except InfeasibleBudget as exc:  # refusing is allowed: with the number, above the budget
+        assert (name, fraction) != ("greedy", 0.75), "greedy plans for the device at 0.75 of the span"
         assert exc.needed_bytes is not None and exc.needed_bytes > budget
         return
     assert plan.memory.reserved_bytes <= budget
@@ -147,8 +148,7 @@ def test_a_device_suite_plans_within_what_the_device_budget_leaves(tmp_path):
         if row["status"] == "ok":
             reserved = int(row["reserved_predicted_bytes"])
             assert reserved <= budget, case_id
-            assert reserved == int(row["max_live_bytes"]) + int(row["fragmentation_bytes"]) + int(row["runtime_bytes"])
-            assert int(row["planning_budget_bytes"]) <= budget and int(row["peak_bytes"]) <= budget
+            assert int(row["peak_bytes"]) <= budget
         else:
             assert row["status"] == "infeasible" and "bytes" in row["message"], row["message"]
         twin = chain[case_id]

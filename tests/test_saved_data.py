@@ -74,14 +74,25 @@ def test_sub_batches_count_every_pass():
 
 @SETTINGS
 @given(profile=chains())
-def test_the_parts_sum_to_the_saved_data_whatever_the_schedule(profile: Profile):
+def test_each_strategy_puts_its_saved_data_where_it_says(profile: Profile):
+    """Keep-all keeps every saved byte; save_on_cpu offloads what its transfers move and keeps the
+    rest; checkpointing recomputes, per segment, all of the inner stages' saved data and what the
+    first stage saves beyond its checkpointed input, and offloads nothing (the profile's figures)."""
     total = sum(s.saved_bytes for s in profile.stages)
     n = profile.n_stages
-    for schedule in (Schedule("keep-all", 0, training_ops(n)), checkpoint_schedule(profile, 0, 1),
-                     checkpoint_schedule(profile, 0, 2), save_on_cpu_schedule(profile, 0)):
+    keep = _of(Schedule("keep-all", 0, training_ops(n)), profile)
+    assert (keep.kept, keep.offloaded, keep.recomputed) == (total, 0, 0)
+    cpu = save_on_cpu_schedule(profile, 0)
+    moved = {tr.stage for tr in cpu.transfers if tr.direction == "offload"}
+    data = _of(cpu, profile)
+    assert data.recomputed == 0 and data.offloaded == sum(profile.stages[i].saved_bytes for i in moved)
+    for every in (1, 2):
+        schedule = checkpoint_schedule(profile, 0, every)
+        kinds = {op.stage: op.kind for op in schedule.ops if op.is_forward}
+        again = sum(s.saved_bytes if kinds[i] == "Fn" else max(0, s.saved_bytes - s.input_bytes) if kinds[i] == "Fc"
+                    else 0 for i, s in enumerate(profile.stages))
         data = _of(schedule, profile)
-        assert data.total == total, schedule.notes
-        assert min(data.kept, data.offloaded, data.recomputed) >= 0
+        assert (data.offloaded, data.recomputed) == (0, again), schedule.notes
 
 
 def test_the_row_columns():

@@ -69,6 +69,20 @@ def test_lowerings_of_one_profile_share_the_operation_arrays_safely() -> None:
     assert lower(schedule, large).op_alloc.sum() == 2 * again.op_alloc.sum()
 
 
+def test_a_sub_batched_schedule_is_lowered_once_per_profile() -> None:
+    """Its passes are new profiles at every call, yet the arrays are the profile's: one cache entry."""
+    from harness.simulate.lowering import _OPS_CACHE
+
+    base = uniform_profile(100)
+    profile = replace(base, batch_size=4, variants=(replace(base, batch_size=2),))
+    schedule = Schedule("split", 0, training_ops(3, 2), sub_batches=2)
+    lower(schedule, profile)
+    entries = len(_OPS_CACHE)
+    for _ in range(3):
+        lower(schedule, profile)
+    assert len(_OPS_CACHE) == entries
+
+
 def uniform_profile(size: int) -> Profile:
     """Three stages of ``size`` bytes each, no weights."""
     stage = Stage("s", "conv", 1.0, 2.0, size, size, size)

@@ -73,20 +73,21 @@ def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
     return pass_profiles(profile, schedule)[0]
 
 
-_OPS_CACHE: dict[tuple, tuple[list[Profile], tuple[np.ndarray, ...]]] = {}
+_OPS_CACHE: dict[tuple, tuple[Profile, tuple[np.ndarray, ...]]] = {}
 _OPS_CACHE_SIZE = 32
 
 
-def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.ndarray, ...]:
+def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile]) -> tuple[np.ndarray, ...]:
     """The per-operation arrays and the saved tensors' sizes: ``harness.memory``'s blocks, flattened.
 
     They depend on the operations, the algorithms and the passes only, not on the
     transfers or the budget, so the candidates a planner tries on one profile share them
-    (a small cache, keyed by the passes' identity and kept alive with them).
+    (a small cache, keyed by the profile's identity, which the passes derive from, and kept
+    alive with it: the sub-batch passes are new objects at every call).
     """
-    key = (schedule.ops, schedule.algorithms, tuple(id(p) for p in passes))
+    key = (schedule.ops, schedule.algorithms, schedule.sub_batches, id(profile))
     hit = _OPS_CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], passes)):
+    if hit is not None and hit[0] is profile:
         return tuple(x.copy() for x in hit[1])
     n = passes[0].n_stages
     n_ops = len(schedule.ops)
@@ -120,7 +121,7 @@ def _operation_arrays(schedule: Schedule, passes: list[Profile]) -> tuple[np.nda
     arrays = (op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size)
     if len(_OPS_CACHE) >= _OPS_CACHE_SIZE:
         _OPS_CACHE.pop(next(iter(_OPS_CACHE)))
-    _OPS_CACHE[key] = (list(passes), arrays)
+    _OPS_CACHE[key] = (profile, arrays)
     return tuple(x.copy() for x in arrays)
 
 
@@ -131,7 +132,7 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
     duplex = duplex_of(schedule, duplex)
     passes = pass_profiles(profile, schedule)
     n = profile.n_stages
-    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, passes)
+    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, profile, passes)
 
     m = len(schedule.transfers)
     tr_tensor = np.zeros(m, dtype=np.int64)

@@ -46,6 +46,7 @@ def main() -> int:
             schedule = registry().planner(planner).plan(profile, budget)
         except Exception as exc:  # noqa: BLE001 - a planner that refuses is a row, not a lost run
             rows.append({"planner": planner, "budget_bytes": budget, "status": "infeasible", "message": str(exc)})
+            write(args, rows)
             continue
         run = TorchPlannedExecutor(allocator=args.allocator, warmup=3, iterations=5).run(schedule, profile, workload)
         row = {"planner": planner, "budget_bytes": budget, "status": run.status, "message": run.message,
@@ -61,6 +62,14 @@ def main() -> int:
                   flush=True)
         else:
             print(f"{planner:9s} {run.status}: {run.message}", flush=True)
+        write(args, rows)  # after every run: a call cut short keeps what finished
+    return 0 if all(r["status"] == "ok" for r in rows if r["planner"] == "keep-all") else 1
+
+
+def write(args: argparse.Namespace, rows: list[dict]) -> None:
+    """``OUT/rows.csv`` and ``OUT/summary.json`` of the rows so far."""
+    import torch
+
     args.out.mkdir(parents=True, exist_ok=True)
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("planner", "budget_bytes", "status"), k))
     with open(args.out / "rows.csv", "w", newline="") as f:
@@ -70,7 +79,6 @@ def main() -> int:
     summary = {"model": args.model, "batch": args.batch, "allocator": args.allocator,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    return 0 if all(r["status"] == "ok" for r in rows if r["planner"] == "keep-all") else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+"""What a GPU slice showed, against issue #16's and #17's done-when lines (docs/gpu.md).
+
+    python benchmarks/gpu/summary.py results/gpu-smoke/published-2 [OUT_FOLDER]
+
+reads a run folder's rows and prints, and writes under OUT_FOLDER as ``summary.md`` and
+``summary.json``:
+
+- the checks: zero ``oom`` among the cases the harness planned (a torch row the planner
+  refused is ``infeasible``, not a failure of the budget), every ``ok`` row's
+  ``max_memory_reserved`` within its budget, the median |prediction_error| at most 10% and
+  the largest at most 25%, and the largest gradient error;
+- the measured throughput of every planner at each budget against keep-all's, per model:
+  keep-all's measured iteration time (its fastest ``ok`` torch row of that model: the suite
+  runs it at an unconstrained budget) over the planner's. Where no keep-all row ran, the
+  simulator's ideal iteration (``ideal_s``) stands in, and the table says so.
+
+It runs on the CPU too (tests/test_gpu_summary.py runs it on a CPU suite), so a GPU slice
+never finds it broken.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+MEDIAN_ERROR, MAX_ERROR = 0.10, 0.25  # issue #16: |prediction_error| median and largest
+REAL = "torch"  # the executor whose rows are measured on the device
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Issue #16's done-when figures over the measured rows of one run."""
+
+    status: dict[str, int]
+    oom_among_planned: int
+    errors: int  # measured rows that failed for another reason than memory
+    over_budget: int  # ok rows whose max_memory_reserved exceeds budget_bytes
+    error_median: float
+    error_max: float
+    grad_error_max: float
+
+    @property
+    def passed(self) -> dict[str, bool]:
+        """Each check by name: True when it holds (a check with no rows to judge does not hold)."""
+        return {
+            "zero oom among planned cases": self.oom_among_planned == 0,
+            "no errors": self.errors == 0,
+            "reserved within the budget": self.over_budget == 0 and self.status.get("ok", 0) > 0,
+            f"median |prediction_error| <= {MEDIAN_ERROR:.0%}": self.error_median <= MEDIAN_ERROR,
+            f"largest |prediction_error| <= {MAX_ERROR:.0%}": self.error_max <= MAX_ERROR,
+        }
+
+
+def measured(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows the device ran (the torch executor's)."""
+    return rows[rows["executor"] == REAL]
+
+
+def checks(rows: pd.DataFrame) -> Checks:
+    """The done-when figures of ``rows`` (a run's rows, every executor)."""
+    real = measured(rows)
+    ok = real[real["status"] == "ok"]
+    prediction = pd.to_numeric(ok["prediction_error"], errors="coerce").abs().dropna()
+    grads = pd.to_numeric(ok["grad_error"], errors="coerce").dropna()
+    reserved = pd.to_numeric(ok["max_memory_reserved"], errors="coerce")
+    budget = pd.to_numeric(ok["budget_bytes"], errors="coerce")
+    return Checks(
+        status={str(k): int(v) for k, v in real["status"].value_counts().items()},
+        oom_among_planned=int((real["status"] == "oom").sum()),
+        errors=int((real["status"] == "error").sum()),
+        over_budget=int((reserved > budget).sum()),
+        error_median=float(prediction.median()) if len(prediction) else math.nan,
+        error_max=float(prediction.max()) if len(prediction) else math.nan,
+        grad_error_max=float(grads.max()) if len(grads) else math.nan,
+    )
+
+
+def _model_label(model: str, batch: object) -> str:
+    return f"{model}, batch {batch}"
+
+
+def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Per model: (what the denominator is, planner x budget table of keep-all's time over the
+    planner's, measured; a cell is the row's status where it did not run)."""
+    out: dict[str, tuple[str, pd.DataFrame]] = {}
+    real = measured(rows)
+    for (model, batch), group in real.groupby(["model", "batch_size"], sort=False):
+        keep_all = group[(group["planner"] == "keep-all") & (group["status"] == "ok")]
+        if len(keep_all):
+            reference = float(keep_all["makespan_s"].min())
+            basis = f"keep-all measured, {reference * 1e3:.2f} ms"
+        else:
+            reference = float(pd.to_numeric(group["ideal_s"], errors="coerce").dropna().iloc[0])
+            basis = f"no keep-all run: the simulated ideal iteration, {reference * 1e3:.2f} ms"
+        table: dict[str, dict[str, str]] = {}
+        for _, row in group.iterrows():
+            cell = (f"{reference / float(row['makespan_s']):.2f}" if row["status"] == "ok"
+                    else str(row["status"]))
+            table.setdefault(row["planner_label"], {})[row["budget_label"]] = cell
+        budgets = list(dict.fromkeys(group["budget_label"]))
+        frame = pd.DataFrame.from_dict(table, orient="index").reindex(columns=budgets).fillna("")
+        out[_model_label(model, batch)] = (basis, frame)
+    return out
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    head = "| planner | " + " | ".join(frame.columns) + " |"
+    rule = "| --- " * (len(frame.columns) + 1) + "|"
+    body = ["| " + " | ".join([str(name), *map(str, line)]) + " |" for name, line in frame.iterrows()]
+    return "\n".join([head, rule, *body])
+
+
+def report(rows: pd.DataFrame) -> tuple[str, dict]:
+    """The summary as text (markdown) and as a JSON-ready dict."""
+    found = checks(rows)
+    lines = [f"measured rows by status: {found.status}",
+             f"oom among the cases the harness planned: {found.oom_among_planned}",
+             f"ok rows reserving more than their budget: {found.over_budget}",
+             f"|prediction_error| over the ok rows: median {found.error_median:.3f}, largest {found.error_max:.3f}",
+             f"largest gradient error against the unmodified model: {found.grad_error_max:.2e}", ""]
+    lines += [f"- {'PASS' if held else 'FAIL'}: {name}" for name, held in found.passed.items()]
+    tables = throughput_against_keep_all(rows)
+    for model, (basis, frame) in tables.items():
+        lines += ["", f"### {model}: throughput against keep-all ({basis})", "", _markdown(frame)]
+    data = {"checks": asdict(found), "passed": found.passed,
+            "throughput_against_keep_all": {m: {"basis": b, "table": f.to_dict(orient="index")}
+                                            for m, (b, f) in tables.items()}}
+    return "\n".join(lines) + "\n", data
+
+
+def main(argv: list[str]) -> int:
+    """``summary.py RUN_FOLDER [OUT_FOLDER]``: print the summary and write it under OUT_FOLDER."""
+    from harness.results import load_rows
+
+    if not argv or len(argv) > 2:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    text, data = report(load_rows(argv[0]))
+    print(text, end="")
+    if len(argv) == 2:
+        out = Path(argv[1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.md").write_text(text)
+        (out / "summary.json").write_text(json.dumps(data, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

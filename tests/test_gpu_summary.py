@@ -1,0 +1,116 @@
+"""benchmarks/gpu/summary.py, the summary a GPU slice prints and commits, run on a CPU suite so
+that a GPU session never finds it broken: issue #16's checks and the throughput against keep-all."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summary_module():
+    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "benchmarks" / "gpu" / "summary.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+summary = _summary_module()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A CPU run of the torch executor beside the simulator, keep-all also at an unconstrained budget."""
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    folder = tmp_path_factory.mktemp("gpu-summary")
+    suite = folder / "cpu.yaml"
+    suite.write_text(textwrap.dedent("""
+        name: summary-cpu
+        profiler: analytic
+        device: V100-PCIe
+        models:
+          - model: builtin:tiny-cnn
+            batch_sizes: [4]
+            input_size: [3, 16, 16]
+        budgets: {fractions: [0.0, 0.5, 1.0], bytes: [1GiB]}
+        planners: [keep-all, greedy, torch-checkpoint]
+        executors: [torch, simulate]
+        excludes: [{budget: 1GiB, planner: [greedy, torch-checkpoint]}]
+    """))
+    with pytest.MonkeyPatch.context() as mp:  # the CPU path, also on a CUDA machine
+        mp.setattr(torch.cuda, "is_available", lambda: False)
+        return run_suite(load_suite(suite), folder / "results", progress=False).run_dir
+
+
+def test_throughput_is_keep_all_measured_time_over_each_planners(run_dir):
+    from harness.results import load_rows
+
+    rows = load_rows(run_dir)
+    tables = summary.throughput_against_keep_all(rows)
+    assert list(tables) == ["builtin:tiny-cnn, batch 4"]
+    basis, table = tables["builtin:tiny-cnn, batch 4"]
+    real = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")]
+    keep_all = float(real[real["planner"] == "keep-all"]["makespan_s"].min())
+    assert basis.startswith("keep-all measured") and f"{keep_all * 1e3:.2f} ms" in basis
+    assert table.loc["keep-all", "1GiB"] == "1.00"
+    assert table.loc["keep-all", "f0"] == "infeasible"
+    for _, row in real.iterrows():  # every measured cell, from the rows themselves
+        assert table.loc[row["planner_label"], row["budget_label"]] == f"{keep_all / row['makespan_s']:.2f}"
+    assert table.loc["greedy", "1GiB"] == ""  # not run there (excluded)
+
+
+def test_the_checks_hold_on_a_clean_cpu_run_and_the_files_are_written(run_dir, tmp_path):
+    assert summary.main([str(run_dir), str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["checks"]["oom_among_planned"] == 0 and data["checks"]["errors"] == 0
+    assert data["passed"]["zero oom among planned cases"]
+    assert data["checks"]["grad_error_max"] <= 1e-6  # every schedule trained the unmodified network
+    text = (tmp_path / "summary.md").read_text()
+    assert "throughput against keep-all (keep-all measured" in text and "| keep-all |" in text
+
+
+def test_each_failed_check_is_reported(run_dir):
+    from harness.results import load_rows
+
+    rows = load_rows(run_dir)
+    real = rows.index[(rows["executor"] == "torch") & (rows["status"] == "ok")]
+    assert len(real) >= 4  # one to fail, and a median of the others that the largest does not move
+    doctored = rows.copy()
+    doctored.loc[real[0], "status"] = "oom"
+    doctored.loc[real[1], "max_memory_reserved"] = int(doctored.loc[real[1], "budget_bytes"]) + 1
+    doctored["prediction_error"] = doctored["prediction_error"].astype(float)
+    doctored.loc[real[1:], "prediction_error"] = 0.05
+    doctored.loc[real[-1], "prediction_error"] = -0.3
+    found = summary.checks(doctored)
+    assert found.oom_among_planned == 1 and found.over_budget == 1
+    assert math.isclose(found.error_max, 0.3)
+    assert math.isclose(found.error_median, 0.05)
+    passed = found.passed
+    assert not passed["zero oom among planned cases"] and not passed["reserved within the budget"]
+    assert passed["median |prediction_error| <= 10%"] and not passed["largest |prediction_error| <= 25%"]
+    text, _ = summary.report(doctored)
+    assert "- FAIL: zero oom among planned cases" in text and "- PASS: median" in text
+
+
+def test_without_keep_all_the_ideal_iteration_is_the_basis_and_says_so(run_dir):
+    from harness.results import load_rows
+
+    rows = load_rows(run_dir)
+    rows = rows[rows["planner"] != "keep-all"]
+    basis, table = summary.throughput_against_keep_all(rows)["builtin:tiny-cnn, batch 4"]
+    ideal = float(rows["ideal_s"].dropna().iloc[0])
+    assert basis.startswith("no keep-all run: the simulated ideal iteration") and f"{ideal * 1e3:.2f} ms" in basis
+    ok = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")].iloc[0]
+    assert table.loc[ok["planner_label"], ok["budget_label"]] == f"{ideal / ok['makespan_s']:.2f}"

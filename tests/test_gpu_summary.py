@@ -114,3 +114,16 @@ def test_without_keep_all_the_ideal_iteration_is_the_basis_and_says_so(run_dir):
     assert basis.startswith("no keep-all run: the simulated ideal iteration") and f"{ideal * 1e3:.2f} ms" in basis
     ok = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")].iloc[0]
     assert table.loc[ok["planner_label"], ok["budget_label"]] == f"{ideal / ok['makespan_s']:.2f}"
+
+
+def test_where_the_time_went_has_a_line_per_measured_row(run_dir):
+    from harness.results import load_rows
+
+    rows = load_rows(run_dir)
+    gaps = summary.time_gaps(rows, run_dir)["builtin:tiny-cnn, batch 4"]
+    real = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")]
+    assert len(gaps) == len(real)  # the torch executor saved every timeline, the simulator its twin's
+    for line, (_, row) in zip(gaps.to_dict(orient="records"), real.iterrows()):
+        assert (line["planner"], line["budget"]) == (row["planner_label"], row["budget_label"])
+        assert line["measured ms"] == f"{row['makespan_s'] * 1e3:.2f}"
+        assert line["compute F"].endswith("%") and line["idle"].endswith("%")

@@ -12,7 +12,11 @@ reads a run folder's rows and prints, and writes under OUT_FOLDER as ``summary.m
 - the measured throughput of every planner at each budget against keep-all's, per model:
   keep-all's measured iteration time (its fastest ``ok`` torch row of that model: the suite
   runs it at an unconstrained budget) over the planner's. Where no keep-all row ran, the
-  simulator's ideal iteration (``ideal_s``) stands in, and the table says so.
+  simulator's ideal iteration (``ideal_s``) stands in, and the table says so;
+- where the measured time went that the simulator did not see, per planner and budget: the
+  measured timeline against the simulated one of the same case (``harness.time_gap``), as
+  shares of the predicted time (compute per operation kind, the compute stream's idle time,
+  the spread between the median and the recorded iteration) and the copies' extra time.
 
 It runs on the CPU too (tests/test_gpu_summary.py runs it on a CPU suite), so a GPU slice
 never finds it broken.
@@ -108,15 +112,45 @@ def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.D
     return out
 
 
-def _markdown(frame: pd.DataFrame) -> str:
+def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
+    """Per model: one line per measured ``ok`` row whose timeline and its simulated twin's were
+    saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted)."""
+    from harness.time_gap import time_gap
+
+    keys = ["model", "batch_size", "input_size", "planner_label", "budget_label"]
+    saved = rows[rows["timeline"].fillna("") != ""]
+    predicted = {tuple(r[k] for k in keys): r for _, r in saved[saved["executor"] == "simulate"].iterrows()}
+    out: dict[str, list[dict]] = {}
+    for _, row in saved[(saved["executor"] == REAL) & (saved["status"] == "ok")].iterrows():
+        twin = predicted.get(tuple(row[k] for k in keys))
+        if twin is None:
+            continue
+        load = lambda r: json.loads((run_dir / r["timeline"]).read_text())["events"]  # noqa: E731
+        gap = time_gap(load(row), load(twin), float(row["makespan_s"]), float(twin["makespan_s"]))
+        line = {"planner": row["planner_label"], "budget": row["budget_label"],
+                "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
+        line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})
+        line["copies"] = f"{gap.copy_s / gap.predicted_s:+.1%}" if gap.predicted_s > 0 else ""
+        line["largest op gaps"] = ", ".join(f"{label} {d * 1e3:+.2f} ms" for label, d in gap.largest_ops[:3])
+        out.setdefault(_model_label(row["model"], row["batch_size"]), []).append(line)
+    return {model: pd.DataFrame(lines).fillna("") for model, lines in out.items()}
+
+
+def _markdown(frame: pd.DataFrame, index: bool = True) -> str:
+    if not index:
+        head = "| " + " | ".join(frame.columns) + " |"
+        rule = "| --- " * len(frame.columns) + "|"
+        body = ["| " + " | ".join(map(str, line)) + " |" for line in frame.itertuples(index=False)]
+        return "\n".join([head, rule, *body])
     head = "| planner | " + " | ".join(frame.columns) + " |"
     rule = "| --- " * (len(frame.columns) + 1) + "|"
     body = ["| " + " | ".join([str(name), *map(str, line)]) + " |" for name, line in frame.iterrows()]
     return "\n".join([head, rule, *body])
 
 
-def report(rows: pd.DataFrame) -> tuple[str, dict]:
-    """The summary as text (markdown) and as a JSON-ready dict."""
+def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
+    """The summary as text (markdown) and as a JSON-ready dict; the time gaps need the run folder
+    (``run_dir``), where the timelines are."""
     found = checks(rows)
     lines = [f"measured rows by status: {found.status}",
              f"oom among the cases the harness planned: {found.oom_among_planned}",
@@ -127,9 +161,14 @@ def report(rows: pd.DataFrame) -> tuple[str, dict]:
     tables = throughput_against_keep_all(rows)
     for model, (basis, frame) in tables.items():
         lines += ["", f"### {model}: throughput against keep-all ({basis})", "", _markdown(frame)]
+    gaps = time_gaps(rows, run_dir) if run_dir is not None else {}
+    for model, frame in gaps.items():
+        lines += ["", f"### {model}: measured - predicted time, as shares of the predicted (timeline vs timeline)",
+                  "", _markdown(frame, index=False)]
     data = {"checks": asdict(found), "passed": found.passed,
             "throughput_against_keep_all": {m: {"basis": b, "table": f.to_dict(orient="index")}
-                                            for m, (b, f) in tables.items()}}
+                                            for m, (b, f) in tables.items()},
+            "time_gaps": {m: f.to_dict(orient="records") for m, f in gaps.items()}}
     return "\n".join(lines) + "\n", data
 
 
@@ -140,7 +179,7 @@ def main(argv: list[str]) -> int:
     if not argv or len(argv) > 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    text, data = report(load_rows(argv[0]))
+    text, data = report(load_rows(argv[0]), Path(argv[0]))
     print(text, end="")
     if len(argv) == 2:
         out = Path(argv[1])

@@ -334,7 +334,7 @@ class _Execution:
                     self._reset_stats()
                     moved_before, stall_before = self.copies.moved_bytes + self.native_moved, self.copies.stall_s
                 last = k == ex.warmup + ex.iterations - 1
-                seconds = self._iteration(record=last and ex.record)
+                seconds = self._iteration(record=last and ex.record, timeline=last)
                 if k >= ex.warmup:
                     times.append(seconds)
         except (torch.OutOfMemoryError, MemoryError, BudgetExceeded) as exc:
@@ -373,8 +373,10 @@ class _Execution:
             torch.cuda.synchronize(self.chain.device)
             torch.cuda.reset_peak_memory_stats(self.chain.device)
 
-    def _iteration(self, record: bool) -> float:
-        """One training iteration in schedule order; returns its seconds."""
+    def _iteration(self, record: bool, timeline: bool = False) -> float:
+        """One training iteration in schedule order; returns its seconds. ``record``: keep the bytes
+        held after every operation; ``timeline``: keep its operations and copies as measured (the
+        marks are taken in every iteration, since the copies' stall time needs them)."""
         chain, schedule = self.chain, self.schedule
         for p in chain.graph.gm.parameters():
             p.grad = None
@@ -425,7 +427,7 @@ class _Execution:
             self.copies.synchronize()
             self.copies.resolve()
             seconds = self.clock.seconds(end)
-            if record:
+            if timeline:
                 self._timeline()
             return seconds
         finally:

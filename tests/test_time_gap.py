@@ -1,0 +1,78 @@
+"""harness.time_gap: a measured iteration against the simulator's, split by where the time went
+(issue #16, "timeline vs timeline"), on hand-made timelines and on a real CPU run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.model import TimelineEvent
+from harness.time_gap import TimelineParts, op_kind, time_gap
+
+
+def _events(*spec):
+    return [TimelineEvent(label, stream, start, end) for label, stream, start, end in spec]
+
+
+PREDICTED = _events(("F0", "compute", 0.0, 1.0), ("F1", "compute", 1.0, 2.0), ("B1", "compute", 2.0, 4.0),
+                    ("B0", "compute", 4.0, 6.0), ("offload 0", "copy", 1.0, 2.0), ("prefetch 0", "copy", 2.0, 3.0))
+
+
+def test_a_hand_worked_gap():
+    # measured: F1 takes 0.5 s longer, the compute stream waits 0.25 s before B0 for its prefetch,
+    # the copies take 1 s longer in all, and the median iteration is 0.1 s longer than the recorded one
+    measured = _events(("F0", "compute", 0.0, 1.0), ("F1", "compute", 1.0, 2.5), ("B1", "compute", 2.5, 4.5),
+                       ("B0", "compute", 4.75, 6.75), ("offload 0", "copy", 1.0, 2.5), ("prefetch 0", "copy", 2.5, 4.0))
+    gap = time_gap(measured, PREDICTED, measured_s=6.85, predicted_s=6.0)
+    assert gap.compute_s == pytest.approx({"F": 0.5, "B": 0.0})
+    assert gap.idle_s == pytest.approx(0.25)
+    assert gap.spread_s == pytest.approx(0.1)
+    assert gap.copy_s == pytest.approx(1.0)
+    assert gap.gap_s == pytest.approx(0.85)
+    assert gap.largest_ops[0] == ("F1", pytest.approx(0.5))
+    assert gap.shares()["compute F"] == pytest.approx(0.5 / 6.0)
+
+
+def test_the_parts_sum_to_the_gap_whatever_the_timelines():
+    measured = _events(("Fc0", "compute", 0.1, 0.4), ("Fn1", "compute", 0.5, 0.6), ("R0", "compute", 0.7, 1.0),
+                       ("R1", "compute", 1.0, 1.2), ("B1", "compute", 1.3, 2.0), ("B0", "compute", 2.0, 2.2))
+    gap = time_gap(measured, PREDICTED, measured_s=2.5)
+    assert sum(gap.compute_s.values()) + gap.idle_s + gap.spread_s == pytest.approx(gap.gap_s)
+    assert list(gap.compute_s) == ["F", "Fc", "Fn", "R", "B"]  # one order, whoever ran what
+    assert gap.predicted_s == 6.0  # the simulated timeline's length by default
+
+
+def test_parts_of_a_saved_timeline_and_labels():
+    parts = TimelineParts.of([["F0/1", "compute", 0.0, 1.0], ["B0/1", "compute", 1.5, 2.0], ["x", "d2h", 0.0, 3.0]])
+    assert parts.length_s == 3.0 and parts.busy_s == {"F": 1.0, "B": 0.5} and parts.copy_s == 3.0
+    assert parts.idle_s == pytest.approx(1.5)
+    assert [op_kind(s) for s in ("F3", "Fc3", "Fn12", "R0/2", "B7")] == ["F", "Fc", "Fn", "R", "B"]
+    with pytest.raises(ValueError, match="not an operation label"):
+        op_kind("offload 3")
+
+
+def test_a_real_run_against_its_simulation():
+    """The torch executor keeps its last iteration's timeline: one event per operation of the
+    schedule, the copies of an offloading schedule on their stream, and the split adds up."""
+    pytest.importorskip("torch")
+    from harness.bounds import min_memory, peak_memory
+    from harness.executors.torch_executor import TorchExecutor
+    from harness.plugins import registry
+    from harness.protocols import Workload
+    from harness.simulate.executor import simulate
+
+    workload = Workload("builtin:tiny-cnn", 4, (3, 16, 16), "cpu")
+    profile = registry().profiler("analytic").profile(Workload("builtin:tiny-cnn", 4, (3, 16, 16), "V100-PCIe"))
+    budget = (min_memory(profile) + peak_memory(profile)) // 2
+    schedule = registry().planner("greedy").plan(profile, budget)
+    assert schedule.transfers
+    run = TorchExecutor(device="cpu", warmup=1, iterations=2).run(schedule, profile, workload)
+    assert run.status == "ok", run.message
+    compute = [e.label for e in run.timeline if e.stream == "compute"]
+    assert compute == [op.label for op in schedule.ops]
+    assert any(e.stream != "compute" for e in run.timeline)
+    predicted = simulate(schedule, profile)
+    gap = time_gap(run.timeline, predicted.timeline, run.makespan, predicted.makespan)
+    assert sum(gap.compute_s.values()) + gap.idle_s + gap.spread_s == pytest.approx(gap.gap_s)
+    assert math.isclose(gap.measured_s, run.makespan) and math.isclose(gap.predicted_s, predicted.makespan)

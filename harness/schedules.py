@@ -180,12 +180,19 @@ def fastest_ordered_schedule(profile: Profile, budget: int, offload, *, planner:
     return best, best_time
 
 
+def just_in_time_need(profile: Profile, offload: Mapping[int, int | None] | set[int] | list[int],
+                      duplex: bool = False) -> int:
+    """The bytes an offload set needs with just-in-time prefetches: the ``unconstrained_peak`` of its
+    ``ordered_schedule`` with a prefetch window of 1, what a planner reports when no order of it fits."""
+    just_in_time = ordered_schedule(profile, 0, offload, planner="just-in-time", prefetch_window=1)
+    return unconstrained_peak(just_in_time, profile, duplex)
+
+
 def offload_set_refusal(profile: Profile, budget: int, offload: Mapping[int, int | None] | set[int] | list[int],
                         planner: str, duplex: bool = False) -> InfeasibleBudget:
     """The error when no prefetch order of ``offload`` fits: the bytes that set needs with
-    just-in-time prefetches (``ordered_schedule`` with a prefetch window of 1), as ``needed_bytes``."""
-    just_in_time = ordered_schedule(profile, budget, offload, planner=planner, prefetch_window=1)
-    need = unconstrained_peak(just_in_time, profile, duplex)
+    just-in-time prefetches (``just_in_time_need``), as ``needed_bytes``."""
+    need = just_in_time_need(profile, offload, duplex)
     return InfeasibleBudget(
         f"infeasible: {planner} found no feasible prefetch order; its offload set needs {need} bytes "
         f"({format_bytes(need)}) with just-in-time prefetches, the budget is {budget} bytes ({format_bytes(budget)})",

@@ -19,7 +19,8 @@ So a schedule's predicted reservation is ``arena(chain trace) + runtime_bytes``
 (``DeviceMemory``). ``plan_for_device`` gives a planner the budget minus the runtime bytes
 and shrinks it by the excess until the prediction fits, so that a plan the harness calls
 feasible holds in the device budget; ``check_fits`` refuses a trace (simulated, or replayed
-from a real run) that would exceed a budget, with the number.
+from a real run) that would exceed a budget, with the number; ``arena_fits`` says whether an
+allocator's arena holds in a budget under either budget model.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ def check_fits(trace: Trace, budget: int, runtime_bytes: int = 0, what: str = "t
         raise InfeasibleBudget(f"{what} needs {memory.describe()}, above the budget of {budget} bytes",
                                needed_bytes=memory.reserved_bytes)
     return memory
+
+
+def arena_fits(arena_bytes: int, budget: int, runtime_bytes: int, device_budget: bool) -> bool:
+    """Whether an allocator's arena holds in ``budget`` under the suite's budget model.
+
+    Under the chain model (papers/004's M) the arena alone is what the budget bounds. Under a
+    device budget the process reserves the arena plus the runtime bytes the chain model does
+    not see (as in ``DeviceMemory.reserved_bytes``), so that sum is what must hold.
+    """
+    reserved = arena_bytes + runtime_bytes if device_budget else arena_bytes
+    return reserved <= budget
 
 
 def keep_all_memory(profile: Profile, duplex: bool = False) -> DeviceMemory:

@@ -260,13 +260,18 @@ class Cell:
         return self.status == "ok"
 
 
+def over_budget_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The allocator rows whose arena the runner found not to fit the budget (``arena_fits_budget``)."""
+    return rows[(rows["allocator"] != "") & (rows["arena_fits_budget"] == "false")]
+
+
 def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple[str, str], Cell]:
     """(planner label, budget label) -> Cell, for the rows of one model group on one executor."""
     out: dict[tuple[str, str], Cell] = {}
     for (planner, budget), cell in rows.groupby(["planner_label", "budget_label"], sort=False):
         planned = plan_rows(cell)
         failed = planned[planned["status"] != "ok"]
-        over = cell[(cell["allocator"] != "") & (cell["arena_fits_budget"] == "false")]
+        over = over_budget_rows(cell)
         arena = int(over["arena_bytes"].max()) if not over.empty else None
         names = tuple(dict.fromkeys(over["allocator"]))
         if not failed.empty:
@@ -696,6 +701,28 @@ CLAIMS = (
 )
 
 
+def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
+    """The note on a time table's ``ARENA_FLAG`` cells (None when there are none): how many, in which
+    allocator models, and the largest amount that exceeded the budget, which is what the runner compared
+    (``harness.device_memory.arena_fits``): the arena, or under a device budget the arena plus the
+    runtime bytes."""
+    over = [c for c in table.cells.values() if c.arena_over_budget is not None]
+    if not over:
+        return None
+    count, names = len(over), ", ".join(dict.fromkeys(a for c in over for a in c.over_allocators))
+    if not device_budget:
+        return (f"{ARENA_FLAG} {count} of these schedules' memory traces need a larger arena than the budget in "
+                f"the {names} allocator model (largest: {fmt_bytes(max(c.arena_over_budget for c in over))}): "
+                "the plan fits the chain model's budget, but a real caching allocator would likely run out of "
+                "memory.")
+    rows = over_budget_rows(table.rows)
+    largest = int((rows["arena_bytes"] + rows["runtime_bytes"].fillna(0)).max())
+    return (f"{ARENA_FLAG} {count} of these schedules' memory traces, placed by the {names} allocator model, need "
+            f"more than the device budget: the arena plus the runtime bytes the chain model does not see, what "
+            f"the process would reserve (largest: {fmt_bytes(largest)}). A real allocator placing them so would "
+            "likely run out of memory.")
+
+
 def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     """Rows written before the common columns existed get them, from the run's own profiles.
 
@@ -737,6 +764,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     frame = fill_common_columns(load_rows(run.path), run.path)
     suite = meta.get("suite", run.suite)
     statistic = meta.get("spec", {}).get("statistic", "trimmed-mean")
+    device_budget = meta.get("spec", {}).get("budget_model") == "device"
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
     doc.para(what_ran(frame, meta))
@@ -761,14 +789,9 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             kind = "measured" if is_measured(table.rows) else "simulated"
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))
-            over = [(p, b, c) for (p, b), c in table.cells.items() if c.arena_over_budget is not None]
-            if over:
-                names = ", ".join(dict.fromkeys(a for _, _, c in over for a in c.over_allocators))
-                doc.para(f"{ARENA_FLAG} {len(over)} of these schedules' memory traces need a larger arena than "
-                         f"the budget in the {names} allocator model (largest: "
-                         f"{fmt_bytes(max(c.arena_over_budget for _, _, c in over))}): the plan fits the chain "
-                         "model's budget, but a real caching allocator would likely run out of memory.",
-                         small=True)
+            note = arena_note(table, device_budget)
+            if note:
+                doc.para(note, small=True)
             if does_what(table.rows):
                 doc.heading(f"{executor} executor ({kind}): the fastest strategy per budget, and what it does", 3)
                 doc.table(*strategy_table(table))

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 from harness.case import classify, run_case
+from harness.device_memory import arena_fits
 from harness.errors import MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
@@ -167,7 +168,9 @@ def execute_unit(task: UnitTask) -> UnitResult:
                 placement = task.allocators[c.allocator].place(run.trace, **c.allocator_options)
                 row.update(place_time_s=time.perf_counter() - started, arena_bytes=placement.arena_bytes,
                            max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
-                           arena_fits_budget=placement.arena_bytes <= budget, placement_optimal=placement.optimal,
+                           arena_fits_budget=arena_fits(placement.arena_bytes, budget, profile.runtime_bytes,
+                                                        task.device_budget),
+                           placement_optimal=placement.optimal,
                            placement_lower_bound_bytes=placement.lower_bound_bytes)
             except Exception as exc:
                 status, message = classify(exc)

@@ -1,4 +1,5 @@
-"""Building blocks planners share: the budget check, keep-all, and the ordered no-wait schedule.
+"""Building blocks planners share: the budget check, keep-all, the ordered no-wait schedule and
+the refusal when no prefetch order of an offload set fits it.
 
 papers/004 (Lemma 3, Prop. 1) shows that for a fixed set of offloaded activations the best
 schedule is ordered (offloads by increasing index, prefetches by decreasing index) and
@@ -177,6 +178,26 @@ def fastest_ordered_schedule(profile: Profile, budget: int, offload, *, planner:
             if time is not None and time < best_time:
                 best, best_time = schedule, time
     return best, best_time
+
+
+def just_in_time_need(profile: Profile, offload: Mapping[int, int | None] | set[int] | list[int],
+                      duplex: bool = False) -> int:
+    """The bytes an offload set needs with just-in-time prefetches: the ``unconstrained_peak`` of its
+    ``ordered_schedule`` with a prefetch window of 1, what a planner reports when no order of it fits."""
+    just_in_time = ordered_schedule(profile, 0, offload, planner="just-in-time", prefetch_window=1)
+    return unconstrained_peak(just_in_time, profile, duplex)
+
+
+def offload_set_refusal(profile: Profile, budget: int, offload: Mapping[int, int | None] | set[int] | list[int],
+                        planner: str, duplex: bool = False) -> InfeasibleBudget:
+    """The error when no prefetch order of ``offload`` fits: the bytes that set needs with
+    just-in-time prefetches (``just_in_time_need``), as ``needed_bytes``."""
+    need = just_in_time_need(profile, offload, duplex)
+    return InfeasibleBudget(
+        f"infeasible: {planner} found no feasible prefetch order; its offload set needs {need} bytes "
+        f"({format_bytes(need)}) with just-in-time prefetches, the budget is {budget} bytes ({format_bytes(budget)})",
+        needed_bytes=need,
+    )
 
 
 def _halvings(n: int) -> list[int]:

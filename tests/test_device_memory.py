@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import hookimpl
 from harness.allocators.caching import CachingAllocator
 from harness.allocators.trace import max_live_bytes, read_csv
 from harness.bounds import min_memory, peak_memory
@@ -20,7 +21,7 @@ from harness.device_memory import (
     calibrate_runtime_bytes, check_fits, device_memory, keep_all_memory, plan_for_device,
 )
 from harness.errors import InfeasibleBudget
-from harness.model import Profile, load
+from harness.model import Profile, load, save
 from harness.plugins import registry
 from harness.results import load_rows
 from harness.simulate.executor import simulate
@@ -156,3 +157,95 @@ def test_a_device_suite_plans_within_what_the_device_budget_leaves(tmp_path):
             over_in_chain += 1
     assert any(r["status"] == "ok" for r in device.values())
     assert over_in_chain > 0  # the chain model's plans would have overflowed some of these budgets
+
+
+class _NoReuse:
+    """An allocator that never reuses memory: each block after the last, so its arena is the sum of the
+    trace's sizes, more than the caching allocator model's on a trace that frees anything."""
+
+    name = "no-reuse"
+    description = "every block at a fresh offset (test allocator)"
+
+    def place(self, trace):
+        """Offsets that never overlap: the running sum of the sizes."""
+        import numpy as np
+
+        from harness.allocators._common import make_placement
+        from harness.allocators.trace import as_int_trace
+
+        blocks = as_int_trace(trace)
+        return make_placement(self.name, blocks, np.cumsum(blocks.size) - blocks.size)
+
+
+class _NoReusePlugin:
+    """Registers ``no-reuse``."""
+
+    __name__ = "membudget_test_no_reuse"
+
+    @hookimpl
+    def membudget_register_allocators(self, register):
+        register(_NoReuse())
+
+
+NO_REUSE = _NoReusePlugin()
+
+
+@pytest.fixture(scope="module")
+def runtime_runs(tmp_path_factory):
+    """One suite run under each budget model, on a profile with runtime bytes: keep-all at a budget of the
+    no-reuse arena, the runtime bytes half the room the caching model leaves below it. So the no-reuse
+    arena fits alone but not with the runtime, and the caching arena (what device planning fits) does."""
+    from harness.runner import run_suite
+    from harness.schedules import keep_all_schedule
+    from harness.suite import load_suite
+    from tests import test_suite_support as support
+
+    registry().add_plugin(NO_REUSE, "membudget-test-no-reuse", "0.0")
+    folder = tmp_path_factory.mktemp("runtime")
+    chain = support.chain("synthetic:chain8", 256)
+    trace = simulate(keep_all_schedule(chain, peak_memory(chain)), chain).trace
+    no_reuse, caching = _NoReuse().place(trace).arena_bytes, CachingAllocator().place(trace).arena_bytes
+    assert no_reuse > caching >= peak_memory(chain)  # room for runtime bytes between the two
+    profile = replace(chain, runtime_bytes=(no_reuse - caching) // 2)
+    save(profile, folder / "chain8.json")
+    text = (f"name: fits\nprofiler: file\ndevice: synthetic\nmodels:\n  - model: {folder / 'chain8.json'}\n"
+            f"    batch_sizes: [256]\nbudgets: {{bytes: [{no_reuse}]}}\nplanners: [keep-all]\n"
+            "executors: [simulate]\nallocators: [caching, no-reuse]\n")
+    runs = {}
+    for model in ("chain", "device"):
+        suite = load_suite(support.write_suite(folder, text + f"budget_model: {model}\n", filename=f"{model}.yaml"))
+        runs[model] = run_suite(suite, folder / model, progress=False).run_dir
+    return runs, profile, {"caching": caching, "no-reuse": no_reuse}
+
+
+def test_under_a_device_budget_an_arena_fits_only_with_the_runtime_bytes(runtime_runs):
+    """``arena_fits_budget`` compares what the budget bounds: the arena alone under ``budget_model: chain``,
+    the arena plus the profile's runtime bytes under ``device``."""
+    from harness.results import read_rows_csv
+
+    runs, _, arenas = runtime_runs
+    fits = {}
+    for model, run_dir in runs.items():
+        rows = read_rows_csv(run_dir / "rows.csv")
+        assert {r["status"] for r in rows} == {"ok"}
+        assert {r["allocator"]: int(r["arena_bytes"]) for r in rows} == arenas
+        fits[model] = {r["allocator"]: r["arena_fits_budget"] for r in rows}
+    assert fits["chain"] == {"caching": "true", "no-reuse": "true"}
+    assert fits["device"] == {"caching": "true", "no-reuse": "false"}
+
+
+def test_the_published_flag_note_of_a_device_run_names_the_arena_plus_the_runtime(runtime_runs, tmp_path):
+    """The note under a device run's time table says what exceeded the budget: the arena plus the runtime
+    bytes, with the largest such sum; a chain run whose arenas all fit has no flag."""
+    from harness.publish import ARENA_FLAG, fmt_bytes, publish
+
+    runs, profile, arenas = runtime_runs
+    pages = {}
+    for model, run_dir in runs.items():
+        publish([run_dir], tmp_path / model)
+        pages[model] = (tmp_path / model / "fits" / "index.md").read_text()
+    assert ARENA_FLAG not in pages["chain"]
+    note = next(line for line in pages["device"].splitlines() if line.startswith(ARENA_FLAG))
+    assert f"largest: {fmt_bytes(arenas['no-reuse'] + profile.runtime_bytes)}" in note
+    assert "the arena plus the runtime bytes" in note
+    assert note.startswith(f"{ARENA_FLAG} 1 of ") and "no-reuse" in note

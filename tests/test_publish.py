@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import html.parser
+import shutil
 import xml.etree.ElementTree as ET
 
+import pandas as pd
 import pytest
 
-from harness.publish import compare, publish
-from harness.results import ResultsError, find_runs, read_rows_csv
+from harness.publish import compare, fill_common_columns, publish
+from harness.results import ResultsError, find_runs, load_rows, read_rows_csv
 from harness.runner import run_suite
 from harness.suite import load_suite
 from tests import test_suite_support as support
@@ -399,3 +401,63 @@ def test_strategies_with_equal_values_stay_visible_in_line_plots():
     assert len(set(markers)) == 3 and len({s["color"] for s in styles.values()}) == 3
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3
     assert layers == sorted(layers) and len(set(layers)) == 3
+
+
+COMMON = ("budget_lower_bound_s", "ratio_to_budget_lb", "slowdown")
+
+
+def _old_run(run_dir, folder, with_profiles=True):
+    """A copy of ``run_dir`` as a run written before the common columns existed: its rows.csv has no
+    such columns; its profiles are copied unless ``with_profiles`` is false."""
+    rows = [{k: v for k, v in row.items() if k not in COMMON} for row in read_rows_csv(run_dir / "rows.csv")]
+    _edited_copy(run_dir, folder, lambda _: rows)
+    if with_profiles:
+        shutil.copytree(run_dir / "profiles", folder / "profiles")
+    return folder
+
+
+def test_an_old_run_gets_the_common_columns_its_runner_would_have_written(results, tmp_path):
+    """From the run's own profiles: every row's budget bound, and for the rows that ran the time over
+    it and over the ideal iteration, as the runner writes them today; rows that did not run get no ratio."""
+    _, _, _, run_b = results
+    old = _old_run(run_b, tmp_path / "old")
+    assert "slowdown" not in (old / "rows.csv").read_text().splitlines()[0]
+    filled, today = fill_common_columns(load_rows(old), old), load_rows(run_b)
+    assert today["budget_lower_bound_s"].notna().all() and today["makespan_s"].isna().any()
+    for column in COMMON:
+        pd.testing.assert_series_equal(filled[column], today[column], rtol=1e-12)
+
+
+def test_an_old_run_without_its_profiles_gets_only_the_slowdown(results, tmp_path):
+    """No profile, no bound: the bound and the ratio to it stay empty rather than guessed; the slowdown
+    needs only the row's own makespan and ideal time."""
+    _, _, _, run_b = results
+    old = _old_run(run_b, tmp_path / "old", with_profiles=False)
+    filled, today = fill_common_columns(load_rows(old), old), load_rows(run_b)
+    assert filled["budget_lower_bound_s"].isna().all() and filled["ratio_to_budget_lb"].isna().all()
+    pd.testing.assert_series_equal(filled["slowdown"], today["slowdown"], rtol=1e-12)
+
+
+def test_rows_that_have_the_common_columns_keep_them(results, tmp_path):
+    """Whatever a row already says is kept (here values no profile gives, so that a recomputation would
+    show); only the rows that lack the columns are filled. A run whose rows all have them is unchanged."""
+    _, _, _, run_b = results
+    marked = {"budget_lower_bound_s": "1.0", "ratio_to_budget_lb": "2.0", "slowdown": "3.0"}
+
+    def mark_keep_all(rows):
+        for row in rows:
+            row.update(marked if row["planner"] == "keep-all" else dict.fromkeys(COMMON, ""))
+
+    mixed = _edited_copy(run_b, tmp_path / "mixed", mark_keep_all)
+    shutil.copytree(run_b / "profiles", mixed / "profiles")
+    filled, today = fill_common_columns(load_rows(mixed), mixed), load_rows(run_b)
+    keep_all, others = filled["planner"] == "keep-all", filled["planner"] != "keep-all"
+    assert keep_all.any() and others.any()
+    for column, value in marked.items():
+        assert (filled.loc[keep_all, column] == float(value)).all()
+        pd.testing.assert_series_equal(filled.loc[others, column], today.loc[others, column], rtol=1e-12)
+
+    full = _edited_copy(run_b, tmp_path / "full", lambda rows: [{**row, **marked} for row in rows])
+    shutil.copytree(run_b / "profiles", full / "profiles")
+    frame = load_rows(full)
+    pd.testing.assert_frame_equal(fill_common_columns(frame, full), frame)

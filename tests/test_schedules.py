@@ -10,10 +10,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.bounds import peak_memory
 from harness.model import Profile, Stage
-from harness.schedules import best_ordered_schedule, ordered_schedule, unconstrained_peak
+from harness.schedules import best_ordered_schedule, offload_set_refusal, ordered_schedule, unconstrained_peak
 from harness.simulate.executor import simulate
-from harness.testing import budgets, chains
+from harness.testing import budgets, chains, check_refusal
 from harness.validate import check_structure, validate
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
@@ -97,3 +98,20 @@ def test_unconstrained_peak_is_a_budget_the_schedule_runs_in(profile: Profile, w
     need = unconstrained_peak(schedule, profile)
     assert need == simulate(schedule, profile, budget=float("inf"), with_trace=False).peak_bytes
     assert simulate(schedule, profile, budget=need, with_trace=False).feasible
+
+
+@SETTINGS
+@given(profile=chains(max_stages=8, with_algorithms=False), where=st.floats(0.0, 1.0), data=st.data())
+def test_an_offload_set_refusal_reports_what_the_set_needs(profile: Profile, where: float, data) -> None:
+    """When no prefetch order fits, ``needed_bytes`` is the just-in-time schedule's peak: above the
+    budget whenever that schedule does not run in it, and a budget in which it does. The set offloads
+    some stages whole (None) and others in part, as GREEDY's fractional set does."""
+    budget = int(peak_memory(profile) * where)  # below min_memory too, where the schedule cannot run
+    amounts = {i: data.draw(st.one_of(st.none(), st.integers(1, s.saved_bytes)))
+               for i, s in enumerate(profile.stages) if s.saved_bytes and data.draw(st.booleans())}
+    exc = offload_set_refusal(profile, budget, amounts, "t")
+    just_in_time = ordered_schedule(profile, exc.needed_bytes, amounts, planner="t", prefetch_window=1)
+    assert simulate(just_in_time, profile, with_trace=False).feasible
+    if not simulate(ordered_schedule(profile, budget, amounts, planner="t", prefetch_window=1), profile,
+                    with_trace=False).feasible:
+        check_refusal(exc, budget, "t")

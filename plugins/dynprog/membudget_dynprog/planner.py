@@ -75,7 +75,8 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import stage_memory
 from harness.model import Profile, Schedule
-from harness.schedules import best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule
+from harness.schedules import (best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule,
+                               offload_set_refusal)
 
 DEFAULT_SLOTS = 500
 TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
@@ -400,7 +401,6 @@ def _greedy_fallback(profile: Profile, budget: int, planner: str, options: dict,
                      time_limit: float | None, duplex: bool, prefetch_during_forward: bool = False) -> Plan:
     """GREEDY's set (papers/004 Theorem 2, rounded up) when the DP ran out of time."""
     from membudget_greedy import greedy_amounts
-    from membudget_greedy.planner import refusal
 
     offload = tuple(sorted(greedy_amounts(profile, budget)))
     note = f"dynprog: time limit of {time_limit} s exceeded after {states} states; fell back to GREEDY's set"
@@ -408,7 +408,7 @@ def _greedy_fallback(profile: Profile, budget: int, planner: str, options: dict,
                                      prefetch_during_forward=prefetch_during_forward,
                                      options={**options, "fallback": "greedy"})
     if schedule is None:
-        raise refusal(profile, budget, dict.fromkeys(offload), f"{planner} (timed out, GREEDY's set)", duplex)
+        raise offload_set_refusal(profile, budget, set(offload), f"{planner} (timed out, GREEDY's set)", duplex)
     schedule = Schedule(schedule.planner, schedule.budget_bytes, schedule.ops, schedule.transfers,
                         schedule.algorithms, schedule.sub_batches, schedule.options, note)
     return Plan(offload, schedule, None, rounds, states, [note])

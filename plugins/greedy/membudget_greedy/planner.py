@@ -9,11 +9,8 @@ activations, k the smallest index with sum_{i<=k} |x_i| >= M_peak - M (section 4
 from __future__ import annotations
 
 from harness.bounds import peak_memory
-from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule
-from harness.schedules import (best_ordered_schedule, check_budget, keep_all_schedule, ordered_schedule,
-                               unconstrained_peak)
-from harness.units import format_bytes
+from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule, offload_set_refusal
 
 
 def greedy_amounts(profile: Profile, budget: int, fractional: bool = False) -> dict[int, int | None]:
@@ -57,17 +54,6 @@ class Greedy:
             options={"fractional": fractional} if fractional else {},
         )
         if schedule is None:  # only a partial offload can fail to fit; say so plainly
-            raise refusal(profile, budget_bytes, amounts, self.name, duplex)
+            raise offload_set_refusal(profile, budget_bytes, amounts, self.name, duplex)
         return schedule
 
-
-def refusal(profile: Profile, budget: int, amounts: dict[int, int | None], planner: str,
-            duplex: bool = False) -> InfeasibleBudget:
-    """The error when no prefetch order fits: the bytes GREEDY's set needs with just-in-time prefetches."""
-    just_in_time = ordered_schedule(profile, budget, amounts, planner=planner, prefetch_window=1)
-    need = unconstrained_peak(just_in_time, profile, duplex)
-    return InfeasibleBudget(
-        f"infeasible: {planner} found no feasible prefetch order; its offload set needs {need} bytes "
-        f"({format_bytes(need)}) with just-in-time prefetches, the budget is {budget} bytes ({format_bytes(budget)})",
-        needed_bytes=need,
-    )

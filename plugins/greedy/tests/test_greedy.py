@@ -104,22 +104,3 @@ def test_greedy_registers_through_its_entry_point() -> None:
 
     entry = {e.name: e for e in registry(reload=True).entries("planner")}["greedy"]
     assert entry.plugin == "membudget-greedy"
-
-
-@SETTINGS
-@given(profile=chains(max_stages=8, with_algorithms=False), where=st.floats(0.0, 1.0))
-def test_refusal_reports_what_the_offload_set_needs(profile: Profile, where: float) -> None:
-    """When no prefetch order fits, ``needed_bytes`` is the just-in-time schedule's peak: above the
-    budget whenever that schedule does not run in it, and a budget in which it does."""
-    from harness.schedules import ordered_schedule
-    from harness.testing import check_refusal
-    from membudget_greedy.planner import refusal
-
-    budget = int(peak_memory(profile) * where)  # below min_memory too, where the schedule cannot run
-    amounts = greedy_amounts(profile, budget, fractional=True)
-    exc = refusal(profile, budget, amounts, "greedy")
-    just_in_time = ordered_schedule(profile, exc.needed_bytes, amounts, planner="greedy", prefetch_window=1)
-    assert simulate(just_in_time, profile, with_trace=False).feasible
-    if not simulate(ordered_schedule(profile, budget, amounts, planner="greedy", prefetch_window=1), profile,
-                    with_trace=False).feasible:
-        check_refusal(exc, budget, "greedy")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule
-from harness.schedules import best_ordered_schedule, check_budget, ordered_schedule, unconstrained_peak
+from harness.schedules import best_ordered_schedule, check_budget, just_in_time_need
 from harness.simulate.executor import timing
 from harness.units import format_bytes
 
@@ -62,9 +62,7 @@ class VdnnChain:
             if makespan < best_time:
                 best, best_time = schedule, makespan
         if best is None:
-            need = min(unconstrained_peak(ordered_schedule(profile, budget_bytes, offload, planner=self.name,
-                                                           prefetch_window=1), profile, duplex)
-                       for offload in candidate_sets(profile))
+            need = min(just_in_time_need(profile, offload, duplex) for offload in candidate_sets(profile))
             raise InfeasibleBudget(
                 f"infeasible: {self.name} found no feasible threshold offload set for {profile.model}; the "
                 f"leanest needs {need} bytes ({format_bytes(need)}) with just-in-time prefetches, the budget is "

@@ -4,17 +4,16 @@ A template planner: it shows the helpers a planner is built from. ``check_budget
 refuses a budget no schedule fits (``InfeasibleBudget`` with ``needed_bytes``);
 ``peak_memory`` (harness.bounds) says how much must leave the device;
 ``best_ordered_schedule`` turns an offload set into papers/004's ordered no-wait
-schedule, trying prefetch windows in the simulator; ``unconstrained_peak`` says what
-the leanest schedule needs when none fits. Replace ``offload_order`` with your idea.
+schedule, trying prefetch windows in the simulator; ``offload_set_refusal`` refuses with
+what a set needs (just-in-time prefetches) when no order of it fits. Replace
+``offload_order`` with your idea.
 """
 
 from __future__ import annotations
 
 from harness.bounds import peak_memory
-from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule
-from harness.schedules import (best_ordered_schedule, check_budget, keep_all_schedule, ordered_schedule,
-                               unconstrained_peak)
+from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule, offload_set_refusal
 
 
 def offload_order(profile: Profile) -> list[int]:
@@ -49,10 +48,4 @@ class LargestFirst:
             if schedule is not None:
                 return schedule
         # every set tried fails: say how many bytes offloading everything would need
-        everything = ordered_schedule(profile, budget_bytes, set(order), planner=self.name, prefetch_window=1)
-        need = unconstrained_peak(everything, profile, duplex)
-        raise InfeasibleBudget(
-            f"infeasible: {self.name} needs {need} bytes for {profile.model} with every activation "
-            f"offloaded; the budget is {budget_bytes} bytes",
-            needed_bytes=need,
-        )
+        raise offload_set_refusal(profile, budget_bytes, set(order), self.name, duplex)

@@ -5,7 +5,8 @@ layer is built by ``dp_step`` with an open-addressing hash table on the state ke
 (an int64 array, no Python dict). All sizes are in slots (``planner.discretise``); a
 quantity ``e`` of slots that must be sent before an operation can start is ``e * wf``
 seconds of idle (offload) or ``e * wb`` (prefetch). For stage i, from a state
-(K, Delta_F, Delta_B) with idle I:
+(K, Delta_F, Delta_B) with idle I (``stage_move``, which ``membudget_hybrid`` also applies
+to a recomputed segment as one coarse stage):
 
 - feasibility (Algorithm 1's test): K + C^F_i <= S and K + C^B_i <= S;
 - eq. (1): e_F = max(0, K + Delta_F^+ + C^F_i - S)   (eps^F_i = e_F wf);
@@ -40,6 +41,36 @@ def _slot(key, shift):
 
 
 @njit(cache=True)
+def stage_move(k, df, db, idle, x, cf, cb, uf, ub, offload, wf, wb, S, df_min, db_min, last):
+    """One of Algorithm 1's two moves on a stage (saved data ``x``, needs ``cf``, ``cb``,
+    windows ``uf``, ``ub``) from the state (K, Delta_F, Delta_B) with idle ``idle``.
+
+    Returns (ok, K', Delta_F', Delta_B', idle'); ok is False when the stage does not fit
+    (Algorithm 1's test, or a kept x overflowing S before the last stage). Delta_F' and
+    Delta_B' are clamped below at ``df_min``, ``db_min``. Also the segment moves of
+    ``membudget_hybrid``, which are these moves on a coarse stage.
+    """
+    if k + cf > S or k + cb > S:
+        return False, 0, 0, 0, 0.0
+    dfp = max(df, 0)
+    dbp = max(db, 0)
+    ef = max(0, k + dfp + cf - S)  # eq. (1)
+    eb = max(0, k + dbp + cb - S)  # eq. (6)
+    new_idle = idle + ef * wf + eb * wb
+    if offload:  # eqs. (2), (3), (7)
+        nk = k
+        ndf = dfp + x - ef - uf
+        ndb = x + max(db - eb - ub, 0)
+    else:  # eqs. (4), (5), (8)
+        nk = k + x
+        if nk > S and not last:
+            return False, 0, 0, 0, 0.0
+        ndf = df - ef - uf
+        ndb = db - eb - ub
+    return True, nk, max(ndf, df_min), max(ndb, db_min), new_idle
+
+
+@njit(cache=True)
 def dp_step(K, dF, dB, idle, key, x, cf, cb, uf, ub, offloadable, wf, wb, S, df_min, db_min, RF, RB, last):
     """IDLE_{i+1} from IDLE_i (Algorithm 1's inner loop) for one stage's constants.
 
@@ -63,31 +94,13 @@ def dp_step(K, dF, dB, idle, key, x, cf, cb, uf, ub, offloadable, wf, wb, S, df_
     odec = np.empty(m_max, np.int8)
     m = 0
     for s in range(n):
-        k = K[s]
-        if k + cf > S or k + cb > S:
-            continue
-        dfp = max(dF[s], 0)
-        dbp = max(dB[s], 0)
-        ef = max(0, k + dfp + cf - S)
-        eb = max(0, k + dbp + cb - S)
-        cost = idle[s] + ef * wf + eb * wb
         for dec in range(2):
-            if dec == 0:
-                nk = k + x
-                if nk > S and not last:
-                    continue
-                ndf = dF[s] - ef - uf
-                ndb = dB[s] - eb - ub
-            else:
-                if not offloadable:
-                    continue
-                nk = k
-                ndf = dfp + x - ef - uf
-                ndb = x + max(dB[s] - eb - ub, 0)
-            if ndf < df_min:
-                ndf = df_min
-            if ndb < db_min:
-                ndb = db_min
+            if dec == 1 and not offloadable:
+                continue
+            ok, nk, ndf, ndb, cost = stage_move(K[s], dF[s], dB[s], idle[s], x, cf, cb, uf, ub, dec == 1, wf, wb,
+                                                S, df_min, db_min, last)
+            if not ok:
+                continue
             nkey = (nk * RF + (ndf - df_min)) * RB + (ndb - db_min)
             h = _slot(nkey, shift)
             while True:

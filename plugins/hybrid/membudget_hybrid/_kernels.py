@@ -2,7 +2,7 @@
 
 Layer b holds the states (K, Delta_F, Delta_B, cost) after stages 0..b-1 are decided. Layer b
 is built from layer b-1 by DYNPROG's two moves on stage b-1 (keep, offload: papers/004
-eqs. (1)-(8), ``membudget_dynprog._kernels.dp_step``) and from every layer a < b by the
+eqs. (1)-(8), ``membudget_dynprog._kernels.stage_move``) and from every layer a < b by the
 segment move [a, b): a keep of one coarse stage with the segment's constants (its
 checkpoint, forward and backward needs, overlap windows) whose cost also pays the
 recomputation, or (with ``seg_offload``) an offload of that coarse stage, whose saved data
@@ -19,32 +19,9 @@ import functools
 import numpy as np
 from numba import njit
 
-from membudget_dynprog._kernels import pareto_keep
+from membudget_dynprog._kernels import pareto_keep, stage_move
 
 KEEP, OFFLOAD, SEGMENT, SEGMENT_OFFLOAD = 0, 1, 2, 3
-
-
-@njit(cache=True)
-def _move(k, df, db, cost, x, cf, cb, uf, ub, extra, offload, wf, wb, S, df_min, db_min, last):
-    """One move from a state; returns (ok, K', Delta_F', Delta_B', cost')."""
-    if k + cf > S or k + cb > S:
-        return False, 0, 0, 0, 0.0
-    dfp = max(df, 0)
-    dbp = max(db, 0)
-    ef = max(0, k + dfp + cf - S)  # eq. (1)
-    eb = max(0, k + dbp + cb - S)  # eq. (6)
-    c = cost + ef * wf + eb * wb + extra
-    if offload:  # eqs. (2), (3), (7)
-        nk = k
-        ndf = dfp + x - ef - uf
-        ndb = x + max(db - eb - ub, 0)
-    else:  # eqs. (4), (5), (8)
-        nk = k + x
-        ndf = df - ef - uf
-        ndb = db - eb - ub
-        if nk > S and not last:
-            return False, 0, 0, 0, 0.0
-    return True, nk, max(ndf, df_min), max(ndb, db_min), c
 
 
 @njit(cache=True)
@@ -87,14 +64,15 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
                     if mv >= SEGMENT:
                         if sx[a, b] < 0 or (mv == SEGMENT_OFFLOAD and (not seg_offload or sx[a, b] == 0)):
                             continue
-                        ok, nk, ndf, ndb, c = _move(K[s], dF[s], dB[s], cost[s], sx[a, b], scf[a, b], scb[a, b],
-                                                    suf[a, b], sub[a, b], scost[a, b], mv == SEGMENT_OFFLOAD, wf, wb,
-                                                    S, df_min, db_min, last)
+                        ok, nk, ndf, ndb, c = stage_move(K[s], dF[s], dB[s], cost[s], sx[a, b], scf[a, b],
+                                                         scb[a, b], suf[a, b], sub[a, b], mv == SEGMENT_OFFLOAD, wf,
+                                                         wb, S, df_min, db_min, last)
+                        c += scost[a, b]  # the segment's recomputation
                     else:
                         if not single or (mv == OFFLOAD and not offloadable[a]):
                             continue
-                        ok, nk, ndf, ndb, c = _move(K[s], dF[s], dB[s], cost[s], x[a], cf[a], cb[a], uf[a], ub[a],
-                                                    0.0, mv == OFFLOAD, wf, wb, S, df_min, db_min, last)
+                        ok, nk, ndf, ndb, c = stage_move(K[s], dF[s], dB[s], cost[s], x[a], cf[a], cb[a], uf[a],
+                                                         ub[a], mv == OFFLOAD, wf, wb, S, df_min, db_min, last)
                     if not ok:
                         continue
                     if m == ccap:

@@ -41,7 +41,10 @@ the usable memory shrunk by 1, 2, 4, ... slots.
 
 The planner returns the fastest, in the simulator, of its own plan, DYNPROG's and the
 recomputation planner's (``membudget_recompute``, itself never slower than ``torch-checkpoint``),
-so it is never slower than either by construction.
+so it is never slower than either by construction. Its own plan is the faster of the table's
+plans with and without the checkpoint move: more moves do not make the simulated plan faster
+(the beam, and the fractional model's price of a checkpoint's copy), so offloading checkpoints
+is never slower than ``offload_checkpoints=False`` either.
 """
 
 from __future__ import annotations
@@ -179,6 +182,7 @@ class Plan:
     rivals: dict[str, float] = field(default_factory=dict)  # the others' makespans (inf: refused)
     states: int = 0
     rounds: int = 0
+    table_times: tuple[float, ...] = ()  # the table's plans with and without the checkpoint move (s); (): without only
 
 
 def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, duplex: bool = False,
@@ -186,7 +190,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
                 offload_checkpoints: bool = True) -> Plan:
     """The table's plan, and (with ``rivals``) DYNPROG's and the recomputation planner's: the fastest.
 
-    ``offload_checkpoints`` False leaves out the move that offloads a segment's checkpoint."""
+    ``offload_checkpoints`` False leaves out the move that offloads a segment's checkpoint; with it, the
+    table's plan is the faster of the tables' plans with and without the move (``_table_plan``)."""
     slots, beam = int_option(planner, "slots", slots, 1), int_option(planner, "beam", beam, 0)
     check_budget(profile, budget, planner)
     options: dict = {"slots": slots, "beam": beam}
@@ -198,8 +203,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     from membudget_hybrid._kernels import warm_up
 
     warm_up()
-    own, own_schedule, own_time, states, rounds = _own_plan(profile, budget, slots, beam, planner, options,
-                                                              duplex, bool(offload_checkpoints))
+    own, own_schedule, own_time, states, rounds, table_times = _table_plan(
+        profile, budget, slots, beam, planner, options, duplex, bool(offload_checkpoints))
     best = ("hybrid", own_schedule, own_time)
     times: dict[str, float] = {}
     if rivals:
@@ -214,11 +219,31 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     note = (f"hybrid: S={slots}, {rounds} DP run(s), {states} states; the table's plan "
             + (f"offloads {list(own.offload)}, recomputes {list(own.segments)}, predicted "
                f"+{own.cost:.6g} s (fractional model), simulated {own_time:.6g} s" if own else "did not run")
+            + ("" if not table_times else "; the table with the checkpoint move {:.6g} s, without {:.6g} s".format(
+                *table_times))
             + "".join(f"; {k} {v:.6g} s" for k, v in times.items())
             + f"; kept: {source}")
     schedule = replace(schedule, planner=planner, notes=note,
                        options={**schedule.options, **options, "source": source})
-    return Plan(schedule, time_, source, own, own_time, times, states, rounds)
+    return Plan(schedule, time_, source, own, own_time, times, states, rounds, table_times)
+
+
+def _table_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
+                offload_checkpoints: bool):
+    """``_own_plan`` of the table without the checkpoint move and, with ``offload_checkpoints``, of the table
+    with it: the faster in the simulator (ties go to the table with the move), the states and rounds of both,
+    and the two plans' makespans, with the move first (empty when only the checkpoint-free table ran).
+
+    More moves do not make the table's plan faster in the simulator: the beam keeps other states (and can
+    drop those that lead to the checkpoint-free table's best), and the fractional model (assumption E)
+    prices an offloaded checkpoint below what its whole-tensor copy costs (README, "Never slower").
+    """
+    without = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=False)
+    if not offload_checkpoints:
+        return (*without, ())
+    with_move = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=True)
+    best = with_move if with_move[2] <= without[2] else without
+    return (*best[:3], with_move[3] + without[3], with_move[4] + without[4], (with_move[2], without[2]))
 
 
 def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
@@ -287,8 +312,8 @@ class Hybrid:
     (default True: also run DYNPROG and the recomputation planner and keep the fastest of the
     three; False: the table's plan alone, for study), ``beam`` (states kept per layer, default
     2000; 0 keeps every undominated state: the exact table, slow on long chains),
-    ``offload_checkpoints`` (default True: the DP may offload a recomputed segment's checkpoint;
-    False: checkpoints stay on the device, for study).
+    ``offload_checkpoints`` (default True: the DP may offload a recomputed segment's checkpoint, and the
+    DP without that move runs too, the faster plan kept; False: checkpoints stay on the device, for study).
     """
 
     name = "hybrid"

@@ -264,6 +264,38 @@ def test_the_planned_executor_on_the_cpu_emulates_the_arena():
     assert m["grad_error"] < 1e-5
 
 
+def test_the_planned_process_runs_the_torch_executors_iterations(monkeypatch):
+    """The planned process's execution (``harness.executors.planned``: the torch executor's, each
+    iteration but the first monitored by the real-address allocator) run on the CPU, CUDA's
+    synchronisation stubbed: its overrides take what the torch executor's ``measure`` passes
+    them (``_iteration`` once lost ``timeline``, and every planned run on a GPU was a TypeError),
+    every timed iteration is an allocator iteration, and the run keeps its timeline."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from harness.executors.planned import _planned_execution_class
+    from harness.executors.torch_executor import TorchExecutor
+    from harness.plugins import registry
+    from tests.torch_cases import setup
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    chain, profile = setup("builtin:tiny-cnn")
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    ex = TorchExecutor(device="cpu", warmup=2, iterations=3, grad_check=False)
+    execution = _planned_execution_class()(ex, schedule, profile, chain)
+    execution.real = real = RealAddressAllocator(BestFit(), FakeMemory())
+    begun = []
+    begin = real.begin_iteration
+    monkeypatch.setattr(real, "begin_iteration", lambda: (begun.append(1), begin())[1])
+    try:
+        run = execution.measure(None)
+    finally:
+        execution.close()
+    assert run.status == "ok" and run.executor == "torch-planned", run.message
+    assert len(begun) == ex.warmup + ex.iterations - 1  # the first iteration is not monitored
+    assert run.metrics["iterations"] == ex.iterations and "planned_requests" in run.metrics
+    assert [e.label for e in run.timeline if e.stream == "compute"] == [op.label for op in schedule.ops]
+
+
 def test_a_block_carried_into_the_next_iteration_is_planned_apart_after_one_replan():
     """A block allocated in iteration t and freed in t+1 after its first request (an output kept
     across iterations) takes planned addresses the next iteration's plan knew nothing of: the

@@ -214,7 +214,8 @@ def test_memory_statistics_are_reset_before_the_warm_up(monkeypatch):
     monkeypatch.setattr(torch_executor._Execution, "_reset_stats",
                         lambda self: (calls.append("reset"), reset(self))[1])
     monkeypatch.setattr(torch_executor._Execution, "_iteration",
-                        lambda self, record: (calls.append("iteration"), iteration(self, record))[1])
+                        lambda self, record, timeline=False: (calls.append("iteration"),
+                                                              iteration(self, record, timeline))[1])
     chain, profile = setup()
     schedule = registry().planner("keep-all").plan(profile, 10**12)
     run = TorchExecutor(warmup=2, iterations=1).execute(schedule, profile, chain)

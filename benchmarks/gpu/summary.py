@@ -51,9 +51,11 @@ class Checks:
     @property
     def passed(self) -> dict[str, bool]:
         """Each check by name: True when it holds (a check with no rows to judge does not hold)."""
+        measured = sum(self.status.values())
+        planned = measured - self.status.get("infeasible", 0)
         return {
-            "zero oom among planned cases": self.oom_among_planned == 0,
-            "no errors": self.errors == 0,
+            "zero oom among planned cases": self.oom_among_planned == 0 and planned > 0,
+            "no errors": self.errors == 0 and measured > 0,
             "reserved within the budget": self.over_budget == 0 and self.status.get("ok", 0) > 0,
             f"median |prediction_error| <= {MEDIAN_ERROR:.0%}": self.error_median <= MEDIAN_ERROR,
             f"largest |prediction_error| <= {MAX_ERROR:.0%}": self.error_max <= MAX_ERROR,
@@ -95,12 +97,16 @@ def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.D
     real = measured(rows)
     for (model, batch), group in real.groupby(["model", "batch_size"], sort=False):
         keep_all = group[(group["planner"] == "keep-all") & (group["status"] == "ok")]
+        ideal = pd.to_numeric(group["ideal_s"], errors="coerce").dropna()
         if len(keep_all):
             reference = float(keep_all["makespan_s"].min())
             basis = f"keep-all measured, {reference * 1e3:.2f} ms"
-        else:
-            reference = float(pd.to_numeric(group["ideal_s"], errors="coerce").dropna().iloc[0])
+        elif len(ideal):
+            reference = float(ideal.iloc[0])
             basis = f"no keep-all run: the simulated ideal iteration, {reference * 1e3:.2f} ms"
+        else:  # no profile (profiling failed): nothing ran, every cell is a status
+            reference = math.nan
+            basis = "no keep-all run and no profile: no reference"
         table: dict[str, dict[str, str]] = {}
         for _, row in group.iterrows():
             cell = (f"{reference / float(row['makespan_s']):.2f}" if row["status"] == "ok"
@@ -126,7 +132,11 @@ def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
         if twin is None:
             continue
         load = lambda r: json.loads((run_dir / r["timeline"]).read_text())["events"]  # noqa: E731
-        gap = time_gap(load(row), load(twin), float(row["makespan_s"]), float(twin["makespan_s"]))
+        try:
+            measured_events, predicted_events = load(row), load(twin)
+        except (OSError, ValueError, KeyError):  # a timeline missing or torn: no line, not a lost summary
+            continue
+        gap = time_gap(measured_events, predicted_events, float(row["makespan_s"]), float(twin["makespan_s"]))
         line = {"planner": row["planner_label"], "budget": row["budget_label"],
                 "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
         line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})

@@ -184,13 +184,13 @@ def _planned_execution_class():
             torch.cuda.synchronize(self.chain.device)
             self.departures_before = self.real.stats.departures
 
-        def _iteration(self, record: bool) -> float:
+        def _iteration(self, record: bool, timeline: bool = False) -> float:
             k, self.k = self.k, self.k + 1
             if k == 0:  # lazily made handles and workspaces: once, not part of the sequence
-                return super()._iteration(record)
+                return super()._iteration(record, timeline)
             self.real.begin_iteration()
             try:
-                time = super()._iteration(record)
+                time = super()._iteration(record, timeline)
             except BaseException:
                 try:  # close the iteration, but never hide why it failed (e.g. an oom) behind a re-plan
                     self.real.end_iteration()

@@ -14,6 +14,8 @@ prefetching during the last forward operations"): ``prefetch_lead``.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Mapping
 
@@ -109,9 +111,7 @@ def ordered_schedule(
     """
     amounts = dict.fromkeys(offload) if not isinstance(offload, Mapping) else dict(offload)
     n = profile.n_stages
-    ops = recompute_ops(n, list(recompute), sub_batches) if recompute else training_ops(n, sub_batches)
-    where = op_index(ops)
-    forward = {(op.stage, op.sub_batch): k for k, op in enumerate(ops) if op.is_forward}
+    ops, where, forward = _operations(n, tuple(map(tuple, recompute)), sub_batches)
     segment_end = {a: b for a, b in recompute}
     transfers: list[Transfer] = []
     for sb in range(sub_batches):
@@ -141,6 +141,17 @@ def ordered_schedule(
         planner, int(budget), ops, tuple(transfers), algorithms=algorithms, sub_batches=sub_batches,
         options=dict(options or {}),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _operations(n: int, recompute: tuple[tuple[int, int], ...], sub_batches: int):
+    """The operations of an ordered schedule, their positions, and each forward's position.
+
+    One object per chain shape: a planner builds hundreds of candidates on one chain, and they
+    share it (so lowering them finds the operations it flattened already, by identity)."""
+    ops = recompute_ops(n, list(recompute), sub_batches) if recompute else training_ops(n, sub_batches)
+    forward = {(op.stage, op.sub_batch): k for k, op in enumerate(ops) if op.is_forward}
+    return ops, op_index(ops), forward
 
 
 def best_ordered_schedule(profile: Profile, budget: int, offload, *, planner: str, duplex: bool = False,

@@ -83,6 +83,29 @@ def test_a_sub_batched_schedule_is_lowered_once_per_profile() -> None:
     assert len(_OPS_CACHE) == entries
 
 
+def test_the_candidates_of_a_planner_share_their_operations_and_one_lowering() -> None:
+    """Ordered schedules of one chain share one operations tuple, and lowering them flattens it
+    once (the cache is keyed by its identity); an equal tuple that is another object is lowered
+    to the same arrays."""
+    from harness.schedules import ordered_schedule
+    from harness.simulate.lowering import _OPS_CACHE
+
+    profile = uniform_profile(100)
+    candidates = [ordered_schedule(profile, 10**9, offload, planner="t", prefetch_window=w)
+                  for offload in ({0}, {1}, {0, 1}) for w in (None, 1)]
+    assert all(c.ops is candidates[0].ops for c in candidates)
+    lower(candidates[0], profile)
+    entries = len(_OPS_CACHE)
+    for c in candidates:
+        lower(c, profile)
+    assert len(_OPS_CACHE) == entries
+    copy = replace(candidates[3], ops=tuple(replace(op) for op in candidates[3].ops))
+    assert copy.ops == candidates[3].ops and copy.ops is not candidates[3].ops
+    a, b = lower(candidates[3], profile), lower(copy, profile)
+    for field_ in ("op_dur", "op_alloc", "op_free", "op_tensor", "t_size", "tr_bytes", "tr_wait_op"):
+        assert (getattr(a, field_) == getattr(b, field_)).all(), field_
+
+
 def uniform_profile(size: int) -> Profile:
     """Three stages of ``size`` bytes each, no weights."""
     stage = Stage("s", "conv", 1.0, 2.0, size, size, size)

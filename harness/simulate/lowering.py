@@ -73,22 +73,26 @@ def stage_profile(profile: Profile, schedule: Schedule) -> Profile:
     return pass_profiles(profile, schedule)[0]
 
 
-_OPS_CACHE: dict[tuple, tuple[Profile, tuple[np.ndarray, ...]]] = {}
+_OPS_CACHE: dict[tuple, tuple[Profile, tuple, tuple[np.ndarray, ...]]] = {}
 _OPS_CACHE_SIZE = 32
 
 
 def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile]) -> tuple[np.ndarray, ...]:
-    """The per-operation arrays and the saved tensors' sizes: ``harness.memory``'s blocks, flattened.
+    """The per-operation arrays, the saved tensors' sizes, and per tensor what a transfer of it moves
+    whole (``movable_bytes``) and the operation that first reads it back (a checkpoint's R_i, else -1):
+    ``harness.memory``'s blocks, flattened.
 
     They depend on the operations, the algorithms and the passes only, not on the
     transfers or the budget, so the candidates a planner tries on one profile share them
-    (a small cache, keyed by the profile's identity, which the passes derive from, and kept
-    alive with it: the sub-batch passes are new objects at every call).
+    (a small cache, keyed by the identities of the operations and of the profile, which the
+    passes derive from, and keeping both alive: the sub-batch passes are new objects at every call).
     """
-    key = (schedule.ops, schedule.algorithms, schedule.sub_batches, id(profile))
+    # by identity: hashing a few hundred operations costs as much as flattening them, and the
+    # candidates a planner builds share one operations tuple (harness.schedules._operations)
+    key = (id(schedule.ops), schedule.algorithms, schedule.sub_batches, id(profile))
     hit = _OPS_CACHE.get(key)
-    if hit is not None and hit[0] is profile:
-        return tuple(x.copy() for x in hit[1])
+    if hit is not None and hit[0] is profile and hit[1] is schedule.ops:
+        return tuple(x.copy() for x in hit[2])
     n = passes[0].n_stages
     n_ops = len(schedule.ops)
     op_is_b = np.zeros(n_ops, dtype=np.bool_)
@@ -96,7 +100,8 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
     op_alloc = np.zeros(n_ops, dtype=np.int64)
     op_free = np.zeros(n_ops, dtype=np.int64)
     op_tensor = np.full(n_ops, -1, dtype=np.int64)
-    kinds = [ops.kind for ops in pass_ops(schedule, n)]
+    all_ops = pass_ops(schedule, n)
+    kinds = [ops.kind for ops in all_ops]
     for k, op in enumerate(schedule.ops):
         p = passes[op.sub_batch] if op.sub_batch < len(passes) else passes[-1]
         stage = p.stages[op.stage]
@@ -118,10 +123,18 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
             t_size[b.tensor] += b.size  # freed with its tensor when the backward ends
         else:
             op_free[b.dies] += b.size
-    arrays = (op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size)
+    t_movable = np.zeros(len(passes) * n, dtype=np.int64)
+    t_reader = np.full(len(passes) * n, -1, dtype=np.int64)
+    for sb, ops in enumerate(all_ops):
+        p = passes[sb] if sb < len(passes) else passes[-1]
+        for i in range(n):
+            t_movable[sb * n + i] = movable_bytes(stage_memory(p, i, schedule.algorithm_of(i)), ops.kind[i])
+            reader = ops.reader(i) if ops.kind[i] == "Fc" else None
+            t_reader[sb * n + i] = -1 if reader is None else reader
+    arrays = (op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size, t_movable, t_reader)
     if len(_OPS_CACHE) >= _OPS_CACHE_SIZE:
         _OPS_CACHE.pop(next(iter(_OPS_CACHE)))
-    _OPS_CACHE[key] = (profile, arrays)
+    _OPS_CACHE[key] = (profile, schedule.ops, arrays)
     return tuple(x.copy() for x in arrays)
 
 
@@ -132,7 +145,8 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
     duplex = duplex_of(schedule, duplex)
     passes = pass_profiles(profile, schedule)
     n = profile.n_stages
-    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size = _operation_arrays(schedule, profile, passes)
+    op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size, t_movable, t_reader = _operation_arrays(
+        schedule, profile, passes)
 
     m = len(schedule.transfers)
     tr_tensor = np.zeros(m, dtype=np.int64)
@@ -143,14 +157,10 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
     tr_issue_end = np.zeros(m, dtype=np.bool_)
     tr_wait_op = np.full(m, -1, dtype=np.int64)
     tr_engine = np.zeros(m, dtype=np.int64)
-    all_ops = pass_ops(schedule, n) if schedule.transfers else []
     for j, tr in enumerate(schedule.transfers):
         t = tr.sub_batch * n + tr.stage
         p = passes[tr.sub_batch] if tr.sub_batch < len(passes) else passes[-1]
-        ops = all_ops[min(tr.sub_batch, len(all_ops) - 1)]
-        kind = ops.kind[tr.stage]
-        size = movable_bytes(stage_memory(p, tr.stage, schedule.algorithm_of(tr.stage)), kind) \
-            if tr.nbytes is None else tr.nbytes
+        size = int(t_movable[t]) if tr.nbytes is None else tr.nbytes
         pre = tr.direction == "prefetch"
         tr_tensor[j] = t
         tr_is_prefetch[j] = pre
@@ -159,10 +169,9 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
         tr_issue_op[j] = tr.issue_op
         tr_issue_end[j] = tr.issue_at == "end"
         tr_wait_op[j] = -1 if tr.wait_op is None else tr.wait_op
-        if pre and kind == "Fc":  # R_i reads the checkpoint: it waits for it at the latest
-            reader = ops.reader(tr.stage)
-            if 0 <= reader and (tr.wait_op is None or tr.wait_op > reader):
-                tr_wait_op[j] = reader
+        reader = int(t_reader[t])  # a checkpoint's: R_i reads it, so it waits for it at the latest
+        if pre and 0 <= reader and (tr.wait_op is None or tr.wait_op > reader):
+            tr_wait_op[j] = reader
         tr_engine[j] = 1 if (duplex and pre) else 0
 
     return Lowered(

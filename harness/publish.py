@@ -193,7 +193,8 @@ def plan_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["allocator"] == first]
 
 
-def _budget_order(rows: pd.DataFrame) -> list[str]:
+def budget_order(rows: pd.DataFrame) -> list[str]:
+    """The budget labels of ``rows``, smallest budget first."""
     order = rows.groupby("budget_label", sort=False)["budget_bytes"].median().sort_values(kind="stable")
     return list(order.index)
 
@@ -346,12 +347,12 @@ def _failure(cell: Cell) -> str:
     return f"{mark} ({cell.failed}/{cell.repeats})" if cell.repeats > 1 else mark
 
 
-def _grid(table: ExecutorTable, text: Callable[[str, str, Cell], str]) -> tuple[list[list[str]], set[tuple[int, int]]]:
+def grid(table: ExecutorTable, text: Callable[[str, str, Cell], str]) -> tuple[list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget lines: ``text`` of each cell that ran, the status of each that did not."""
     lines, bad = [], set()
     for i, planner in enumerate(_planner_order(table.rows)):
         line = [planner]
-        for j, budget in enumerate(_budget_order(table.rows), start=1):
+        for j, budget in enumerate(budget_order(table.rows), start=1):
             cell = table.cells.get((planner, budget))
             if cell is None:
                 line.append("")
@@ -371,7 +372,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
     statistic over repeats), the spread for measured rows, and the time over the ideal
     iteration (the unconstrained keep-all run of the same workload), common to the table.
     """
-    budgets, measured = _budget_order(table.rows), is_measured(table.rows)
+    budgets, measured = budget_order(table.rows), is_measured(table.rows)
     winners = {b: fastest(table.cells, b) for b in budgets}
 
     def text(planner: str, budget: str, cell: Cell) -> str:
@@ -383,14 +384,14 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
             out = f"{FASTEST} {out}"
         return out + (f" {ARENA_FLAG}" if cell.arena_over_budget is not None else "")
 
-    lines, bad = _grid(table, text)
+    lines, bad = grid(table, text)
     return ["planner", *_budget_headers(table.rows, budgets)], lines, bad
 
 
 def bound_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Strategy x budget: iteration time over the budget's lower bound (the same bound for the column)."""
-    lines, bad = _grid(table, lambda p, b, cell: fmt_ratio(cell.ratio_to_budget_lb))
-    return ["planner", *_budget_headers(table.rows, _budget_order(table.rows), with_lb=True)], lines, bad
+    lines, bad = grid(table, lambda p, b, cell: fmt_ratio(cell.ratio_to_budget_lb))
+    return ["planner", *_budget_headers(table.rows, budget_order(table.rows), with_lb=True)], lines, bad
 
 
 def does_what(rows: pd.DataFrame) -> bool:
@@ -410,7 +411,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
     """
     planners = _planner_order(table.rows)
     lines, bad = [], set()
-    for i, budget in enumerate(_budget_order(table.rows)):
+    for i, budget in enumerate(budget_order(table.rows)):
         at = table.rows[table.rows["budget_label"] == budget]
         size = at["budget_bytes"].dropna()
         line = [f"{budget} ({fmt_bytes(size.iloc[0]) if len(size) else '-'})"]
@@ -557,7 +558,7 @@ def time_figure(table: ExecutorTable):
     """The figure of ``plot_time``: one bar colour per strategy."""
     fig, ax = _figure()
     rows, cells = table.rows, table.cells
-    budgets, planners = _budget_order(rows), _planner_order(rows)
+    budgets, planners = budget_order(rows), _planner_order(rows)
     styles = _styles(planners)
     width = 0.8 / max(1, len(planners))
     for k, planner in enumerate(planners):

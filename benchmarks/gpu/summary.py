@@ -7,11 +7,12 @@ reads a run folder's rows and prints, and writes under OUT_FOLDER as ``summary.m
 
 - the checks: zero ``oom`` among the cases the harness planned (a torch row the planner
   refused is ``infeasible``, not a failure of the budget), every ``ok`` row's
-  ``max_memory_reserved`` within its budget, the median |prediction_error| at most 10% and
+  ``max_memory_reserved`` within its budget (and reported: the CPU reports none), the median |prediction_error| at most 10% and
   the largest at most 25%, and the largest gradient error;
-- the measured throughput of every planner at each budget against keep-all's, per model:
-  keep-all's measured iteration time (its fastest ``ok`` torch row of that model: the suite
-  runs it at an unconstrained budget) over the planner's. Where no keep-all row ran, the
+- the measured throughput of every planner at each budget against keep-all's, per model group
+  and measured executor, each cell summarised as the published pages summarise it
+  (``harness.publish.summarise``): keep-all's fastest ``ok`` cell (the suite runs it at an
+  unconstrained budget) over the planner's. Where no keep-all row ran, the
   simulator's ideal iteration (``ideal_s``) stands in, and the table says so;
 - where the measured time went that the simulator did not see, per planner and budget: the
   measured timeline against the simulated one of the same case (``harness.time_gap``), as
@@ -32,8 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.publish import Doc, ExecutorTable, budget_order, executors, grid, model_groups
+
 MEDIAN_ERROR, MAX_ERROR = 0.10, 0.25  # issue #16: |prediction_error| median and largest
-REAL = "torch"  # the executor whose rows are measured on the device
+PREDICTED = "simulate"  # every other executor's rows are measured on the device
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Checks:
     oom_among_planned: int
     errors: int  # measured rows that failed for another reason than memory
     over_budget: int  # ok rows whose max_memory_reserved exceeds budget_bytes
+    reserved_known: int  # ok rows that report max_memory_reserved (the CPU does not)
     error_median: float
     error_max: float
     grad_error_max: float
@@ -56,15 +60,16 @@ class Checks:
         return {
             "zero oom among planned cases": self.oom_among_planned == 0 and planned > 0,
             "no errors": self.errors == 0 and measured > 0,
-            "reserved within the budget": self.over_budget == 0 and self.status.get("ok", 0) > 0,
+            "reserved within the budget": (self.over_budget == 0 and self.reserved_known > 0
+                                           and self.reserved_known == self.status.get("ok", 0)),
             f"median |prediction_error| <= {MEDIAN_ERROR:.0%}": self.error_median <= MEDIAN_ERROR,
             f"largest |prediction_error| <= {MAX_ERROR:.0%}": self.error_max <= MAX_ERROR,
         }
 
 
 def measured(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows the device ran (the torch executor's)."""
-    return rows[rows["executor"] == REAL]
+    """The rows the device ran (every executor but the simulator)."""
+    return rows[rows["executor"] != PREDICTED]
 
 
 def checks(rows: pd.DataFrame) -> Checks:
@@ -80,26 +85,30 @@ def checks(rows: pd.DataFrame) -> Checks:
         oom_among_planned=int((real["status"] == "oom").sum()),
         errors=int((real["status"] == "error").sum()),
         over_budget=int((reserved > budget).sum()),
+        reserved_known=int(reserved.notna().sum()),
         error_median=float(prediction.median()) if len(prediction) else math.nan,
         error_max=float(prediction.max()) if len(prediction) else math.nan,
         grad_error_max=float(grads.max()) if len(grads) else math.nan,
     )
 
 
-def _model_label(model: str, batch: object) -> str:
-    return f"{model}, batch {batch}"
+def _measured_tables(rows: pd.DataFrame) -> list[ExecutorTable]:
+    """One table per model group and measured executor, each strategy and budget summarised the
+    way the published pages summarise it (``harness.publish.summarise``)."""
+    return [ExecutorTable.of(group, executor) for group in model_groups(rows)
+            for executor in executors(group.rows) if executor != PREDICTED]
 
 
 def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.DataFrame]]:
-    """Per model: (what the denominator is, planner x budget table of keep-all's time over the
-    planner's, measured; a cell is the row's status where it did not run)."""
+    """Per model group and measured executor: (what the denominator is, planner x budget table of
+    keep-all's time over the planner's; a cell is the status where it did not run). The
+    denominator is keep-all's fastest ``ok`` cell, else the simulated ideal iteration."""
     out: dict[str, tuple[str, pd.DataFrame]] = {}
-    real = measured(rows)
-    for (model, batch), group in real.groupby(["model", "batch_size"], sort=False):
-        keep_all = group[(group["planner"] == "keep-all") & (group["status"] == "ok")]
-        ideal = pd.to_numeric(group["ideal_s"], errors="coerce").dropna()
-        if len(keep_all):
-            reference = float(keep_all["makespan_s"].min())
+    for table in _measured_tables(rows):
+        keep_all = [c.time_s for (planner, _), c in table.cells.items() if planner == "keep-all" and c.ok]
+        ideal = pd.to_numeric(table.rows["ideal_s"], errors="coerce").dropna()
+        if keep_all:
+            reference = min(keep_all)
             basis = f"keep-all measured, {reference * 1e3:.2f} ms"
         elif len(ideal):
             reference = float(ideal.iloc[0])
@@ -107,79 +116,65 @@ def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.D
         else:  # no profile (profiling failed): nothing ran, every cell is a status
             reference = math.nan
             basis = "no keep-all run and no profile: no reference"
-        table: dict[str, dict[str, str]] = {}
-        for _, row in group.iterrows():
-            cell = (f"{reference / float(row['makespan_s']):.2f}" if row["status"] == "ok"
-                    else str(row["status"]))
-            table.setdefault(row["planner_label"], {})[row["budget_label"]] = cell
-        budgets = list(dict.fromkeys(group["budget_label"]))
-        frame = pd.DataFrame.from_dict(table, orient="index").reindex(columns=budgets).fillna("")
-        out[_model_label(model, batch)] = (basis, frame)
+        lines, _ = grid(table, lambda planner, budget, cell: f"{reference / cell.time_s:.2f}")
+        out[table.title] = (basis, pd.DataFrame([line[1:] for line in lines], index=[line[0] for line in lines],
+                                                columns=budget_order(table.rows)))
     return out
-
-
 def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
-    """Per model: one line per measured ``ok`` row whose timeline and its simulated twin's were
-    saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted)."""
+    """Per model group: one line per measured ``ok`` row whose timeline and its simulated twin's
+    were saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted)."""
     from harness.time_gap import time_gap
 
-    keys = ["model", "batch_size", "input_size", "planner_label", "budget_label"]
-    saved = rows[rows["timeline"].fillna("") != ""]
-    predicted = {tuple(r[k] for k in keys): r for _, r in saved[saved["executor"] == "simulate"].iterrows()}
-    out: dict[str, list[dict]] = {}
-    for _, row in saved[(saved["executor"] == REAL) & (saved["status"] == "ok")].iterrows():
-        twin = predicted.get(tuple(row[k] for k in keys))
-        if twin is None:
-            continue
-        load = lambda r: json.loads((run_dir / r["timeline"]).read_text())["events"]  # noqa: E731
-        try:
-            measured_events, predicted_events = load(row), load(twin)
-        except (OSError, ValueError, KeyError):  # a timeline missing or torn: no line, not a lost summary
-            continue
-        gap = time_gap(measured_events, predicted_events, float(row["makespan_s"]), float(twin["makespan_s"]))
-        line = {"planner": row["planner_label"], "budget": row["budget_label"],
-                "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
-        line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})
-        line["copies"] = f"{gap.copy_s / gap.predicted_s:+.1%}" if gap.predicted_s > 0 else ""
-        line["largest op gaps"] = ", ".join(f"{label} {d * 1e3:+.2f} ms" for label, d in gap.largest_ops[:3])
-        out.setdefault(_model_label(row["model"], row["batch_size"]), []).append(line)
-    return {model: pd.DataFrame(lines).fillna("") for model, lines in out.items()}
-
-
-def _markdown(frame: pd.DataFrame, index: bool = True) -> str:
-    if not index:
-        head = "| " + " | ".join(frame.columns) + " |"
-        rule = "| --- " * len(frame.columns) + "|"
-        body = ["| " + " | ".join(map(str, line)) + " |" for line in frame.itertuples(index=False)]
-        return "\n".join([head, rule, *body])
-    head = "| planner | " + " | ".join(frame.columns) + " |"
-    rule = "| --- " * (len(frame.columns) + 1) + "|"
-    body = ["| " + " | ".join([str(name), *map(str, line)]) + " |" for name, line in frame.iterrows()]
-    return "\n".join([head, rule, *body])
+    out: dict[str, pd.DataFrame] = {}
+    for group in model_groups(rows[rows["timeline"].fillna("") != ""]):
+        at = group.rows
+        twins = {(r["planner_label"], r["budget_label"]): r for _, r in at[at["executor"] == PREDICTED].iterrows()}
+        lines = []
+        for _, row in measured(at)[measured(at)["status"] == "ok"].iterrows():
+            twin = twins.get((row["planner_label"], row["budget_label"]))
+            if twin is None:
+                continue
+            try:
+                events = [json.loads((run_dir / r["timeline"]).read_text())["events"] for r in (row, twin)]
+            except (OSError, ValueError, KeyError):  # a timeline missing or torn: no line, not a lost summary
+                continue
+            gap = time_gap(*events, float(row["makespan_s"]), float(twin["makespan_s"]))
+            line = {"planner": row["planner_label"], "budget": row["budget_label"],
+                    "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
+            line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})
+            line["copies"] = f"{gap.copy_s / gap.predicted_s:+.1%}" if gap.predicted_s > 0 else ""
+            line["largest op gaps"] = ", ".join(f"{label} {d * 1e3:+.2f} ms" for label, d in gap.largest_ops[:3])
+            lines.append(line)
+        if lines:
+            out[group.title] = pd.DataFrame(lines).fillna("")
+    return out
 
 
 def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
     """The summary as text (markdown) and as a JSON-ready dict; the time gaps need the run folder
     (``run_dir``), where the timelines are."""
     found = checks(rows)
-    lines = [f"measured rows by status: {found.status}",
-             f"oom among the cases the harness planned: {found.oom_among_planned}",
-             f"ok rows reserving more than their budget: {found.over_budget}",
-             f"|prediction_error| over the ok rows: median {found.error_median:.3f}, largest {found.error_max:.3f}",
-             f"largest gradient error against the unmodified model: {found.grad_error_max:.2e}", ""]
-    lines += [f"- {'PASS' if held else 'FAIL'}: {name}" for name, held in found.passed.items()]
+    doc = Doc("GPU slice summary")
+    doc.para("\n".join([
+        f"measured rows by status: {found.status}",
+        f"oom among the cases the harness planned: {found.oom_among_planned}",
+        f"ok rows reserving more than their budget: {found.over_budget}",
+        f"|prediction_error| over the ok rows: median {found.error_median:.3f}, largest {found.error_max:.3f}",
+        f"largest gradient error against the unmodified model: {found.grad_error_max:.2e}"]))
+    doc.para("\n".join(f"- {'PASS' if held else 'FAIL'}: {name}" for name, held in found.passed.items()))
     tables = throughput_against_keep_all(rows)
-    for model, (basis, frame) in tables.items():
-        lines += ["", f"### {model}: throughput against keep-all ({basis})", "", _markdown(frame)]
+    for title, (basis, frame) in tables.items():
+        doc.heading(f"{title}: throughput against keep-all ({basis})", level=3)
+        doc.table(["planner", *frame.columns], [[name, *line] for name, line in zip(frame.index, frame.values)])
     gaps = time_gaps(rows, run_dir) if run_dir is not None else {}
-    for model, frame in gaps.items():
-        lines += ["", f"### {model}: measured - predicted time, as shares of the predicted (timeline vs timeline)",
-                  "", _markdown(frame, index=False)]
+    for title, frame in gaps.items():
+        doc.heading(f"{title}: measured - predicted time, as shares of the predicted (timeline vs timeline)", level=3)
+        doc.table(list(frame.columns), frame.values.tolist())
     data = {"checks": asdict(found), "passed": found.passed,
             "throughput_against_keep_all": {m: {"basis": b, "table": f.to_dict(orient="index")}
                                             for m, (b, f) in tables.items()},
             "time_gaps": {m: f.to_dict(orient="records") for m, f in gaps.items()}}
-    return "\n".join(lines) + "\n", data
+    return "\n".join(doc.md), data
 
 
 def main(argv: list[str]) -> int:

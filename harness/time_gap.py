@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, get_args
 
-from harness.model import TimelineEvent
+from harness.model import OpKind, TimelineEvent
 
+KINDS: tuple[str, ...] = get_args(OpKind)  # F, Fc, Fn, R, B: the order the parts are given in
 _KIND = re.compile(r"^(Fc|Fn|F|R|B)\d")
-KINDS = ("F", "Fc", "Fn", "R", "B")  # the order the parts are given in
 
 
 def op_kind(label: str) -> str:
@@ -49,31 +49,36 @@ def events_of(timeline: Iterable[Any]) -> list[TimelineEvent]:
 
 @dataclass(frozen=True)
 class TimelineParts:
-    """One timeline's length, the compute stream's busy time per operation kind, and its copies' time."""
+    """One timeline's length, the compute stream's busy time per operation, and its copies' time."""
 
     length_s: float
-    busy_s: dict[str, float]
+    op_s: dict[str, float]
     copy_s: float
-    op_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def busy_s(self) -> dict[str, float]:
+        """The compute stream's busy time per operation kind."""
+        busy: dict[str, float] = {}
+        for label, seconds in self.op_s.items():
+            busy[op_kind(label)] = busy.get(op_kind(label), 0.0) + seconds
+        return busy
 
     @property
     def idle_s(self) -> float:
         """Time the compute stream did no operation within the timeline's length."""
-        return self.length_s - sum(self.busy_s.values())
+        return self.length_s - sum(self.op_s.values())
 
     @classmethod
     def of(cls, timeline: Iterable[Any]) -> TimelineParts:
         """The parts of ``timeline`` (its length runs from 0 to the last event's end)."""
         events = events_of(timeline)
-        busy: dict[str, float] = {}
         ops: dict[str, float] = {}
         for e in events:
             if e.stream == "compute":
-                kind = op_kind(e.label)
-                busy[kind] = busy.get(kind, 0.0) + (e.end - e.start)
+                op_kind(e.label)  # an operation's label, or a clear error
                 ops[e.label] = ops.get(e.label, 0.0) + (e.end - e.start)
         copies = sum(e.end - e.start for e in events if e.stream != "compute")
-        return cls(max((e.end for e in events), default=0.0), busy, copies, ops)
+        return cls(max((e.end for e in events), default=0.0), ops, copies)
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,8 @@ def time_gap(measured: Sequence[Any], predicted: Sequence[Any], measured_s: floa
     real, model = TimelineParts.of(measured), TimelineParts.of(predicted)
     measured_s = real.length_s if measured_s is None else float(measured_s)
     predicted_s = model.length_s if predicted_s is None else float(predicted_s)
-    kinds = [k for k in KINDS if k in model.busy_s or k in real.busy_s]
-    compute = {k: real.busy_s.get(k, 0.0) - model.busy_s.get(k, 0.0) for k in kinds}
+    real_busy, model_busy = real.busy_s, model.busy_s
+    compute = {k: real_busy.get(k, 0.0) - model_busy.get(k, 0.0) for k in KINDS if k in real_busy or k in model_busy}
     ops = {label: real.op_s.get(label, 0.0) - model.op_s.get(label, 0.0)
            for label in dict.fromkeys([*model.op_s, *real.op_s])}
     largest = tuple(sorted(ops.items(), key=lambda item: -abs(item[1]))[:top])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -374,7 +374,15 @@ class Schedule:
 
 
 def training_ops(n_stages: int, sub_batches: int = 1) -> tuple[Op, ...]:
-    """F_0..F_{L-1} then B_{L-1}..B_0, once per sub-batch: the order every chain schedule uses."""
+    """F_0..F_{L-1} then B_{L-1}..B_0, once per sub-batch: the order every chain schedule uses.
+
+    One tuple per chain shape, shared by every schedule made of it (its operations are frozen),
+    so that the simulator's lowering finds the operations it flattened already, by identity."""
+    return _training_ops(int(n_stages), int(sub_batches))
+
+
+@lru_cache(maxsize=64)
+def _training_ops(n_stages: int, sub_batches: int) -> tuple[Op, ...]:
     ops: list[Op] = []
     for sb in range(sub_batches):
         ops.extend(Op("F", i, sb) for i in range(n_stages))

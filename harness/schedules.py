@@ -31,7 +31,13 @@ def recompute_ops(n_stages: int, segments: list[tuple[int, int]], sub_batches: i
     a+1..b-1 save nothing (``Fn``); just before B_{b-1} the segment is recomputed, R_a..R_{b-1},
     which re-creates its saved data (papers/004 section 2.1's checkpointing, as PyTorch's
     non-reentrant ``torch.utils.checkpoint`` runs it). Stages outside the segments save (``F``).
+    Like ``training_ops``, one tuple per shape, shared.
     """
+    return _recompute_ops(int(n_stages), tuple((int(a), int(b)) for a, b in segments), int(sub_batches))
+
+
+@functools.lru_cache(maxsize=64)
+def _recompute_ops(n_stages: int, segments: tuple[tuple[int, int], ...], sub_batches: int) -> tuple[Op, ...]:
     first = {a for a, b in segments}
     inside = {i for a, b in segments for i in range(a + 1, b)}
     last = {b - 1: a for a, b in segments}
@@ -145,10 +151,9 @@ def ordered_schedule(
 
 @functools.lru_cache(maxsize=64)
 def _operations(n: int, recompute: tuple[tuple[int, int], ...], sub_batches: int):
-    """The operations of an ordered schedule, their positions, and each forward's position.
-
-    One object per chain shape: a planner builds hundreds of candidates on one chain, and they
-    share it (so lowering them finds the operations it flattened already, by identity)."""
+    """The operations of an ordered schedule, their positions, and each forward's position: a
+    planner builds hundreds of candidates on one chain, and they share the lookups as they share
+    the operations."""
     ops = recompute_ops(n, list(recompute), sub_batches) if recompute else training_ops(n, sub_batches)
     forward = {(op.stage, op.sub_batch): k for k, op in enumerate(ops) if op.is_forward}
     return ops, op_index(ops), forward

@@ -94,6 +94,10 @@ def test_the_candidates_of_a_planner_share_their_operations_and_one_lowering() -
     candidates = [ordered_schedule(profile, 10**9, offload, planner="t", prefetch_window=w)
                   for offload in ({0}, {1}, {0, 1}) for w in (None, 1)]
     assert all(c.ops is candidates[0].ops for c in candidates)
+    from harness.schedules import keep_all_schedule, recompute_ops
+
+    assert keep_all_schedule(profile, 10**9).ops is candidates[0].ops  # every planner's, not only ordered ones
+    assert recompute_ops(3, [(0, 2)]) is recompute_ops(3, ((0, 2),))
     lower(candidates[0], profile)
     entries = len(_OPS_CACHE)
     for c in candidates:

@@ -88,7 +88,7 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
     passes derive from, and keeping both alive: the sub-batch passes are new objects at every call).
     """
     # by identity: hashing a few hundred operations costs as much as flattening them, and the
-    # candidates a planner builds share one operations tuple (harness.schedules._operations)
+    # schedules of one chain share one operations tuple (training_ops, recompute_ops are cached)
     key = (id(schedule.ops), schedule.algorithms, schedule.sub_batches, id(profile))
     hit = _OPS_CACHE.get(key)
     if hit is not None and hit[0] is profile and hit[1] is schedule.ops:

@@ -112,21 +112,10 @@ class SavedStore:
         """Route what the forward of (``sub_batch``, ``stage``) saves through this store."""
 
         def pack(t: torch.Tensor) -> object:
-            try:
-                key = storage_key(t)
-            except (RuntimeError, NotImplementedError):  # no plain storage: keep it as is
-                return t
-            if key in self.weight_keys or t.device != self.device:
-                return t
-            ref = self._by_storage.get(key)
-            block = ref() if ref is not None else None
+            block, new = self._block_of(t, (sub_batch, stage))
             if block is None:
-                storage = t.untyped_storage()
-                if not storage.resizable():
-                    return t
-                block = Block(storage, int(storage.nbytes()), (sub_batch, stage))
-                self._by_storage[key] = weakref.ref(block)
-                self._groups.setdefault(block.group, []).append(weakref.ref(block))
+                return t
+            if new:
                 self.packed_bytes += block.nbytes
             block.packed_by.add(stage)
             return SavedRef(block, t.dtype, t.size(), t.stride(), t.storage_offset())
@@ -155,20 +144,32 @@ class SavedStore:
         tensor. A storage that is already a block (the previous stage saved its output) stays in
         its group.
         """
+        block, _ = self._block_of(t, (sub_batch, stage))
+        if block is None:
+            return
+        self._kept[(sub_batch, stage)] = block
+
+    def _block_of(self, t: torch.Tensor, group: GroupKey) -> tuple[Block | None, bool]:
+        """The block of ``t``'s storage (registered in ``group`` when it is new) and whether it is
+        new; None for what passes through: no plain storage, a weight, another device, a storage
+        that cannot be resized."""
         try:
             key = storage_key(t)
         except (RuntimeError, NotImplementedError):
-            return
+            return None, False
+        if key in self.weight_keys or t.device != self.device:
+            return None, False
         ref = self._by_storage.get(key)
         block = ref() if ref is not None else None
-        if block is None:
-            storage = t.untyped_storage()
-            if key in self.weight_keys or t.device != self.device or not storage.resizable():
-                return
-            block = Block(storage, int(storage.nbytes()), (sub_batch, stage))
-            self._by_storage[key] = weakref.ref(block)
-            self._groups.setdefault(block.group, []).append(weakref.ref(block))
-        self._kept[(sub_batch, stage)] = block
+        if block is not None:
+            return block, False
+        storage = t.untyped_storage()
+        if not storage.resizable():
+            return None, False
+        block = Block(storage, int(storage.nbytes()), group)
+        self._by_storage[key] = weakref.ref(block)
+        self._groups.setdefault(group, []).append(weakref.ref(block))
+        return block, True
 
     def release(self, sub_batch: int, stage: int) -> None:
         """The recomputation has read the checkpoint: the store no longer holds it alive."""

@@ -36,7 +36,7 @@ PAPER = ("Beaumont, Eyraud-Dubois, Shilova, NeurIPS 2021, \"Efficient Combinatio
 RECOMPUTE_ONLY = ("recompute", "torch-checkpoint")  # in order of preference
 COMBINED = "hybrid"
 SHARE_CLAIM, SHARE_TOLERANCE = 1 / 3, 0.1
-REDUCTION_CLAIM = (4.0, 6.0)
+REDUCTION_CLAIM = 4.0  # the paper's 4-6x: held from its lower end
 OVERHEAD_LIMIT = 1.2  # "under 20% overhead"
 
 
@@ -67,7 +67,7 @@ class Claims:
         fastest of the others is shown but not judged)."""
         if self.memory_reduction is None or self.combined_planner is None:
             return None
-        return self.memory_reduction >= REDUCTION_CLAIM[0]
+        return self.memory_reduction >= REDUCTION_CLAIM
 
 
 def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float]]]:

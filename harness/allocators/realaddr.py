@@ -15,7 +15,7 @@ by driving a :class:`~harness.allocators.session.ProfileGuidedSession`:
   **departure**: served by the fallback, counted, and the next iteration re-plans from the
   sequence just seen (section 4.3's re-optimisation); the arena is obtained again, larger,
   when the new plan needs more and none of its blocks is alive;
-- requests made between :meth:`interrupt` and :meth:`resume` (a non-hot part, section
+- requests made inside :meth:`unmonitored` (a non-hot part, section
   4.3's interrupt/resume) and outside iterations (weights, optimizer state, the gradient
   check) go to the fallback, unmonitored.
 
@@ -118,16 +118,14 @@ class RealAddressAllocator:
 
     ``allocator``: the allocator plugin that plans (``place(trace) -> Placement``).
     ``memory``: the device memory (arena and fallback), ``fallback``: other memory for the
-    fallback (default ``memory``). ``arena_slack``: the arena is obtained ``1 + slack``
-    times the plan's size, so that a re-plan that grows a little keeps it.
+    fallback (default ``memory``).
     """
 
     def __init__(self, allocator: Any, memory: DeviceMemory, *, fallback: DeviceMemory | None = None,
-                 alignment: int = 512, arena_slack: float = 0.0) -> None:
+                 alignment: int = 512) -> None:
         self.memory = memory
         self.fallback = fallback if fallback is not None else memory
         self.alignment = alignment
-        self.arena_slack = arena_slack
         self.session = ProfileGuidedSession(allocator, alignment=alignment, pool_granularity=alignment)
         self.stats = RealAddressStats()
         self.arena_base: int | None = None
@@ -214,16 +212,9 @@ class RealAddressAllocator:
                 self._fit_arena()
             return planned
 
-    def interrupt(self) -> None:
-        """Requests until :meth:`resume` are not monitored (section 4.3)."""
-        self.session.interrupt()
-
-    def resume(self) -> None:
-        """Monitor requests again."""
-        self.session.resume()
-
     def unmonitored(self) -> Any:
-        """:meth:`interrupt` ... :meth:`resume` as a context manager (the session's)."""
+        """Requests inside are not monitored (papers/003 section 4.3): the session's ``interrupt()``
+        ... ``resume()`` as a context manager."""
         return self.session.unmonitored()
 
     def _fit_arena(self) -> None:
@@ -236,8 +227,7 @@ class RealAddressAllocator:
             self.session.capacity = self.arena_capacity
             return
         self.release_arena()
-        g = self.alignment
-        capacity = round_up(need * (1.0 + self.arena_slack), g)
+        capacity = round_up(need, self.alignment)
         # no arena until the malloc succeeds: every planned request departs to the fallback
         self.session.capacity = 0
         self.arena_capacity = 0

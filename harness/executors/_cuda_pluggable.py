@@ -122,23 +122,18 @@ class CudaRuntime:
         self._sync = lib.cudaStreamSynchronize
         self._sync.argtypes = [ctypes.c_void_p]
         self._sync.restype = ctypes.c_int
-        self.live_bytes = 0
-        self.peak_bytes = 0
 
     def malloc(self, size: int) -> int:
         ptr = ctypes.c_void_p()
         err = self._malloc(ctypes.byref(ptr), max(int(size), 1))
         if err != 0 or not ptr.value:
             raise MemoryError(f"cudaMalloc({size}) failed with CUDA error {err}")
-        self.live_bytes += size
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         return int(ptr.value)
 
     def free(self, ptr: int, size: int) -> None:
         err = self._free(ctypes.c_void_p(ptr))
         if err != 0:
             raise RuntimeError(f"cudaFree({ptr:#x}) failed with CUDA error {err}")
-        self.live_bytes -= size
 
     def synchronize(self, stream: int) -> None:
         self._sync(ctypes.c_void_p(stream))
@@ -161,7 +156,6 @@ class PluggableAllocator:
         self._lock = threading.Lock()
         self._alloc_cb = ALLOC_FN(self._alloc)
         self._free_cb = FREE_FN(self._free)
-        self.installed = False
 
     @property
     def alloc_ptr(self) -> int:
@@ -188,7 +182,6 @@ class PluggableAllocator:
         except RuntimeError as exc:
             raise PlannedPathError(f"torch refused the pluggable allocator: {str(exc).splitlines()[0]}") from None
         _INSTALLED.append((self, custom))
-        self.installed = True
 
     def set_streams(self, compute: int, side: Sequence[int]) -> None:
         """The raw handles of the compute stream and of the side (copy) streams (assumption 4)."""

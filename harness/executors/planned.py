@@ -70,9 +70,6 @@ class TorchPlannedExecutor:
         self.allocator, self.device, self.warmup, self.iterations = allocator, device, warmup, iterations
         self.alignment, self.seed, self.duplex, self.timeout_s = alignment, seed, duplex, timeout_s
 
-    def __getstate__(self) -> dict:
-        return dict(self.__dict__)
-
     def _torch(self, device: str, **extra: Any):
         from harness.executors.torch_executor import TorchExecutor
 

@@ -3,6 +3,8 @@ with planned placement at real addresses)."""
 
 from __future__ import annotations
 
+import importlib
+
 
 class LazyTorchExecutor:
     """The ``torch`` executor as registered: torch is imported on the first run, not before.
@@ -12,6 +14,7 @@ class LazyTorchExecutor:
 
     name = "torch"
     description = "Runs the schedule on the real model (CUDA, or the CPU standing in): measured time and memory"
+    target = "harness.executors.torch_executor.TorchExecutor"  # the class ``executor()`` builds
 
     def __init__(self, **options):
         self.options = options
@@ -27,9 +30,8 @@ class LazyTorchExecutor:
     def executor(self):
         """The real executor (built, and torch imported, on first use)."""
         if self._executor is None:
-            from harness.executors.torch_executor import TorchExecutor
-
-            self._executor = TorchExecutor(**self.options)
+            module, cls = self.target.rsplit(".", 1)
+            self._executor = getattr(importlib.import_module(module), cls)(**self.options)
         return self._executor
 
     def __getstate__(self) -> dict:
@@ -62,13 +64,7 @@ class LazyTorchPlannedExecutor(LazyTorchExecutor):
     name = "torch-planned"
     description = ("Every device allocation of an iteration at the offsets an allocator planned from a profiled "
                    "iteration, beside the caching allocator's reserve (CUDA; emulated on the CPU)")
-
-    def executor(self):
-        if self._executor is None:
-            from harness.executors.planned import TorchPlannedExecutor
-
-            self._executor = TorchPlannedExecutor(**self.options)
-        return self._executor
+    target = "harness.executors.planned.TorchPlannedExecutor"
 
 
 def register_builtin(register):

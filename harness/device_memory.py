@@ -78,15 +78,19 @@ def check_fits(trace: Trace, budget: int, runtime_bytes: int = 0, what: str = "t
     return memory
 
 
-def arena_fits(arena_bytes: int, budget: int, runtime_bytes: int, device_budget: bool) -> bool:
-    """Whether an allocator's arena holds in ``budget`` under the suite's budget model.
+def arena_reservation(arena_bytes: Any, runtime_bytes: Any, device_budget: bool) -> Any:
+    """What an allocator's arena makes the process hold against the budget (numbers or pandas columns).
 
     Under the chain model (papers/004's M) the arena alone is what the budget bounds. Under a
     device budget the process reserves the arena plus the runtime bytes the chain model does
-    not see (as in ``DeviceMemory.reserved_bytes``), so that sum is what must hold.
+    not see (as in ``DeviceMemory.reserved_bytes``).
     """
-    reserved = arena_bytes + runtime_bytes if device_budget else arena_bytes
-    return reserved <= budget
+    return arena_bytes + runtime_bytes if device_budget else arena_bytes
+
+
+def arena_fits(arena_bytes: int, budget: int, runtime_bytes: int, device_budget: bool) -> bool:
+    """Whether an allocator's arena holds in ``budget`` under the suite's budget model (``arena_reservation``)."""
+    return arena_reservation(arena_bytes, runtime_bytes, device_budget) <= budget
 
 
 def keep_all_memory(profile: Profile, duplex: bool = False) -> DeviceMemory:

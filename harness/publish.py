@@ -707,20 +707,22 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
     allocator models, and the largest amount that exceeded the budget, which is what the runner compared
     (``harness.device_memory.arena_fits``): the arena, or under a device budget the arena plus the
     runtime bytes."""
+    from harness.device_memory import arena_reservation
+
     over = [c for c in table.cells.values() if c.arena_over_budget is not None]
     if not over:
         return None
     count, names = len(over), ", ".join(dict.fromkeys(a for c in over for a in c.over_allocators))
+    rows = over_budget_rows(table.rows)
+    largest = fmt_bytes(int(arena_reservation(rows["arena_bytes"], rows["runtime_bytes"].fillna(0),
+                                              device_budget).max()))
     if not device_budget:
         return (f"{ARENA_FLAG} {count} of these schedules' memory traces need a larger arena than the budget in "
-                f"the {names} allocator model (largest: {fmt_bytes(max(c.arena_over_budget for c in over))}): "
-                "the plan fits the chain model's budget, but a real caching allocator would likely run out of "
-                "memory.")
-    rows = over_budget_rows(table.rows)
-    largest = int((rows["arena_bytes"] + rows["runtime_bytes"].fillna(0)).max())
+                f"the {names} allocator model (largest: {largest}): the plan fits the chain model's budget, but a "
+                "real caching allocator would likely run out of memory.")
     return (f"{ARENA_FLAG} {count} of these schedules' memory traces, placed by the {names} allocator model, need "
             f"more than the device budget: the arena plus the runtime bytes the chain model does not see, what "
-            f"the process would reserve (largest: {fmt_bytes(largest)}). A real allocator placing them so would "
+            f"the process would reserve (largest: {largest}). A real allocator placing them so would "
             "likely run out of memory.")
 
 

@@ -94,7 +94,7 @@ class TorchPlannedExecutor:
         from harness.simulate.executor import simulate
 
         run = self._torch(str(workload.device)).run(schedule, profile, workload)
-        trace = simulate(schedule, profile, duplex=duplex_of(schedule, self.duplex), with_trace=True).trace
+        trace = simulate(schedule, profile, duplex=self.duplex, with_trace=True).trace
         blocks = [b for b in trace if b.size > 0]
         events = trace_events(to_int_trace(blocks))
         real = RealAddressAllocator(_allocator(self.allocator), FakeMemory(alignment=self.alignment),

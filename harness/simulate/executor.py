@@ -33,7 +33,7 @@ def makespan(schedule: Schedule, profile: Profile, *, budget: float | None = Non
 
 def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool | None,
          engine: str) -> tuple[Lowered, Timing]:
-    low = lower(schedule, profile, budget=budget, duplex=duplex_of(schedule, duplex))
+    low = lower(schedule, profile, budget=budget, duplex=duplex)
     if engine == "kernel":
         from harness.simulate._kernels import simulate_kernel
 

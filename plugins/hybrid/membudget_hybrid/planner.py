@@ -57,12 +57,13 @@ import numpy as np
 
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
-from harness.memory import segment_phase_needs, stage_memory
+from harness.memory import movable_bytes, segment_phase_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
 from harness.simulate.executor import makespan
 from membudget_dynprog import discretise
+from membudget_dynprog.planner import _ceil_div
 from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
@@ -95,7 +96,7 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     q = usable / S
 
     def up(nbytes: int) -> int:
-        return -((-int(nbytes) * S) // usable)
+        return _ceil_div(int(nbytes) * S, usable)
 
     mem = [stage_memory(profile, i) for i in range(n)]
     fwd = np.concatenate([[0.0], np.cumsum([s.fwd_time for s in profile.stages])])
@@ -105,7 +106,7 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     suf, sub, scost = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape)
     forward_needs, backward_needs = segment_phase_needs(mem)
     for a in range(n):
-        checkpoint = up(mem[a].input)
+        checkpoint = up(movable_bytes(mem[a], "Fc"))
         for b in range(a + 1, n + 1):
             need_f, need_b = int(forward_needs[a, b]), int(backward_needs[a, b])
             cf, cb = up(need_f), up(need_b)

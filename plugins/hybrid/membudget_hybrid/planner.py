@@ -238,19 +238,26 @@ def _table_plan(profile: Profile, budget: int, slots: int, beam: int, planner: s
     More moves do not make the table's plan faster in the simulator: the beam keeps other states (and can
     drop those that lead to the checkpoint-free table's best), and the fractional model (assumption E)
     prices an offloaded checkpoint below what its whole-tensor copy costs (README, "Never slower").
+
+    Both runs shrink the memory the same way, so they share the tables they build (``tables``).
     """
-    without = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=False)
+    tables: dict[int, HybridTable] = {}
+    without = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=False,
+                        tables=tables)
     if not offload_checkpoints:
         return (*without, ())
-    with_move = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=True)
+    with_move = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=True,
+                          tables=tables)
     best = with_move if with_move[2] <= without[2] else without
     return (*best[:3], with_move[3] + without[3], with_move[4] + without[4], (with_move[2], without[2]))
 
 
 def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
-              offload_checkpoints: bool = True):
+              offload_checkpoints: bool = True, tables: dict[int, HybridTable] | None = None):
     """The table's fastest runnable plan (shrinking the memory while none runs): (decisions, schedule,
-    makespan, states, rounds); (None, None, inf, ...) when none runs."""
+    makespan, states, rounds); (None, None, inf, ...) when none runs. ``tables``: the tables built so far,
+    by the budget they were built for (read and filled)."""
+    tables = {} if tables is None else tables
     usable = budget - profile.weight_bytes
     states = rounds = 0
     shrink = 0
@@ -258,8 +265,9 @@ def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str
         table_budget = budget - (usable * shrink) // slots
         if table_budget <= profile.weight_bytes:
             break
-        solved = solve_hybrid(discretise_hybrid(profile, table_budget, slots), TIE_CANDIDATES, beam=beam,
-                              offload_checkpoints=offload_checkpoints)
+        if table_budget not in tables:
+            tables[table_budget] = discretise_hybrid(profile, table_budget, slots)
+        solved = solve_hybrid(tables[table_budget], TIE_CANDIDATES, beam=beam, offload_checkpoints=offload_checkpoints)
         rounds += 1
         if solved is None:
             break

@@ -129,8 +129,8 @@ class Decisions:
     cost: float  # predicted idle + recomputation time (s)
 
 
-def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
-                 beam: int = 0, offload_checkpoints: bool = True) -> tuple[list[Decisions], int] | None:
+def solve_hybrid(table: HybridTable, candidates: int = 1, beam: int = 0,
+                 offload_checkpoints: bool = True) -> tuple[list[Decisions], int] | None:
     """The DP; the ``candidates`` best final states backtracked (best first), and the states kept.
 
     ``offload_checkpoints``: let the DP offload a recomputed segment's checkpoint (``Decisions.offload``
@@ -146,7 +146,7 @@ def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
     RF, RB = d.key_ranges
     K, dF, dB, cost, parent, move, offsets, built = hybrid_dp(
         d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
-        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, eps, beam, bool(offload_checkpoints))
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, beam, bool(offload_checkpoints))
     if built <= n:
         return None
     lo, hi = offsets[n], offsets[n + 1]

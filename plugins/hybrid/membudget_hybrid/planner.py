@@ -301,9 +301,8 @@ def _rival_schedules(profile: Profile, budget: int, slots: int, duplex: bool):
 def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
     """The recomputation planner's schedule (None when it refuses the budget): ``membudget_recompute``'s
     optimal segmentation, which is never slower than torch-checkpoint."""
-    planner, options = Recompute(), {}
     try:
-        return planner.plan(profile, budget, **options)
+        return Recompute().plan(profile, budget)
     except (InfeasibleBudget, MembudgetError):  # a refusal, or a self-check that failed: no rival, as for DYNPROG
         return None
 
@@ -328,7 +327,6 @@ class Hybrid:
     name = "hybrid"
     description = ("Keep, offload or recompute per stage, chosen jointly by DYNPROG's DP with a recomputed-segment "
                    "move (Beaumont et al. 2021); never slower than DYNPROG or recompute")
-    extra_options = ()
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, duplex: bool = False,
              rivals: bool = True, beam: int = DEFAULT_BEAM, offload_checkpoints: bool = True) -> Schedule:

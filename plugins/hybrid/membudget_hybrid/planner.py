@@ -61,7 +61,6 @@ from harness.memory import movable_bytes, segment_phase_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
-from harness.simulate.executor import makespan
 from membudget_dynprog import discretise
 from membudget_dynprog.planner import _ceil_div
 from membudget_recompute import Recompute
@@ -209,6 +208,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     best = ("hybrid", own_schedule, own_time)
     times: dict[str, float] = {}
     if rivals:
+        from harness.simulate.executor import makespan
+
         for name, schedule in _rival_schedules(profile, budget, slots, duplex):
             t = math.inf if schedule is None else makespan(schedule, profile, budget=budget, duplex=duplex)
             times[name] = math.inf if t is None else t

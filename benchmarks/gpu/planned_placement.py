@@ -31,6 +31,7 @@ def main() -> int:
         print("planned_placement: torch sees no CUDA GPU", file=sys.stderr)
         return 2
     from harness.bounds import min_memory, peak_memory
+    from harness.errors import InfeasibleBudget, MembudgetError
     from harness.executors.planned import TorchPlannedExecutor
     from harness.plugins import registry
     from harness.profilers.measured import TorchProfiler
@@ -44,8 +45,9 @@ def main() -> int:
     for planner, budget in (("keep-all", hi), ("greedy", half), ("dynprog", half)):
         try:
             schedule = registry().planner(planner).plan(profile, budget)
-        except Exception as exc:  # noqa: BLE001 - a planner that refuses is a row, not a lost run
-            rows.append({"planner": planner, "budget_bytes": budget, "status": "infeasible", "message": str(exc)})
+        except MembudgetError as exc:  # a planner that refuses (or reports an error) is a row, not a lost run
+            status = "infeasible" if isinstance(exc, InfeasibleBudget) else "error"
+            rows.append({"planner": planner, "budget_bytes": budget, "status": status, "message": str(exc)})
             write(args, rows)
             continue
         run = TorchPlannedExecutor(allocator=args.allocator, warmup=3, iterations=5).run(schedule, profile, workload)

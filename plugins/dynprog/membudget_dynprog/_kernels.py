@@ -25,6 +25,7 @@ After each step ``pareto_keep`` drops dominated states (see ``planner``).
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -289,17 +290,11 @@ def solve_kernel(d: Discretised, deadline: float | None = None, candidates: int 
                     candidates=tuple(zip(found, (float(totals[s]) for s in order))))
 
 
-_warm = False
-
-
+@functools.cache
 def warm_up() -> None:
-    """Compile the kernels (or load them from the cache) on a one-stage toy problem."""
-    global _warm
-    if _warm:
-        return
+    """Compile the kernels (or load them from the cache) on a one-stage toy problem, once."""
     z = np.zeros(1, np.int64)
     one = np.ones(1, np.int64)
     out = dp_layers(z, z, z, np.zeros(1), z, one, one, one, z, z, np.ones(1, np.bool_), 1.0, 1.0, 4, 0, -2, 8, 8,
                     False, 0, 1)
     final_totals(out[0], out[1], out[2], out[3], 1.0, 1.0, 0.0, np.zeros(0))
-    _warm = True

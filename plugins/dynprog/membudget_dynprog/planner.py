@@ -75,6 +75,7 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import stage_memory
 from harness.model import Profile, Schedule
+from harness.options import int_option
 from harness.schedules import (best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule,
                                offload_set_refusal)
 
@@ -327,8 +328,9 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
     ``TIE_CANDIDATES``) is run in the simulator and the fastest kept; without, the first
     one backtracked.
     """
+    slots = int_option(planner, "slots", slots, 1)
     check_budget(profile, budget, planner)
-    options: dict = {"slots": int(slots)}
+    options: dict = {"slots": slots}
     if prefetch_during_forward:
         options["prefetch_during_forward"] = True
     if candidates > 1:

@@ -457,6 +457,14 @@ def test_slots_option_changes_the_resolution() -> None:
         assert abs(plans[s].idle - fine) <= error_bound(profile, budget, s) + error_bound(profile, budget, 1000)
 
 
+@pytest.mark.parametrize("value", [0, -3, 1.5, True, "abc", None])
+def test_a_bad_slots_is_refused_by_name(value) -> None:
+    # slots=1.5 used to plan with S=1 (int(slots)), slots=True with S=1
+    profile = synthetic_chain(2, 10)
+    with pytest.raises(ValueError, match="dynprog: option slots must be an integer >= 1"):
+        Dynprog().plan(profile, budget_between(profile, 0.3), slots=value)
+
+
 def test_feasibility_loop_raises_rounded_down_sizes() -> None:
     """Section 5.3.2: when the optimistic rounding picks a set that does not fit, sizes go up.
 

@@ -26,7 +26,7 @@ KEEP, OFFLOAD, SEGMENT, SEGMENT_OFFLOAD = 0, 1, 2, 3
 
 @njit(cache=True)
 def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf, wb, S, df_min, db_min, RF, RB,
-              eps, beam, seg_offload):
+              beam, seg_offload):
     """Every layer of the hybrid DP.
 
     Segment arrays are (L + 1) x (L + 1), indexed [a, b]; ``sx[a, b] < 0`` marks a segment
@@ -171,5 +171,5 @@ def warm_up() -> None:
     z = np.zeros(1, np.int64)
     seg = np.full((2, 2), -1, np.int64)
     segf = np.zeros((2, 2))
-    hybrid_dp(one, one, one, z, z, np.ones(1, np.bool_), seg, seg, seg, seg, seg, segf, 1.0, 1.0, 4, 0, -2, 8, 8, 0.0, 0,
+    hybrid_dp(one, one, one, z, z, np.ones(1, np.bool_), seg, seg, seg, seg, seg, segf, 1.0, 1.0, 4, 0, -2, 8, 8, 0,
               True)

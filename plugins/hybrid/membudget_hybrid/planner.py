@@ -57,12 +57,12 @@ import numpy as np
 
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
-from harness.memory import segment_phase_needs, stage_memory
+from harness.memory import movable_bytes, segment_phase_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
-from harness.simulate.executor import makespan
 from membudget_dynprog import discretise
+from membudget_dynprog.planner import _ceil_div
 from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
@@ -95,7 +95,7 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     q = usable / S
 
     def up(nbytes: int) -> int:
-        return -((-int(nbytes) * S) // usable)
+        return _ceil_div(int(nbytes) * S, usable)
 
     mem = [stage_memory(profile, i) for i in range(n)]
     fwd = np.concatenate([[0.0], np.cumsum([s.fwd_time for s in profile.stages])])
@@ -105,7 +105,7 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     suf, sub, scost = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape)
     forward_needs, backward_needs = segment_phase_needs(mem)
     for a in range(n):
-        checkpoint = up(mem[a].input)
+        checkpoint = up(movable_bytes(mem[a], "Fc"))
         for b in range(a + 1, n + 1):
             need_f, need_b = int(forward_needs[a, b]), int(backward_needs[a, b])
             cf, cb = up(need_f), up(need_b)
@@ -128,8 +128,8 @@ class Decisions:
     cost: float  # predicted idle + recomputation time (s)
 
 
-def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
-                 beam: int = 0, offload_checkpoints: bool = True) -> tuple[list[Decisions], int] | None:
+def solve_hybrid(table: HybridTable, candidates: int = 1, beam: int = 0,
+                 offload_checkpoints: bool = True) -> tuple[list[Decisions], int] | None:
     """The DP; the ``candidates`` best final states backtracked (best first), and the states kept.
 
     ``offload_checkpoints``: let the DP offload a recomputed segment's checkpoint (``Decisions.offload``
@@ -145,7 +145,7 @@ def solve_hybrid(table: HybridTable, candidates: int = 1, eps: float = 0.0,
     RF, RB = d.key_ranges
     K, dF, dB, cost, parent, move, offsets, built = hybrid_dp(
         d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
-        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, eps, beam, bool(offload_checkpoints))
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, beam, bool(offload_checkpoints))
     if built <= n:
         return None
     lo, hi = offsets[n], offsets[n + 1]
@@ -208,6 +208,8 @@ def plan_hybrid(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, du
     best = ("hybrid", own_schedule, own_time)
     times: dict[str, float] = {}
     if rivals:
+        from harness.simulate.executor import makespan
+
         for name, schedule in _rival_schedules(profile, budget, slots, duplex):
             t = math.inf if schedule is None else makespan(schedule, profile, budget=budget, duplex=duplex)
             times[name] = math.inf if t is None else t
@@ -237,19 +239,26 @@ def _table_plan(profile: Profile, budget: int, slots: int, beam: int, planner: s
     More moves do not make the table's plan faster in the simulator: the beam keeps other states (and can
     drop those that lead to the checkpoint-free table's best), and the fractional model (assumption E)
     prices an offloaded checkpoint below what its whole-tensor copy costs (README, "Never slower").
+
+    Both runs shrink the memory the same way, so they share the tables they build (``tables``).
     """
-    without = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=False)
+    tables: dict[int, HybridTable] = {}
+    without = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=False,
+                        tables=tables)
     if not offload_checkpoints:
         return (*without, ())
-    with_move = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=True)
+    with_move = _own_plan(profile, budget, slots, beam, planner, options, duplex, offload_checkpoints=True,
+                          tables=tables)
     best = with_move if with_move[2] <= without[2] else without
     return (*best[:3], with_move[3] + without[3], with_move[4] + without[4], (with_move[2], without[2]))
 
 
 def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
-              offload_checkpoints: bool = True):
+              offload_checkpoints: bool = True, tables: dict[int, HybridTable] | None = None):
     """The table's fastest runnable plan (shrinking the memory while none runs): (decisions, schedule,
-    makespan, states, rounds); (None, None, inf, ...) when none runs."""
+    makespan, states, rounds); (None, None, inf, ...) when none runs. ``tables``: the tables built so far,
+    by the budget they were built for (read and filled)."""
+    tables = {} if tables is None else tables
     usable = budget - profile.weight_bytes
     states = rounds = 0
     shrink = 0
@@ -257,8 +266,9 @@ def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str
         table_budget = budget - (usable * shrink) // slots
         if table_budget <= profile.weight_bytes:
             break
-        solved = solve_hybrid(discretise_hybrid(profile, table_budget, slots), TIE_CANDIDATES, beam=beam,
-                              offload_checkpoints=offload_checkpoints)
+        if table_budget not in tables:
+            tables[table_budget] = discretise_hybrid(profile, table_budget, slots)
+        solved = solve_hybrid(tables[table_budget], TIE_CANDIDATES, beam=beam, offload_checkpoints=offload_checkpoints)
         rounds += 1
         if solved is None:
             break
@@ -292,9 +302,8 @@ def _rival_schedules(profile: Profile, budget: int, slots: int, duplex: bool):
 def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
     """The recomputation planner's schedule (None when it refuses the budget): ``membudget_recompute``'s
     optimal segmentation, which is never slower than torch-checkpoint."""
-    planner, options = Recompute(), {}
     try:
-        return planner.plan(profile, budget, **options)
+        return Recompute().plan(profile, budget)
     except (InfeasibleBudget, MembudgetError):  # a refusal, or a self-check that failed: no rival, as for DYNPROG
         return None
 
@@ -319,7 +328,6 @@ class Hybrid:
     name = "hybrid"
     description = ("Keep, offload or recompute per stage, chosen jointly by DYNPROG's DP with a recomputed-segment "
                    "move (Beaumont et al. 2021); never slower than DYNPROG or recompute")
-    extra_options = ()
 
     def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, duplex: bool = False,
              rivals: bool = True, beam: int = DEFAULT_BEAM, offload_checkpoints: bool = True) -> Schedule:

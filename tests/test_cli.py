@@ -460,12 +460,23 @@ def test_a_planner_out_of_memory_is_a_one_line_error(capsys, profile_file, monke
 def test_plan_says_what_a_recomputing_schedule_keeps_offloads_and_recomputes(capsys, profile_file):
     # plan and simulate printed offloaded_stages and offloaded_bytes only: a recompute, hybrid or
     # torch-checkpoint schedule read as "offloads nothing" with no word of what it recomputes
+    from harness.plugins import registry
+
     profile, path = profile_file
     for command in ("plan", "simulate"):
         code, out, _ = _run(capsys, command, str(path), "--planner", "torch-checkpoint", "--budget", "peak", "--json")
         report = json.loads(out)
         assert code == 0 and report["recomputed_stages"] and report["recompute_s"] > 0
         assert report["recomputed_bytes"] > 0 and report["offloaded_bytes"] == 0
-        assert report["kept_bytes"] + report["recomputed_bytes"] == sum(s.saved_bytes for s in profile.stages)
+        # the schedule's forwards: a checkpoint Fc keeps the saved part of its input and recomputes the
+        # rest, an Fn recomputes all it saves, an F (the last segment's) keeps it all
+        schedule = registry().planner("torch-checkpoint").plan(profile, report["budget_bytes"])
+        assert report["recomputed_stages"] == sorted({op.stage for op in schedule.ops if op.kind == "R"})
+        forward = {op.stage: op.kind for op in schedule.ops if op.kind in ("F", "Fc", "Fn")}
+        assert {"F", "Fc", "Fn"} <= set(forward.values())
+        keeps = {"F": lambda s: s.saved_bytes, "Fc": lambda s: min(s.input_bytes, s.saved_bytes), "Fn": lambda s: 0}
+        kept = [keeps[forward[i]](s) for i, s in enumerate(profile.stages)]
+        assert report["kept_bytes"] == sum(kept)
+        assert report["recomputed_bytes"] == sum(s.saved_bytes - k for s, k in zip(profile.stages, kept))
         assert report["recompute_s"] == pytest.approx(
             sum(profile.stages[i].fwd_time for i in report["recomputed_stages"]))

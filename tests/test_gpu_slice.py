@@ -1,9 +1,12 @@
 """benchmarks/gpu/slice.sh rehearsed on the CPU, so that a GPU session never finds it broken: a
-stand-in ``tox`` whose gpu-suite Python is this one, a CPU suite, twice (the second resumes).
+stand-in ``tox`` whose gpu-suite Python is this one, a CPU suite, three slices: the first is cut
+by its deadline (SLICE_SECONDS, each case made to sleep first), the second has too little time
+for the suite to start, the third resumes the run and finishes it.
 
 What the device tool takes back is checked: at most 8 files under $OUT, plain names, the run
-folder packed with paths from the repository root; and that the resumed slice runs no case
-twice and skips the CUDA tests (they ran in the slice that started the run).
+folder packed with paths from the repository root; that the interrupted run keeps what it
+finished, and that the resumed slice runs no case twice, only the rest, and skips the CUDA tests
+(they ran in the slice that started the run).
 """
 
 from __future__ import annotations
@@ -40,12 +43,43 @@ SUITE = """
 """
 
 
-def _slice(work: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "benchmarks/gpu/slice.sh", "cpu.yaml", "r1"], cwd=work, env=env,
+# `python -m harness.cli ...` run by the stand-in gpu-suite Python with SLICE_TEST_CASE_SLEEP set: every
+# case first sleeps that long, so that a suite of 6 cases outlasts a small SLICE_SECONDS on the CPU
+SLOW_CLI = """
+    import os, sys, time
+
+    from harness import runner
+    from harness.cli import main
+
+    _execute_unit = runner.execute_unit
+
+
+    def execute_unit(task):
+        time.sleep(float(os.environ["SLICE_TEST_CASE_SLEEP"]))
+        return _execute_unit(task)
+
+
+    runner.execute_unit = execute_unit
+    sys.exit(main(sys.argv[1:]))
+"""
+CASE_SLEEP_S = 20  # the first slice's suite gets 60 to about 80 s: 2 to 4 of its 6 cases
+FIRST_SLICE_S = 115  # minus the 30 s kept to pack and the CUDA tests: the suite starts (>= 60 s left)
+
+
+def _slice(work: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "benchmarks/gpu/slice.sh", "cpu.yaml", "r1"], cwd=work, env={**env, **extra},
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_slice_packs_its_run_and_the_next_one_resumes_it(tmp_path):
+def _meta(run_dir: Path) -> dict:
+    return json.loads((run_dir / "meta.json").read_text())
+
+
+def _case_ids(run_dir: Path) -> list[str]:
+    return [line.split(",")[1] for line in (run_dir / "rows.csv").read_text().splitlines()[1:]]
+
+
+def test_a_slice_stopped_at_its_deadline_packs_its_run_and_the_next_one_resumes_it(tmp_path):
     work = tmp_path / "checkout"
     (work / "benchmarks" / "gpu").mkdir(parents=True)
     for name in ("slice.sh", "summary.py"):
@@ -53,11 +87,22 @@ def test_a_slice_packs_its_run_and_the_next_one_resumes_it(tmp_path):
     (work / "cpu.yaml").write_text(textwrap.dedent(SUITE))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    tox = bin_dir / "tox"  # tox -e gpu-suite: an environment whose python is this one
+    slow_cli = tmp_path / "slow_cli.py"
+    slow_cli.write_text(textwrap.dedent(SLOW_CLI))
+    python = tmp_path / "python"  # the gpu-suite environment's python: this one
+    python.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        if [[ -n ${{SLICE_TEST_CASE_SLEEP:-}} && $1 == -m && $2 == harness.cli ]]; then
+            shift 2
+            exec '{sys.executable}' '{slow_cli}' "$@"
+        fi
+        exec '{sys.executable}' "$@"
+    """))
+    tox = bin_dir / "tox"  # tox -e gpu-suite: an environment whose python is the one above
     tox.write_text(textwrap.dedent(f"""\
         #!/usr/bin/env bash
         mkdir -p .tox/gpu-suite/bin
-        printf '#!/usr/bin/env bash\\nexec %s "$@"\\n' '{sys.executable}' > .tox/gpu-suite/bin/python
+        cp '{python}' .tox/gpu-suite/bin/python
         chmod +x .tox/gpu-suite/bin/python
     """))
     tox.chmod(0o755)
@@ -65,25 +110,46 @@ def test_a_slice_packs_its_run_and_the_next_one_resumes_it(tmp_path):
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    for name in ("SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP"):
+        env.pop(name, None)
+    run_dir = work / "results" / "cpu-slice" / "r1"
 
-    first = _slice(work, env)
+    # 1: the suite starts, its deadline interrupts it (SIGINT) part-way; what finished is packed
+    first = _slice(work, env, SLICE_SECONDS=str(FIRST_SLICE_S), SLICE_TEST_CASE_SLEEP=str(CASE_SLEEP_S))
     assert first.returncode == 0, first.stdout + first.stderr
+    assert re.search(r"^slice: \d+ s for the suite$", first.stdout, re.M), first.stdout
     files = sorted(p.name for p in out.iterdir())
     assert files == ["cpu-slice.tgz", "cuda-tests.txt", "run.txt", "summary.json", "summary.md", "tox.txt"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files) and len(files) <= 8
     assert "CUDA tests not run" not in (out / "cuda-tests.txt").read_text()  # the slice that starts the run
+    assert "interrupted" in (out / "run.txt").read_text()
     with tarfile.open(out / "cpu-slice.tgz") as tgz:
         names = tgz.getnames()
     assert "results/cpu-slice/r1/rows.csv" in names and all(n.startswith("results/cpu-slice/r1") for n in names)
     assert "- PASS: no errors" in first.stdout  # the summary's checks are printed
-    run_dir = work / "results" / "cpu-slice" / "r1"
-    meta = json.loads((run_dir / "meta.json").read_text())
-    assert meta["status"] == "complete" and meta["sessions"][-1]["cases_run"] == 6
+    meta = _meta(run_dir)
+    assert meta["status"] == "interrupted" and [s["status"] for s in meta["sessions"]] == ["interrupted"]
+    done = meta["sessions"][0]["cases_run"]
+    assert 0 < done < 6, first.stdout
+    assert len(_case_ids(run_dir)) == done
 
+    # 2: too little time left: the suite does not start, the run is as the first slice left it
+    cut = _slice(work, env, SLICE_SECONDS="60")
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    assert re.search(r"^slice: -?\d+ s left before the deadline: the suite does not start$", cut.stdout, re.M), \
+        cut.stdout
+    assert "CUDA tests not run" in (out / "cuda-tests.txt").read_text()
+    meta = _meta(run_dir)
+    assert meta["status"] == "interrupted" and len(meta["sessions"]) == 1
+    assert len(_case_ids(run_dir)) == done
+
+    # 3: the default deadline: the resumed suite runs the rest and only the rest
     second = _slice(work, env)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "CUDA tests not run" in (out / "cuda-tests.txt").read_text()
-    meta = json.loads((run_dir / "meta.json").read_text())
-    assert [s["cases_run"] for s in meta["sessions"]] == [6, 0]
-    ids = [line.split(",")[1] for line in (run_dir / "rows.csv").read_text().splitlines()[1:]]
+    meta = _meta(run_dir)
+    assert meta["status"] == "complete" and len(meta["sessions"]) == 2
+    resumed = meta["sessions"][1]
+    assert (resumed["cases_already_done"], resumed["cases_to_run"], resumed["cases_run"]) == (done, 6 - done, 6 - done)
+    ids = _case_ids(run_dir)
     assert len(ids) == len(set(ids)) == 6

@@ -316,8 +316,15 @@ def test_offloaded_checkpoints_simulate_as_the_validator_sweeps(profile: Profile
     assert validate(schedule, profile, float("inf")) == [], (segments, offload)
     compute = sum(e.end - e.start for e in run.timeline if e.stream == "compute")
     assert run.makespan >= compute - 1e-9 and math.isclose(compute, run.compute_time, abs_tol=1e-12)
+    # the saved data by stage, from the segments and the offloaded stages: a checkpoint keeps (and,
+    # offloaded, moves) the saved part of its input and recomputes the rest, a stage inside a
+    # segment recomputes all it saves, any other stage keeps or moves all of it
+    stages, starts = profile.stages, {a for a, _ in segments}
+    checkpoint = {a: min(stages[a].input_bytes, stages[a].saved_bytes) for a in starts}
+    recomputed = sum(stages[a].saved_bytes - checkpoint[a] for a in starts) + sum(stages[i].saved_bytes
+                                                                                 for i in inside)
+    held = {i: checkpoint.get(i, stages[i].saved_bytes) for i in movable}
     data_ = saved_data(schedule, [profile])
-    assert data_.total == sum(s.saved_bytes for s in profile.stages)
-    checkpoints = {a for a, _ in segments} & offload
-    assert data_.offloaded >= sum(min(profile.stages[a].input_bytes, profile.stages[a].saved_bytes)
-                                  for a in checkpoints)
+    assert data_.recomputed == recomputed, (segments, offload)
+    assert data_.offloaded == sum(held[i] for i in offload), (segments, offload)
+    assert data_.kept == sum(held[i] for i in movable if i not in offload), (segments, offload)

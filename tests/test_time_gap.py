@@ -34,11 +34,17 @@ def test_a_hand_worked_gap():
     assert gap.shares()["compute F"] == pytest.approx(0.5 / 6.0)
 
 
-def test_the_parts_sum_to_the_gap_whatever_the_timelines():
+def test_each_part_of_the_gap_between_unlike_timelines():
     measured = _events(("Fc0", "compute", 0.1, 0.4), ("Fn1", "compute", 0.5, 0.6), ("R0", "compute", 0.7, 1.0),
                        ("R1", "compute", 1.0, 1.2), ("B1", "compute", 1.3, 2.0), ("B0", "compute", 2.0, 2.2))
     gap = time_gap(measured, PREDICTED, measured_s=2.5)
-    assert sum(gap.compute_s.values()) + gap.idle_s + gap.spread_s == pytest.approx(gap.gap_s)
+    # by hand: measured busy Fc 0.3, Fn 0.1, R 0.3 + 0.2, B 0.7 + 0.2 = 1.8 s of a 2.2 s timeline (0.4 s idle);
+    # predicted busy F 1 + 1, B 2 + 2 = 6 s of a 6 s timeline (no idle time)
+    assert gap.compute_s == pytest.approx({"F": -2.0, "Fc": 0.3, "Fn": 0.1, "R": 0.5, "B": -3.1})
+    assert gap.idle_s == pytest.approx(0.4)
+    assert gap.spread_s == pytest.approx(0.3)  # 2.5 s reported against the 2.2 s recorded
+    assert gap.copy_s == pytest.approx(-2.0)  # no copies measured, 2 s predicted
+    assert gap.gap_s == pytest.approx(-3.5)  # = -2 + 0.3 + 0.1 + 0.5 - 3.1 + 0.4 + 0.3
     assert list(gap.compute_s) == ["F", "Fc", "Fn", "R", "B"]  # one order, whoever ran what
     assert gap.predicted_s == 6.0  # the simulated timeline's length by default
 
@@ -54,7 +60,8 @@ def test_parts_of_a_saved_timeline_and_labels():
 
 def test_a_real_run_against_its_simulation():
     """The torch executor keeps its last iteration's timeline: one event per operation of the
-    schedule, the copies of an offloading schedule on their stream, and the split adds up."""
+    schedule, the copies of an offloading schedule on their stream, and the compute part of the split
+    is the two timelines' busy time per operation kind."""
     pytest.importorskip("torch")
     from harness.bounds import min_memory, peak_memory
     from harness.executors.torch_executor import TorchExecutor
@@ -73,6 +80,21 @@ def test_a_real_run_against_its_simulation():
     assert compute == [op.label for op in schedule.ops]
     assert any(e.stream != "compute" for e in run.timeline)
     predicted = simulate(schedule, profile)
+    assert [e.label for e in predicted.timeline if e.stream == "compute"] == compute
     gap = time_gap(run.timeline, predicted.timeline, run.makespan, predicted.makespan)
-    assert sum(gap.compute_s.values()) + gap.idle_s + gap.spread_s == pytest.approx(gap.gap_s)
+    kind = {op.label: op.kind for op in schedule.ops}
+
+    def busy(timeline):  # seconds of the compute stream per operation kind, from the events
+        seconds = {}
+        for e in timeline:
+            if e.stream == "compute":
+                seconds[kind[e.label]] = seconds.get(kind[e.label], 0.0) + (e.end - e.start)
+        return seconds
+
+    measured_busy, predicted_busy = busy(run.timeline), busy(predicted.timeline)
+    assert set(gap.compute_s) == set(measured_busy) == set(predicted_busy)
+    for k, seconds in gap.compute_s.items():
+        assert seconds == pytest.approx(measured_busy[k] - predicted_busy[k], rel=1e-9, abs=1e-12), k
+    # the recorded iteration is one of the timed ones: its events end within the slowest
+    assert max(e.end for e in run.timeline) <= run.metrics["time_max_s"] + 1e-6
     assert math.isclose(gap.measured_s, run.makespan) and math.isclose(gap.predicted_s, predicted.makespan)

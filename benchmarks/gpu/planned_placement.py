@@ -5,8 +5,10 @@
 For keep-all and two offloading schedules (greedy and dynprog at half-way between the
 minimum memory and the peak), runs the ``torch-planned`` executor (its own process per run,
 then the caching allocator's run of the same schedule) and writes ``OUT/rows.csv`` (one row
-per schedule: the planned metrics beside the caching ones) and ``OUT/summary.json``; prints
-arena vs caching reserved per schedule.
+per schedule: the planned metrics beside the caching ones) and ``OUT/summary.json``
+(``complete`` once every schedule has its row); prints arena vs caching reserved per schedule.
+Both files are written after every run. Run again on the same OUT, it keeps the rows that
+finished (ok, oom, infeasible) and runs only the others (an ``error`` row runs again).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("planned_placement: torch sees no CUDA GPU", file=sys.stderr)
         return 2
+    args.device_name, args.torch_version = torch.cuda.get_device_name(), torch.__version__
     from harness.bounds import min_memory, peak_memory
     from harness.errors import InfeasibleBudget, MembudgetError
     from harness.executors.planned import TorchPlannedExecutor
@@ -37,12 +40,17 @@ def main() -> int:
     from harness.profilers.measured import TorchProfiler
     from harness.protocols import Workload
 
+    rows, todo = resume(args)
+    if not todo:
+        print(f"planned_placement: every schedule has its row in {args.out}")
+        write(args, rows)
+        return verdict(rows)
     workload = Workload(args.model, args.batch, (3, 224, 224), "cuda")
     profile = TorchProfiler(warmup=1, repeats=3, algorithms=False).profile(workload)
     lo, hi = min_memory(profile), peak_memory(profile)
     half = int(lo + 0.5 * (hi - lo))
-    rows = []
-    for planner, budget in (("keep-all", hi), ("greedy", half), ("dynprog", half)):
+    for planner in todo:
+        budget = hi if planner == "keep-all" else half
         try:
             schedule = registry().planner(planner).plan(profile, budget)
         except MembudgetError as exc:  # a planner that refuses (or reports an error) is a row, not a lost run
@@ -65,13 +73,39 @@ def main() -> int:
         else:
             print(f"{planner:9s} {run.status}: {run.message}", flush=True)
         write(args, rows)  # after every run: a call cut short keeps what finished
-    return 0 if all(r["status"] == "ok" for r in rows if r["planner"] == "keep-all") else 1
+    return verdict(rows)
+
+
+PLANNERS = ("keep-all", "greedy", "dynprog")  # keep-all at the peak, the others half-way to it
+FINISHED = ("ok", "oom", "infeasible")  # a row kept by a second call; an error runs again
+
+
+def verdict(rows: list[dict]) -> int:
+    """The exit status: 0 when keep-all ran (the planned path works at all), else 1."""
+    return 0 if any(r["planner"] == "keep-all" and r["status"] == "ok" for r in rows) else 1
+
+
+def resume(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """The rows an earlier call finished in ``args.out`` (kept) and the schedules still to run."""
+    rows = [r for r in earlier_rows(args) if r.get("status") in FINISHED]
+    return rows, [p for p in PLANNERS if p not in {r["planner"] for r in rows}]
+
+
+def earlier_rows(args: argparse.Namespace) -> list[dict]:
+    """The rows an earlier call wrote to ``OUT/summary.json`` for the same model, batch and allocator."""
+    path = args.out / "summary.json"
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    if (earlier.get("model"), earlier.get("batch"), earlier.get("allocator")) != (args.model, args.batch,
+                                                                                  args.allocator):
+        return []
+    return list(earlier.get("rows", []))
 
 
 def write(args: argparse.Namespace, rows: list[dict]) -> None:
     """``OUT/rows.csv`` and ``OUT/summary.json`` of the rows so far."""
-    import torch
-
+    rows = sorted(rows, key=lambda r: PLANNERS.index(r["planner"]))
     args.out.mkdir(parents=True, exist_ok=True)
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("planner", "budget_bytes", "status"), k))
     with open(args.out / "rows.csv", "w", newline="") as f:
@@ -79,7 +113,8 @@ def write(args: argparse.Namespace, rows: list[dict]) -> None:
         w.writeheader()
         w.writerows(rows)
     summary = {"model": args.model, "batch": args.batch, "allocator": args.allocator,
-               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+               "device": args.device_name, "torch": args.torch_version,
+               "complete": {r["planner"] for r in rows if r.get("status") in FINISHED} == set(PLANNERS), "rows": rows}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
 

@@ -20,11 +20,14 @@ out=${OUT:-/tmp/slice-out}
 deadline=$((SECONDS + ${SLICE_SECONDS:-540} - 30))  # 30 s kept for the archive and the summary
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
-# builds the offline environment and installs the checkout into it (commands_pre), runs nothing
-if ! tox -e gpu-suite -q -- --help >"$out/tox.txt" 2>&1; then
-    tail -30 "$out/tox.txt"
-    exit 1
+# builds the offline environment and installs the checkout into it (commands_pre), runs nothing;
+# SLICE_TOX=0 when the caller (benchmarks/gpu/session.sh) has just done so
+if [[ ${SLICE_TOX:-1} != 0 ]]; then
+    command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
+    if ! tox -e gpu-suite -q -- --help >"$out/tox.txt" 2>&1; then
+        tail -30 "$out/tox.txt"
+        exit 1
+    fi
 fi
 py=.tox/gpu-suite/bin/python
 name=$($py -c "from harness.suite import load_suite; print(load_suite('$suite').name)") || exit 1

@@ -154,7 +154,7 @@ def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
     """The summary as text (markdown) and as a JSON-ready dict; the time gaps need the run folder
     (``run_dir``), where the timelines are."""
     found = checks(rows)
-    doc = Doc("GPU slice summary")
+    doc = Doc(f"GPU slice summary: {run_dir}" if run_dir is not None else "GPU slice summary")
     doc.para("\n".join([
         f"measured rows by status: {found.status}",
         f"oom among the cases the harness planned: {found.oom_among_planned}",

@@ -1,0 +1,43 @@
+"""benchmarks/gpu/planned_placement.py's bookkeeping on the CPU (the runs themselves need CUDA):
+a second call on the same folder keeps the rows that finished and runs only the others, and
+``summary.json`` says ``complete`` only once every schedule has a finished row."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("planned_placement", ROOT / "benchmarks" / "gpu" / "planned_placement.py")
+planned = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(planned)
+
+
+def _args(out: Path, model: str = "torchvision:resnet50") -> argparse.Namespace:
+    return argparse.Namespace(out=out, model=model, batch=32, allocator="bestfit", device_name="H100",
+                              torch_version="2.11")
+
+
+def test_a_second_call_runs_only_the_schedules_without_a_finished_row(tmp_path):
+    args = _args(tmp_path / "planned")
+    assert planned.resume(args) == ([], list(planned.PLANNERS))  # nothing yet: everything to run
+    rows = [{"planner": "dynprog", "status": "error", "message": "cudaMalloc failed"},
+            {"planner": "keep-all", "status": "ok", "arena_bytes": 1}]
+    planned.write(args, rows)
+    summary = json.loads((args.out / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert [r["planner"] for r in summary["rows"]] == ["keep-all", "dynprog"]  # in PLANNERS order
+    assert (args.out / "rows.csv").read_text().splitlines()[0].startswith("planner,status,")
+
+    kept, todo = planned.resume(args)
+    assert [r["planner"] for r in kept] == ["keep-all"] and todo == ["greedy", "dynprog"]  # the error runs again
+    assert planned.verdict(kept) == 0 and planned.verdict([{"planner": "keep-all", "status": "oom"}]) == 1
+
+    # another model in the same folder: nothing of the earlier call is kept
+    assert planned.resume(_args(args.out, model="torchvision:vgg16")) == ([], list(planned.PLANNERS))
+
+    planned.write(args, kept + [{"planner": "greedy", "status": "infeasible"}, {"planner": "dynprog", "status": "oom"}])
+    assert json.loads((args.out / "summary.json").read_text())["complete"] is True
+    assert planned.resume(args)[1] == []

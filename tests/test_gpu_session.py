@@ -1,0 +1,171 @@
+"""benchmarks/gpu/session.sh rehearsed on the CPU: the one line every call of a GPU session runs.
+
+Three calls on a checkout with CPU suites and stand-ins for tox and the planned-placement
+script: the first is cut by its deadline inside its first job; the second starts from nothing
+but the first call's ``results.tgz`` (as the next call's fresh working tree would), finishes
+that job, then the planned job, then two parts that share one run folder; the third finds
+every job done. Checked: what comes back under $OUT (at most 8 plain files), that the archive
+alone resumes the work, that no case runs twice, the CUDA tests only in the slice that starts
+the first job's run, and one summary per run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_gpu_slice import CASE_SLEEP_S, SLOW_CLI
+
+pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                       reason="needs bash and GNU timeout"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE_A = """
+    name: cpu-a
+    profiler: analytic
+    device: V100-PCIe
+    models: [{model: builtin:tiny-cnn, batch_sizes: [4], input_size: [3, 16, 16]}]
+    budgets: {fractions: [0.5], bytes: [1GiB]}
+    planners: [keep-all, greedy]
+    executors: [torch, simulate]
+    excludes: [{budget: 1GiB, planner: [greedy]}]
+"""
+PART = """
+    name: cpu-parts
+    profiler: analytic
+    device: V100-PCIe
+    models: [{{model: builtin:tiny-cnn, batch_sizes: [{batch}], input_size: [3, 16, 16]}}]
+    budgets: {{fractions: [0.5]}}
+    planners: [keep-all]
+    executors: [torch, simulate]
+"""
+# the planned job's script: writes its folder's summary.json, complete, and its log
+PLANNED = """\
+    #!/usr/bin/env bash
+    mkdir -p "$PLANNED_DIR" "$OUT"
+    echo "$PLANNED_SECONDS $PLANNED_TOX" >"$PLANNED_DIR/called"
+    echo '{"complete": true, "rows": [{"planner": "keep-all", "status": "ok"}]}' >"$PLANNED_DIR/summary.json"
+    echo "keep-all  arena 1.00 GiB" | tee "$OUT/planned.txt"
+"""
+JOBS = "suite:a.yaml:r1 planned:results/gpu-planned/r1 suite:p1.yaml:r1 suite:p2.yaml:r1"
+
+
+def _checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    work = tmp_path / "checkout"
+    (work / "benchmarks" / "gpu").mkdir(parents=True)
+    for name in ("session.sh", "slice.sh", "summary.py", "pending.py"):
+        shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
+    (work / "benchmarks" / "gpu" / "planned_placement.sh").write_text(textwrap.dedent(PLANNED))
+    (work / "a.yaml").write_text(textwrap.dedent(SUITE_A))
+    (work / "p1.yaml").write_text(textwrap.dedent(PART.format(batch=4)))
+    (work / "p2.yaml").write_text(textwrap.dedent(PART.format(batch=8)))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    slow_cli = tmp_path / "slow_cli.py"
+    slow_cli.write_text(textwrap.dedent(SLOW_CLI))
+    python = tmp_path / "python"  # the gpu-suite environment's python: this one
+    python.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        if [[ -n ${{SLICE_TEST_CASE_SLEEP:-}} && $1 == -m && $2 == harness.cli ]]; then
+            shift 2
+            exec '{sys.executable}' '{slow_cli}' "$@"
+        fi
+        exec '{sys.executable}' "$@"
+    """))
+    tox = bin_dir / "tox"
+    tox.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        echo "tox $*" >>"$TOX_CALLS"
+        mkdir -p .tox/gpu-suite/bin
+        cp '{python}' .tox/gpu-suite/bin/python
+        chmod +x .tox/gpu-suite/bin/python
+    """))
+    tox.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "SESSION_JOBS": JOBS,
+           "TOX_CALLS": str(tmp_path / "tox-calls")}
+    for name in ("SESSION_SECONDS", "SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP", "PLANNED_DIR"):
+        env.pop(name, None)
+    return work, env
+
+
+def _call(work: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
+    shutil.rmtree(env["OUT"], ignore_errors=True)  # the device tool empties $OUT before each command
+    done = subprocess.run(["bash", "benchmarks/gpu/session.sh"], cwd=work, env={**env, **extra},
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = sorted(p.name for p in Path(env["OUT"]).iterdir())
+    assert len(files) <= 8 and all(p.is_file() for p in Path(env["OUT"]).iterdir()), files
+    return done
+
+
+def _archive(env: dict[str, str]) -> list[str]:
+    with tarfile.open(Path(env["OUT"]) / "results.tgz") as tgz:
+        return tgz.getnames()
+
+
+def _logs(env: dict[str, str]) -> dict[str, str]:
+    with tarfile.open(Path(env["OUT"]) / "logs.tgz") as tgz:
+        return {m.name: tgz.extractfile(m).read().decode() for m in tgz.getmembers() if m.isfile()}
+
+
+def _case_ids(run_dir: Path) -> list[str]:
+    return [line.split(",")[1] for line in (run_dir / "rows.csv").read_text().splitlines()[1:]]
+
+
+def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_stopped(tmp_path):
+    work, env = _checkout(tmp_path)
+    out = Path(env["OUT"])
+    run_a, parts = work / "results" / "cpu-a" / "r1", work / "results" / "cpu-parts" / "r1"
+
+    # 1: the deadline cuts the first job; nothing after it starts; its run comes back packed
+    first = _call(work, env, SESSION_SECONDS="150", SLICE_TEST_CASE_SLEEP=str(CASE_SLEEP_S))
+    assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.tgz", "session.txt", "summary.md"]
+    assert "suite:a.yaml:r1: 6 of 6 cases to run" in first.stdout
+    assert "cases left for the next call" in first.stdout, first.stdout
+    assert not (work / "results" / "gpu-planned").exists() and not (work / "results" / "cpu-parts").exists()
+    assert all(n.startswith("results/cpu-a/r1") for n in _archive(env)) and "results/cpu-a/r1/rows.csv" in _archive(env)
+    logs = _logs(env)
+    assert "CUDA tests not run" not in next(v for k, v in logs.items() if k.endswith("cuda-tests.txt"))
+    assert "- PASS: no errors" in (out / "summary.md").read_text()
+    done = len(_case_ids(run_a))
+    assert 0 < done < 6 and json.loads((run_a / "meta.json").read_text())["status"] == "interrupted"
+
+    # 2: a fresh tree with only what came back: the job resumes, the others run after it
+    shutil.rmtree(work / "results")
+    with tarfile.open(out / "results.tgz") as tgz:
+        tgz.extractall(work, filter="data")
+    second = _call(work, env)
+    assert f"suite:a.yaml:r1: {6 - done} of 6 cases to run" in second.stdout, second.stdout
+    ids = _case_ids(run_a)
+    assert len(ids) == len(set(ids)) == 6
+    assert (work / "results" / "gpu-planned" / "r1" / "called").read_text().split()[1] == "0"  # env built once
+    assert len(_case_ids(parts)) == 4 and json.loads((parts / "meta.json").read_text())["status"] == "complete"
+    names = _archive(env)
+    for folder in ("results/cpu-a/r1", "results/gpu-planned/r1", "results/cpu-parts/r1"):
+        assert f"{folder}/rows.csv" in names or f"{folder}/summary.json" in names, (folder, names)
+    cuda_logs = [v for k, v in _logs(env).items() if k.endswith("cuda-tests.txt")]
+    assert len(cuda_logs) == 3 and all("CUDA tests not run" in v for v in cuda_logs)  # a's run, then the parts
+    summary = (out / "summary.md").read_text()
+    assert summary.count("- PASS: no errors") == 2  # one per run folder: cpu-a, cpu-parts (not one per part)
+    assert "## Planned placement" in summary and "arena 1.00 GiB" in summary
+
+    # 3: every job done: nothing runs, nothing to pack
+    third = _call(work, env)
+    assert third.stdout.count(": done (") == 4, third.stdout
+    assert not (out / "results.tgz").exists()
+    assert len(_case_ids(run_a)) == 6 and len(_case_ids(parts)) == 4
+    assert (tmp_path / "tox-calls").read_text().count("tox") == 3  # once per call, by the session

@@ -12,36 +12,15 @@ the first job's run, and one summary per run folder.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import textwrap
 from pathlib import Path
 
-import pytest
 
-from tests.test_gpu_slice import CASE_SLEEP_S, SLOW_CLI
+from tests.test_gpu_slice import CASE_SLEEP_S, SUITE, checkout, pytestmark  # noqa: F401 (pytestmark: slow, bash)
 
-pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
-                       reason="needs bash and GNU timeout"),
-]
-
-ROOT = Path(__file__).resolve().parents[1]
-SUITE_A = """
-    name: cpu-a
-    profiler: analytic
-    device: V100-PCIe
-    models: [{model: builtin:tiny-cnn, batch_sizes: [4], input_size: [3, 16, 16]}]
-    budgets: {fractions: [0.5], bytes: [1GiB]}
-    planners: [keep-all, greedy]
-    executors: [torch, simulate]
-    excludes: [{budget: 1GiB, planner: [greedy]}]
-"""
 PART = """
     name: cpu-parts
     profiler: analytic
@@ -63,43 +42,11 @@ JOBS = "suite:a.yaml:r1 planned:results/gpu-planned/r1 suite:p1.yaml:r1 suite:p2
 
 
 def _checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    work = tmp_path / "checkout"
-    (work / "benchmarks" / "gpu").mkdir(parents=True)
-    for name in ("session.sh", "slice.sh", "summary.py", "pending.py"):
-        shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
+    work, env = checkout(tmp_path, ("session.sh", "slice.sh", "summary.py", "pending.py"),
+                         {"a.yaml": SUITE.replace("cpu-slice", "cpu-a"), "p1.yaml": PART.format(batch=4),
+                          "p2.yaml": PART.format(batch=8)})
     (work / "benchmarks" / "gpu" / "planned_placement.sh").write_text(textwrap.dedent(PLANNED))
-    (work / "a.yaml").write_text(textwrap.dedent(SUITE_A))
-    (work / "p1.yaml").write_text(textwrap.dedent(PART.format(batch=4)))
-    (work / "p2.yaml").write_text(textwrap.dedent(PART.format(batch=8)))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    slow_cli = tmp_path / "slow_cli.py"
-    slow_cli.write_text(textwrap.dedent(SLOW_CLI))
-    python = tmp_path / "python"  # the gpu-suite environment's python: this one
-    python.write_text(textwrap.dedent(f"""\
-        #!/usr/bin/env bash
-        if [[ -n ${{SLICE_TEST_CASE_SLEEP:-}} && $1 == -m && $2 == harness.cli ]]; then
-            shift 2
-            exec '{sys.executable}' '{slow_cli}' "$@"
-        fi
-        exec '{sys.executable}' "$@"
-    """))
-    tox = bin_dir / "tox"
-    tox.write_text(textwrap.dedent(f"""\
-        #!/usr/bin/env bash
-        echo "tox $*" >>"$TOX_CALLS"
-        mkdir -p .tox/gpu-suite/bin
-        cp '{python}' .tox/gpu-suite/bin/python
-        chmod +x .tox/gpu-suite/bin/python
-    """))
-    tox.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "SESSION_JOBS": JOBS,
-           "TOX_CALLS": str(tmp_path / "tox-calls")}
-    for name in ("SESSION_SECONDS", "SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP", "PLANNED_DIR"):
-        env.pop(name, None)
-    return work, env
+    return work, {**env, "SESSION_JOBS": JOBS}
 
 
 def _call(work: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:

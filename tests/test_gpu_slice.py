@@ -79,12 +79,17 @@ def _case_ids(run_dir: Path) -> list[str]:
     return [line.split(",")[1] for line in (run_dir / "rows.csv").read_text().splitlines()[1:]]
 
 
-def test_a_slice_stopped_at_its_deadline_packs_its_run_and_the_next_one_resumes_it(tmp_path):
+def checkout(tmp_path: Path, scripts: tuple[str, ...], suites: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A checkout holding ``scripts`` of benchmarks/gpu and ``suites`` (file name: YAML), and the
+    environment of a GPU machine without a GPU: a stand-in ``tox`` (each call logged to
+    $TOX_CALLS) whose gpu-suite python is this one, the case-sleeping CLI when
+    SLICE_TEST_CASE_SLEEP is set, and $OUT."""
     work = tmp_path / "checkout"
     (work / "benchmarks" / "gpu").mkdir(parents=True)
-    for name in ("slice.sh", "summary.py"):
+    for name in scripts:
         shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
-    (work / "cpu.yaml").write_text(textwrap.dedent(SUITE))
+    for name, text in suites.items():
+        (work / name).write_text(textwrap.dedent(text))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     slow_cli = tmp_path / "slow_cli.py"
@@ -101,17 +106,24 @@ def test_a_slice_stopped_at_its_deadline_packs_its_run_and_the_next_one_resumes_
     tox = bin_dir / "tox"  # tox -e gpu-suite: an environment whose python is the one above
     tox.write_text(textwrap.dedent(f"""\
         #!/usr/bin/env bash
+        echo "tox $*" >>"$TOX_CALLS"
         mkdir -p .tox/gpu-suite/bin
         cp '{python}' .tox/gpu-suite/bin/python
         chmod +x .tox/gpu-suite/bin/python
     """))
     tox.chmod(0o755)
-    out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    for name in ("SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP"):
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TOX_CALLS": str(tmp_path / "tox-calls")}
+    for name in ("SESSION_SECONDS", "SESSION_JOBS", "SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP",
+                 "PLANNED_DIR"):
         env.pop(name, None)
+    return work, env
+
+
+def test_a_slice_stopped_at_its_deadline_packs_its_run_and_the_next_one_resumes_it(tmp_path):
+    work, env = checkout(tmp_path, ("slice.sh", "summary.py"), {"cpu.yaml": SUITE})
+    out = Path(env["OUT"])
     run_dir = work / "results" / "cpu-slice" / "r1"
 
     # 1: the suite starts, its deadline interrupts it (SIGINT) part-way; what finished is packed

@@ -26,7 +26,7 @@ from harness.profilers.analytic import AnalyticProfiler  # noqa: E402
 from harness.profilers.devices import Efficiency, calibrate  # noqa: E402
 from harness.profilers.file import FileProfiler  # noqa: E402
 from harness.chain.graph import Graph, trace  # noqa: E402
-from harness.profilers.measured import TorchProfiler  # noqa: E402
+from harness.profilers.measured import LINK_SIZES, TorchProfiler, host_link, link_sizes  # noqa: E402
 from harness.chain.stages import plan_stages, storage_bytes, storage_key  # noqa: E402
 from harness.protocols import Profiler, Workload  # noqa: E402
 
@@ -388,6 +388,7 @@ def test_measured_profile_on_cpu():
     assert p.measured and p.profiler == "torch" and p.device == "cpu"
     assert all(s.fwd_time > 0 and s.bwd_time > 0 for s in p.stages)
     assert p.d2h_bandwidth > 0 and p.h2d_bandwidth > 0
+    assert "at the sizes the stages save" in p.notes["host_link"] and "MiB: " in p.notes["host_link"]
     assert [v.batch_size for v in p.variants] == [1] and p.variants[0].measured
     assert p.at_batch(1).stages == p.variants[0].stages
     conv = [s for s in p.stages if s.kind in ("conv", "block")]
@@ -396,6 +397,28 @@ def test_measured_profile_on_cpu():
         assert {a.name for a in s.algorithms} == expected
         assert s.algorithms[0].fwd_workspace == min(a.fwd_workspace for a in s.algorithms)
     assert from_json(Profile, to_json(p)) == p
+
+
+def test_the_host_link_is_timed_at_the_sizes_the_stages_save():
+    stages = analytic("builtin:tiny-cnn").stages
+    mib = 1 << 20
+    saving = [replace(stages[0], saved_bytes=b) for b in (0, 40 * mib, 10 * mib, 30 * mib, 5 << 30, 20 * mib)]
+    # the quartiles and the largest of 10, 20, 30, 40 MiB and 5 GiB (the stage saving nothing left out),
+    # the largest clipped to 1 GiB
+    assert link_sizes(tuple(saving)) == (20 * mib, 30 * mib, 40 * mib, 1 << 30)
+    assert link_sizes(tuple(replace(s, saved_bytes=1000) for s in stages)) == (mib,)  # at least 1 MiB
+    assert link_sizes(tuple(replace(s, saved_bytes=0) for s in stages)) == LINK_SIZES
+
+
+def test_the_host_link_rate_is_that_of_all_the_sizes_together_not_the_best_one():
+    link = host_link(torch.device("cpu"), (1 << 20, 8 << 20), repeats=2)
+    sizes = [size for size, _, _ in link.per_size]
+    assert sizes == [1 << 20, 8 << 20]
+    for way, rates in ((link.d2h, [d for _, d, _ in link.per_size]), (link.h2d, [h for _, _, h in link.per_size])):
+        # bytes over seconds: the harmonic mean weighted by size, below the best size's rate
+        assert way == pytest.approx(sum(sizes) / sum(s / r for s, r in zip(sizes, rates)), rel=1e-9)
+        assert min(rates) <= way <= max(rates)
+    assert link.describe().startswith("1 MiB: ") and "; 8 MiB: " in link.describe()
 
 
 def test_measured_profiler_refuses_devices_it_cannot_use():

@@ -1,0 +1,114 @@
+"""The host-link rate each measured row behaved as if it had (docs/gpu.md, "Where the measured time goes").
+
+    python benchmarks/gpu/link_rate.py results/gpu-smoke/published
+
+For every measured ``ok`` row that moved data, plans the case again on the run's saved
+profile (at the row's budget, as the run's budget model planned it) and finds, by bisection, the link rate (both ways) at which
+the simulator's time equals the measured one: a row whose gap to its prediction is the
+link's alone gives the rate the copies really had. A row whose plan today predicts another
+time than the run recorded (``predicted_s``: the planner changed since) is listed but not
+solved. Prints a table and the median implied rate over the solved rows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from harness.case import plan_case
+from harness.model import Profile, from_json
+from harness.plugins import registry
+from harness.results import load_rows, read_meta
+from harness.simulate.executor import makespan
+
+PREDICTED = "simulate"
+
+
+def time_at(schedule, profile: Profile, rate: float) -> float:
+    """The simulated iteration time of ``schedule`` with the link at ``rate`` bytes/s each way."""
+    return makespan(schedule, replace(profile, d2h_bandwidth=rate, h2d_bandwidth=rate)) or math.inf
+
+
+def implied_rate(schedule, profile: Profile, measured: float) -> float | None:
+    """The link rate at which the simulated time is ``measured``, or None when no rate between
+    1 MB/s and 10 TB/s gives it (the gap is not the link's). The search starts at the profile's
+    rate and doubles or halves it to bracket the time (the time falls as the rate grows; far
+    above the profile's rate a schedule can stop being valid, so the bracket stays near it),
+    then bisects geometrically to a thousandth."""
+    lo = hi = profile.d2h_bandwidth
+    while time_at(schedule, profile, lo) < measured:  # slower than predicted: a slower link
+        lo /= 2
+        if lo < 1e6:
+            return None
+    while time_at(schedule, profile, hi) > measured:  # faster than predicted: a faster link
+        hi *= 2
+        if hi > 1e13:
+            return None
+    if lo == hi:
+        return lo
+    while hi / lo > 1.0005:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if time_at(schedule, profile, mid) > measured else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def rows_with_rates(run_dir: Path) -> pd.DataFrame:
+    """One line per measured ok row that moved data: measured, recorded and replanned predictions,
+    the implied rate in GB/s (empty when the plan changed or the gap is not the link's)."""
+    rows = load_rows(run_dir)
+    device_budget = read_meta(run_dir).get("spec", {}).get("budget_model") == "device"
+    measured = rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)]
+    profiles: dict[str, Profile] = {}
+    lines = []
+    for _, r in measured.iterrows():
+        name = _profile_file(run_dir, r)
+        profile = profiles.setdefault(name, from_json(Profile, (run_dir / "profiles" / name).read_text()))
+        schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), _options(r),
+                             device_budget=device_budget).schedule  # as the run planned it
+        replanned = makespan(schedule, profile)
+        same = replanned is not None and math.isclose(replanned, r.predicted_s, rel_tol=1e-3)
+        rate = implied_rate(schedule, profile, r.makespan_s) if same else None
+        lines.append({"model": r.model, "planner": r.planner, "budget": r.budget_label,
+                      "measured ms": r.makespan_s * 1e3, "predicted ms": r.predicted_s * 1e3,
+                      "replanned ms": (replanned or math.nan) * 1e3, "moved GB": r.moved_bytes / 1e9,
+                      "profile GB/s": profile.d2h_bandwidth / 1e9,
+                      "implied GB/s": rate / 1e9 if rate else math.nan})
+    return pd.DataFrame(lines)
+
+
+def _profile_file(run_dir: Path, row: pd.Series) -> str:
+    from harness.runner import profile_file
+
+    return profile_file(row["model"], int(row["batch_size"]), str(row["input_size"]), str(row["dtype"]))
+
+
+def _options(row: pd.Series) -> dict:
+    import json
+
+    text = row.get("planner_options")
+    return json.loads(text) if isinstance(text, str) and text.strip() else {}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: link_rate.py RUN_FOLDER", file=sys.stderr)
+        return 2
+    table = rows_with_rates(Path(argv[0]))
+    if table.empty:
+        print("no measured ok row moved data")
+        return 1
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    solved = table["implied GB/s"].dropna()
+    if len(solved):
+        print(f"median implied link rate over {len(solved)} rows: {statistics.median(solved):.1f} GB/s "
+              f"(profile: {table['profile GB/s'].iloc[0]:.1f} GB/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""benchmarks/gpu/link_rate.py: the host-link rate a measured row behaved as if it had, found by
+re-planning the case and bisecting the simulator's link rate (docs/gpu.md). Checked on a run whose
+"measured" times are the simulator's at a known slower link: the script must give that rate back."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.case import plan_case
+from harness.model import Profile, from_json
+from harness.plugins import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("link_rate", ROOT / "benchmarks" / "gpu" / "link_rate.py")
+link_rate = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = link_rate
+spec.loader.exec_module(link_rate)
+
+SLOWER = 0.8  # the "device's" link against the profile's
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A simulated run relabelled as measured, each time the simulator's at SLOWER x the profile's link."""
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    folder = tmp_path_factory.mktemp("link-rate")
+    suite = folder / "s.yaml"
+    suite.write_text(textwrap.dedent("""
+        name: link-rate
+        profiler: analytic
+        device: V100-PCIe
+        models: [{model: torchvision:resnet18, batch_sizes: [32], input_size: [3, 224, 224]}]
+        budgets: {fractions: [0.0, 0.5]}
+        planners: [keep-all, vdnn-all, {name: dynprog, slots: 100}]
+        executors: [simulate]
+    """))
+    run = run_suite(load_suite(suite), folder / "results", progress=False).run_dir
+    path = run / "rows.csv"
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    profile = from_json(Profile, next((run / "profiles").iterdir()).read_text())
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        options = link_rate._options(row)
+        schedule = plan_case(registry().planner(row["planner"]), profile, int(row["budget_bytes"]), options).schedule
+        row.update(executor="torch", predicted_s=row["makespan_s"],
+                   makespan_s=repr(link_rate.time_at(schedule, profile, SLOWER * profile.d2h_bandwidth)))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (run / "rows.parquet").unlink(missing_ok=True)
+    return run
+
+
+def test_the_implied_rate_of_every_row_that_moved_data_is_the_link_it_ran_on(run_dir):
+    table = link_rate.rows_with_rates(run_dir)
+    assert set(table.planner) == {"vdnn-all", "dynprog"}  # keep-all moves nothing: not a row
+    profile_rate = table["profile GB/s"].iloc[0]
+    assert profile_rate == pytest.approx(12.2)  # papers/004's V100 link
+    copy_bound = table[table["measured ms"] > table["predicted ms"] * 1.001]
+    assert len(copy_bound) >= 2
+    assert copy_bound["implied GB/s"].to_numpy() == pytest.approx(SLOWER * profile_rate, rel=1e-3)
+
+
+def test_a_gap_the_link_cannot_explain_gives_no_rate():
+    from harness.protocols import Workload
+
+    profile = registry().profiler("analytic").profile(Workload("torchvision:resnet18", 32, (3, 224, 224), "V100-PCIe"))
+    from harness.bounds import min_memory, peak_memory
+
+    schedule = registry().planner("vdnn-all").plan(profile, (min_memory(profile) + peak_memory(profile)) // 2)
+    compute = sum(s.fwd_time + s.bwd_time for s in profile.stages)
+    assert link_rate.implied_rate(schedule, profile, 0.5 * compute) is None  # faster than any link allows
+    for rate in (3e9, 30e9):  # a slower link than the profile's (12.2 GB/s), and a faster one
+        found = link_rate.implied_rate(schedule, profile, link_rate.time_at(schedule, profile, rate))
+        assert found == pytest.approx(rate, rel=1e-3)

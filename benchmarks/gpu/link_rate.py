@@ -6,8 +6,9 @@ For every measured ``ok`` row that moved data, plans the case again on the run's
 profile (at the row's budget, as the run's budget model planned it) and finds, by bisection, the link rate (both ways) at which
 the simulator's time equals the measured one: a row whose gap to its prediction is the
 link's alone gives the rate the copies really had. A row whose plan today predicts another
-time than the run recorded (``predicted_s``: the planner changed since) is listed but not
-solved. Prints a table and the median implied rate over the solved rows.
+time than the run recorded (``predicted_s``: the planner changed since), or that moved
+other bytes than its schedule moves (PyTorch's ``save_on_cpu`` hooks copy every saved tensor),
+is listed but not solved. Prints a table and the median implied rate over the solved rows.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from harness.case import plan_case
 from harness.model import Profile, from_json
 from harness.plugins import registry
 from harness.results import load_rows, read_meta
-from harness.simulate.executor import makespan
+from harness.simulate.executor import makespan, simulate
 
 PREDICTED = "simulate"
 
@@ -70,12 +71,16 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
         profile = profiles.setdefault(name, from_json(Profile, (run_dir / "profiles" / name).read_text()))
         schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), _options(r),
                              device_budget=device_budget).schedule  # as the run planned it
-        replanned = makespan(schedule, profile)
+        predicted = simulate(schedule, profile, with_trace=False)
+        replanned = predicted.makespan if predicted.feasible else None
         same = replanned is not None and math.isclose(replanned, r.predicted_s, rel_tol=1e-3)
-        rate = implied_rate(schedule, profile, r.makespan_s) if same else None
+        # the row moved what the schedule moves (PyTorch's save_on_cpu hooks, say, move more)
+        moves = math.isclose(predicted.moved_bytes, r.moved_bytes, rel_tol=0.01)
+        rate = implied_rate(schedule, profile, r.makespan_s) if same and moves else None
         lines.append({"model": r.model, "planner": r.planner, "budget": r.budget_label,
                       "measured ms": r.makespan_s * 1e3, "predicted ms": r.predicted_s * 1e3,
                       "replanned ms": (replanned or math.nan) * 1e3, "moved GB": r.moved_bytes / 1e9,
+                      "schedule moves GB": predicted.moved_bytes / 1e9,
                       "profile GB/s": profile.d2h_bandwidth / 1e9,
                       "implied GB/s": rate / 1e9 if rate else math.nan})
     return pd.DataFrame(lines)

@@ -525,7 +525,10 @@ def from_json(cls: type[T], text: str, *, source: str = "") -> T:
 
 
 def save(obj: Any, path: str | Path) -> None:
-    Path(path).write_text(to_json(obj))
+    """Write ``obj`` as JSON to ``path``, atomically (an interrupted run's profiles are never torn)."""
+    from harness.files import write_text_atomic
+
+    write_text_atomic(path, to_json(obj))
 
 
 def load(cls: type[T], path: str | Path) -> T:

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from harness.files import write_text_atomic
+
 STABLE_COLUMNS: tuple[str, ...] = (
     "suite", "case_id", "model", "batch_size", "input_size", "device", "profiler", "planner",
     "executor", "allocator", "budget_bytes", "status", "message", "makespan_s", "ideal_s",
@@ -245,10 +247,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
 
 def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:
     """Write ``meta.json`` atomically (a crash leaves the old one or the new one)."""
-    path = Path(run_dir) / META_JSON
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(Path(run_dir) / META_JSON, json.dumps(meta, indent=1, sort_keys=True, default=str))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ re-planning the case and bisecting the simulator's link rate (docs/gpu.md). Chec
 from __future__ import annotations
 
 import csv
+import math
 import importlib.util
 import io
 import sys
@@ -89,3 +90,20 @@ def test_a_gap_the_link_cannot_explain_gives_no_rate():
     for rate in (3e9, 30e9):  # a slower link than the profile's (12.2 GB/s), and a faster one
         found = link_rate.implied_rate(schedule, profile, link_rate.time_at(schedule, profile, rate))
         assert found == pytest.approx(rate, rel=1e-3)
+
+
+def test_a_faster_link_is_found_below_the_rate_where_the_schedule_stops_being_valid():
+    """The reviewer's case: near the minimum memory, dynprog's schedule is valid from the profile's
+    link up to some rate below twice it; a row measured at a rate in that span must be solved."""
+    from harness.bounds import min_memory, peak_memory
+    from harness.protocols import Workload
+
+    profile = registry().profiler("analytic").profile(Workload("torchvision:resnet18", 32, (3, 224, 224), "V100-PCIe"))
+    budget = min_memory(profile) + (peak_memory(profile) - min_memory(profile)) // 20
+    schedule = plan_case(registry().planner("dynprog"), profile, budget, {"slots": 100}).schedule
+    base = profile.d2h_bandwidth
+    valid = [f for f in (1.1, 1.3, 1.5, 2.0, 3.0) if not math.isinf(link_rate.time_at(schedule, profile, f * base))]
+    assert 1.1 in valid  # the span this test is about
+    for factor in valid:
+        found = link_rate.implied_rate(schedule, profile, link_rate.time_at(schedule, profile, factor * base))
+        assert found == pytest.approx(factor * base, rel=2e-3)

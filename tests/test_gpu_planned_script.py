@@ -1,6 +1,7 @@
 """benchmarks/gpu/planned_placement.py's bookkeeping on the CPU (the runs themselves need CUDA):
-a second call on the same folder keeps the rows that finished and runs only the others, and
-``summary.json`` says ``complete`` only once every schedule has a finished row."""
+a second call on the same folder keeps the rows that finished and runs only the others (an error
+once more, not forever), and ``summary.json`` says ``complete`` only once every schedule has a
+finished row."""
 
 from __future__ import annotations
 
@@ -22,22 +23,35 @@ def _args(out: Path, model: str = "torchvision:resnet50") -> argparse.Namespace:
 
 def test_a_second_call_runs_only_the_schedules_without_a_finished_row(tmp_path):
     args = _args(tmp_path / "planned")
-    assert planned.resume(args) == ([], list(planned.PLANNERS))  # nothing yet: everything to run
-    rows = [{"planner": "dynprog", "status": "error", "message": "cudaMalloc failed"},
-            {"planner": "keep-all", "status": "ok", "arena_bytes": 1}]
+    assert planned.resume(args) == ([], list(planned.PLANNERS), {})  # nothing yet: everything to run
+    rows = [{"planner": "dynprog", "status": "error", "message": "cudaMalloc failed", "attempts": 1},
+            {"planner": "keep-all", "status": "ok", "arena_bytes": 1, "attempts": 1}]
     planned.write(args, rows)
     summary = json.loads((args.out / "summary.json").read_text())
     assert summary["complete"] is False
     assert [r["planner"] for r in summary["rows"]] == ["keep-all", "dynprog"]  # in PLANNERS order
     assert (args.out / "rows.csv").read_text().splitlines()[0].startswith("planner,status,")
 
-    kept, todo = planned.resume(args)
+    kept, todo, attempts = planned.resume(args)
     assert [r["planner"] for r in kept] == ["keep-all"] and todo == ["greedy", "dynprog"]  # the error runs again
+    assert attempts == {"dynprog": 1}  # the next row of dynprog is its second attempt
     assert planned.verdict(kept) == 0 and planned.verdict([{"planner": "keep-all", "status": "oom"}]) == 1
 
     # another model in the same folder: nothing of the earlier call is kept
-    assert planned.resume(_args(args.out, model="torchvision:vgg16")) == ([], list(planned.PLANNERS))
+    assert planned.resume(_args(args.out, model="torchvision:vgg16")) == ([], list(planned.PLANNERS), {})
 
-    planned.write(args, kept + [{"planner": "greedy", "status": "infeasible"}, {"planner": "dynprog", "status": "oom"}])
+    # greedy has its result; dynprog failed a second time: kept as it is, the folder is complete
+    planned.write(args, kept + [{"planner": "greedy", "status": "infeasible", "attempts": 1},
+                                {"planner": "dynprog", "status": "error", "attempts": 2}])
     assert json.loads((args.out / "summary.json").read_text())["complete"] is True
     assert planned.resume(args)[1] == []
+
+
+def test_a_torn_summary_from_an_older_call_runs_everything_again(tmp_path):
+    args = _args(tmp_path / "planned")
+    args.out.mkdir()
+    (args.out / "summary.json").write_text('{"model": "torchvision:resnet50", "rows": [{"plan')
+    assert planned.resume(args) == ([], list(planned.PLANNERS), {})
+    planned.write(args, [{"planner": "keep-all", "status": "ok"}])  # and the next write replaces it whole
+    assert json.loads((args.out / "summary.json").read_text())["rows"][0]["status"] == "ok"
+    assert sorted(p.name for p in args.out.iterdir()) == ["rows.csv", "summary.json"]  # no temporary left

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 
-from tests.test_gpu_slice import CASE_SLEEP_S, SUITE, checkout, pytestmark  # noqa: F401 (pytestmark: slow, bash)
+from tests.test_gpu_slice import SUITE, checkout, pytestmark  # noqa: F401 (pytestmark: slow, bash)
 
 PART = """
     name: cpu-parts
@@ -79,7 +79,8 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
     run_a, parts = work / "results" / "cpu-a" / "r1", work / "results" / "cpu-parts" / "r1"
 
     # 1: the deadline cuts the first job; nothing after it starts; its run comes back packed
-    first = _call(work, env, SESSION_SECONDS="150", SLICE_TEST_CASE_SLEEP=str(CASE_SLEEP_S))
+    # (185 s: a job starts with 150 s or more left; 30 s a case: the suite's 140 s or so cannot run all six)
+    first = _call(work, env, SESSION_SECONDS="185", SLICE_TEST_CASE_SLEEP="30")
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.tgz", "session.txt", "summary.md"]
     assert "suite:a.yaml:r1: 6 of 6 cases to run" in first.stdout
     assert "cases left for the next call" in first.stdout, first.stdout
@@ -116,3 +117,21 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
     assert not (out / "results.tgz").exists()
     assert len(_case_ids(run_a)) == 6 and len(_case_ids(parts)) == 4
     assert (tmp_path / "tox-calls").read_text().count("tox") == 3  # once per call, by the session
+
+
+def test_a_job_that_finishes_no_case_in_a_whole_call_is_skipped_by_the_calls_after_it(tmp_path):
+    work, env = _checkout(tmp_path)
+    env["SESSION_JOBS"] = "suite:a.yaml suite:a.yaml:r1"  # the first word has no run id: refused, not run
+    run_a = work / "results" / "cpu-a" / "r1"
+
+    # every case sleeps longer than the suite's share of the call: nothing finishes
+    first = _call(work, env, SESSION_SECONDS="200", SESSION_STALL_SECONDS="60", SLICE_TEST_CASE_SLEEP="150")
+    assert "suite:a.yaml: not a job (suite:SUITE.yaml:RUN_ID)" in first.stdout
+    assert "suite:a.yaml:r1: no case finished in this call: later calls skip it" in first.stdout, first.stdout
+    assert "no case finished in" in (run_a / "no-progress").read_text()
+    assert "results/cpu-a/r1/no-progress" in _archive(env)  # the mark travels with the run folder
+
+    second = _call(work, env, SESSION_SECONDS="200")
+    assert "suite:a.yaml:r1: skipped: no case finished in" in second.stdout, second.stdout
+    assert "cases to run" not in second.stdout
+    assert not (run_a / "rows.csv").exists() or _case_ids(run_a) == []  # no case ran, in either call

@@ -38,18 +38,19 @@ def time_at(schedule, profile: Profile, rate: float) -> float:
 def implied_rate(schedule, profile: Profile, measured: float) -> float | None:
     """The link rate at which the simulated time is ``measured``, or None when no rate between
     1 MB/s and 10 TB/s gives it (the gap is not the link's). The search starts at the profile's
-    rate and doubles or halves it to bracket the time (the time falls as the rate grows; far
-    above the profile's rate a schedule can stop being valid, so the bracket stays near it),
-    then bisects geometrically to a thousandth."""
+    rate and halves it, or raises it by a quarter at a time, to bracket the time (the time
+    falls as the rate grows), then bisects geometrically to a twentieth of a percent. Above
+    some rate a schedule can stop being valid (the simulator runs it no more): the search up
+    stops there, with no rate, rather than step over the valid ones."""
     lo = hi = profile.d2h_bandwidth
     while time_at(schedule, profile, lo) < measured:  # slower than predicted: a slower link
         lo /= 2
         if lo < 1e6:
             return None
     while time_at(schedule, profile, hi) > measured:  # faster than predicted: a faster link
-        hi *= 2
-        if hi > 1e13:
-            return None
+        hi *= 1.25
+        if hi > 1e13 or math.isinf(time_at(schedule, profile, hi)):
+            return None  # past the rates at which the schedule stays valid
     if lo == hi:
         return lo
     while hi / lo > 1.0005:

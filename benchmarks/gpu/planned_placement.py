@@ -7,17 +7,22 @@ minimum memory and the peak), runs the ``torch-planned`` executor (its own proce
 then the caching allocator's run of the same schedule) and writes ``OUT/rows.csv`` (one row
 per schedule: the planned metrics beside the caching ones) and ``OUT/summary.json``
 (``complete`` once every schedule has its row); prints arena vs caching reserved per schedule.
-Both files are written after every run. Run again on the same OUT, it keeps the rows that
-finished (ok, oom, infeasible) and runs only the others (an ``error`` row runs again).
+Both files are written after every run, atomically. Run again on the same OUT, it keeps the
+rows that finished (ok, oom, infeasible) and runs only the others: an ``error`` row runs
+again once (``attempts``), then counts as finished, so that a schedule that fails every time
+cannot hold up the GPU session's later jobs.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 from pathlib import Path
+
+from harness.files import write_text_atomic
 
 
 def main() -> int:
@@ -40,7 +45,7 @@ def main() -> int:
     from harness.profilers.measured import TorchProfiler
     from harness.protocols import Workload
 
-    rows, todo = resume(args)
+    rows, todo, attempts = resume(args)
     if not todo:
         print(f"planned_placement: every schedule has its row in {args.out}")
         write(args, rows)
@@ -51,16 +56,18 @@ def main() -> int:
     half = int(lo + 0.5 * (hi - lo))
     for planner in todo:
         budget = hi if planner == "keep-all" else half
+        attempt = attempts.get(planner, 0) + 1
         try:
             schedule = registry().planner(planner).plan(profile, budget)
         except MembudgetError as exc:  # a planner that refuses (or reports an error) is a row, not a lost run
             status = "infeasible" if isinstance(exc, InfeasibleBudget) else "error"
-            rows.append({"planner": planner, "budget_bytes": budget, "status": status, "message": str(exc)})
+            rows.append({"planner": planner, "budget_bytes": budget, "status": status, "message": str(exc),
+                         "attempts": attempt})
             write(args, rows)
             continue
         run = TorchPlannedExecutor(allocator=args.allocator, warmup=3, iterations=5).run(schedule, profile, workload)
         row = {"planner": planner, "budget_bytes": budget, "status": run.status, "message": run.message,
-               "time_s": run.makespan, **run.metrics}
+               "time_s": run.makespan, "attempts": attempt, **run.metrics}
         rows.append(row)
         m = run.metrics
         if run.status == "ok":
@@ -78,6 +85,12 @@ def main() -> int:
 
 PLANNERS = ("keep-all", "greedy", "dynprog")  # keep-all at the peak, the others half-way to it
 FINISHED = ("ok", "oom", "infeasible")  # a row kept by a second call; an error runs again
+TRIES = 2  # an error row after this many attempts is kept as it is
+
+
+def finished(row: dict) -> bool:
+    """A row a later call keeps: a result, or an error that already had its second chance."""
+    return row.get("status") in FINISHED or int(row.get("attempts") or 1) >= TRIES
 
 
 def verdict(rows: list[dict]) -> int:
@@ -85,10 +98,13 @@ def verdict(rows: list[dict]) -> int:
     return 0 if any(r["planner"] == "keep-all" and r["status"] == "ok" for r in rows) else 1
 
 
-def resume(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
-    """The rows an earlier call finished in ``args.out`` (kept) and the schedules still to run."""
-    rows = [r for r in earlier_rows(args) if r.get("status") in FINISHED]
-    return rows, [p for p in PLANNERS if p not in {r["planner"] for r in rows}]
+def resume(args: argparse.Namespace) -> tuple[list[dict], list[str], dict[str, int]]:
+    """The rows an earlier call finished in ``args.out`` (kept), the schedules still to run, and
+    how many times each of those already ran."""
+    earlier = earlier_rows(args)
+    rows = [r for r in earlier if finished(r)]
+    todo = [p for p in PLANNERS if p not in {r["planner"] for r in rows}]
+    return rows, todo, {r["planner"]: int(r.get("attempts") or 1) for r in earlier if not finished(r)}
 
 
 def earlier_rows(args: argparse.Namespace) -> list[dict]:
@@ -96,7 +112,10 @@ def earlier_rows(args: argparse.Namespace) -> list[dict]:
     path = args.out / "summary.json"
     if not path.exists():
         return []
-    earlier = json.loads(path.read_text())
+    try:
+        earlier = json.loads(path.read_text())
+    except json.JSONDecodeError:  # written atomically since, but an older torn file must not stop the job
+        return []
     if (earlier.get("model"), earlier.get("batch"), earlier.get("allocator")) != (args.model, args.batch,
                                                                                   args.allocator):
         return []
@@ -108,14 +127,15 @@ def write(args: argparse.Namespace, rows: list[dict]) -> None:
     rows = sorted(rows, key=lambda r: PLANNERS.index(r["planner"]))
     args.out.mkdir(parents=True, exist_ok=True)
     keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("planner", "budget_bytes", "status"), k))
-    with open(args.out / "rows.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
+    table = io.StringIO()
+    w = csv.DictWriter(table, fieldnames=keys)
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(args.out / "rows.csv", table.getvalue())
     summary = {"model": args.model, "batch": args.batch, "allocator": args.allocator,
                "device": args.device_name, "torch": args.torch_version,
-               "complete": {r["planner"] for r in rows if r.get("status") in FINISHED} == set(PLANNERS), "rows": rows}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+               "complete": {r["planner"] for r in rows if finished(r)} == set(PLANNERS), "rows": rows}
+    write_text_atomic(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
 
 
 if __name__ == "__main__":

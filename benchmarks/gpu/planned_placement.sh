@@ -28,7 +28,7 @@ tests=${PLANNED_TESTS:-}
 [[ -z $tests ]] && { [[ -s $dest/summary.json ]] && tests=0 || tests=1; }
 left=$((deadline - SECONDS - 120))  # the tests leave at least two minutes to the runs
 if [[ $tests == 1 ]] && ((left > 30)); then
-    timeout -s INT $((left < 180 ? left : 180)) $py -m pytest -q -s -p no:cacheprovider \
+    timeout -s INT -k 10 $((left < 180 ? left : 180)) $py -m pytest -q -s -p no:cacheprovider \
         tests/test_torch_executor_gpu.py -k planned >"$out/planned-tests.txt" 2>&1
     tail -15 "$out/planned-tests.txt"
 else

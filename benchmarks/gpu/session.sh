@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # A GPU session's work, the same line for every call (docs/gpu.md, "The next GPU session"):
-#   bash benchmarks/gpu/session.sh
+#   SESSION_SECONDS=540 bash benchmarks/gpu/session.sh
 # goes through the GPU jobs in order, each taken up where an earlier call left it, until
-# SESSION_SECONDS (default 540) have passed since the start:
+# SESSION_SECONDS (default 540) have passed since the start. Set it below the call's own limit:
+# the device tool stops a command at 600 s, or sooner when less device time is left (a
+# session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start).
 #   suite:suites/gpu-smoke.yaml:published-2      issues #16 and #17 (benchmarks/gpu/slice.sh)
 #   planned:results/gpu-planned/published        issue #18 (benchmarks/gpu/planned_placement.sh)
 #   suite:suites/gpu/part1-resnet50.yaml:published, then parts 2-4: the full GPU table
 # SESSION_JOBS replaces the list (the same words, separated by spaces). A suite job is done when
 # its run folder holds every case (benchmarks/gpu/pending.py), the planned job when its
-# summary.json says complete; a job the deadline cuts ends the call, one that fails early
-# (an error, not the deadline) is logged and the next one starts.
+# summary.json says complete. A job the deadline cuts ends the call, unless it had
+# SESSION_STALL_SECONDS (400) or more and finished no case: then it is marked (no-progress in its
+# run folder) and later calls skip it, so that a case that hangs cannot hold up the jobs after it
+# (delete the file to try again).
+# A job that fails early (an error, not the deadline) is logged and the next one starts.
 #
-# Under $OUT (the device tool brings back at most 8 files):
+# Under $OUT (the device tool brings back at most 8 files), packed again after every job:
 #   results.tgz  every run folder a job of this call wrote, paths from the repository root:
 #                `tar xzf results.tgz` there before the next call, which resumes from it
-#   summary.md   each suite job's benchmarks/gpu/summary.py report and the planned job's table
+#   summary.md   each suite's benchmarks/gpu/summary.py report and the planned job's table
 #   logs.tgz     every job's logs (tox, CUDA tests, the run) and summary.json
-#   session.txt  what this call did, job by job (also printed)
+#   session.txt  what this call did, job by job (also printed), and the GPU it ran on
 # The CUDA tests run once, in the slice that starts the first job's run; the planned path's
 # GPU tests in the call that starts its folder.
 set -uo pipefail
 out=${OUT:-/tmp/session-out}
 deadline=$((SECONDS + ${SESSION_SECONDS:-540} - 30))  # 30 s kept to pack what came out
+stall_after=${SESSION_STALL_SECONDS:-400}  # a job given this long that finishes no case is marked
 jobs=${SESSION_JOBS:-"suite:suites/gpu-smoke.yaml:published-2 planned:results/gpu-planned/published
     suite:suites/gpu/part1-resnet50.yaml:published suite:suites/gpu/part2-vgg16.yaml:published
     suite:suites/gpu/part3-densenet121.yaml:published suite:suites/gpu/part4-vit_b_16.yaml:published"}
@@ -33,11 +39,11 @@ export PYTHONUNBUFFERED=1
 say() { echo "session: $*" | tee -a "$log"; }
 touched=()
 
-pack() {
+pack() {  # what came out so far, under $OUT: after every job, so a call stopped short keeps it
     local -A last=()  # run folder -> the job folder of its latest summary (parts share one run)
-    local d
+    local d p
     : >"$out/summary.md"
-    for d in $(ls -d "$work"/*/ | sort -V); do
+    for d in $(printf '%s\n' "$work"/*/ | sort -V); do  # in job order: a later part's summary wins
         [[ -f $d/summary.md && -f $d/run ]] && last[$(cat "$d/run")]=$d
     done
     for d in $(printf '%s\n' "${last[@]}" | sort -V); do
@@ -49,13 +55,20 @@ pack() {
     done
     tar czf "$out/logs.tgz" -C "$work" .
     if ((${#touched[@]})); then
-        tar czf "$out/results.tgz" $(printf '%s\n' "${touched[@]}" | sort -u)
-        say "packed $(printf '%s\n' "${touched[@]}" | sort -u | tr '\n' ' ')into results.tgz"
+        mapfile -t folders < <(printf '%s\n' "${touched[@]}" | sort -u)
+        tar czf "$out/results.tgz.part" "${folders[@]}" && mv "$out/results.tgz.part" "$out/results.tgz"
     fi
+}
+finish() {
+    pack
+    ((${#touched[@]})) && say "packed $(printf '%s\n' "${touched[@]}" | sort -u | tr '\n' ' ')into results.tgz"
     rm -rf "$work"
 }
-trap pack EXIT
+trap finish EXIT
 
+if command -v nvidia-smi >/dev/null; then
+    say "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1)"
+fi
 command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
 mkdir -p "$work/0-env"
 if ! tox -e gpu-suite -q -- --help >"$work/0-env/tox.txt" 2>&1; then
@@ -69,7 +82,7 @@ n=0
 for job in $jobs; do
     n=$((n + 1))
     left=$((deadline - SECONDS))
-    if ((left < 90)); then
+    if ((left < 150)); then  # under that a slice cannot profile a model and run a case
         say "$left s left: $job and the jobs after it wait for the next call"
         break
     fi
@@ -78,12 +91,25 @@ for job in $jobs; do
     mkdir -p "$job_out"
     case $kind in
     suite)
-        read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run") || {
-            say "$job: cannot read the suite (see logs.tgz)"; continue; }
+        if [[ -z $path || -z $run ]]; then
+            say "$job: not a job (suite:SUITE.yaml:RUN_ID)"
+            continue
+        fi
+        if ! read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run" 2>"$job_out/pending.txt"); then
+            say "$job: cannot read the suite: $(tail -1 "$job_out/pending.txt")"
+            continue
+        fi
         if ((todo == 0)); then
             say "$job: done ($total cases in $run_dir)"
             continue
         fi
+        if [[ -f $run_dir/no-progress ]]; then
+            say "$job: skipped: $(cat "$run_dir/no-progress") (delete $run_dir/no-progress to try again)"
+            continue
+        fi
+        before=$todo
+        left=$((deadline - SECONDS))
+        started_with=$left
         say "$job: $todo of $total cases to run, $left s left"
         tests=0
         ((n == 1)) && tests=${SLICE_TESTS:-}
@@ -92,25 +118,38 @@ for job in $jobs; do
         [[ -d $run_dir ]] && touched+=("$run_dir")
         echo "$run_dir" >"$job_out/run"
         rm -f "$job_out"/*.tgz  # the run folder goes into results.tgz
-        read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run")
+        if ! read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run" 2>>"$job_out/pending.txt"); then
+            say "$job: cannot count its cases after the slice: next job"
+            pack
+            continue
+        fi
         if ((todo > 0)); then
             left=$((deadline - SECONDS))
-            if ((left < 90)); then
+            if ((left >= 150)); then
+                say "$job: stopped with $todo of $total cases left and $left s to go (see logs.tgz): next job"
+            elif ((started_with >= stall_after && todo == before)); then
+                echo "no case finished in $started_with s ($todo of $total left)" >"$run_dir/no-progress"
+                say "$job: no case finished in this call: later calls skip it ($run_dir/no-progress)"
+                pack
+                continue
+            else
                 say "$job: $todo of $total cases left for the next call"
                 break
             fi
-            say "$job: stopped with $todo of $total cases left and $left s to go (see logs.tgz): next job"
         fi
+        pack
         ;;
     planned)
-        if [[ -s $path/summary.json ]] && $py -c "import json, sys; sys.exit(not json.load(open('$path/summary.json')).get('complete'))"; then
+        if [[ -s $path/summary.json ]] && $py -c "import json, sys; sys.exit(not json.load(open('$path/summary.json')).get('complete'))" 2>/dev/null; then
             say "$job: done ($path/summary.json)"
             continue
         fi
+        left=$((deadline - SECONDS))
         say "$job: $left s left"
         OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$left PLANNED_TOX=0 \
             bash benchmarks/gpu/planned_placement.sh 2>&1 | tee -a "$log"
         [[ -d $path ]] && touched+=("$path")
+        pack
         ;;
     *)
         say "$job: not a job (suite:SUITE.yaml:RUN_ID or planned:FOLDER)"

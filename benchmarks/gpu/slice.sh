@@ -7,7 +7,8 @@
 # against keep-all). Under $OUT: tox.txt, cuda-tests.txt, run.txt (the logs), <suite>.tgz,
 # summary.md, summary.json. Printed: the tails of the logs and the summary's checks.
 #
-# The device tool kills a command after 600 s and then nothing under $OUT comes back, so the
+# The device tool kills a command after 600 s (or sooner, when the session's device time runs
+# out), and what is then under $OUT comes back, but the rows on the machine's disk do not: so the
 # suite is interrupted (SIGINT: finished cases are on disk, the run says "interrupted") once
 # SLICE_SECONDS (default 540) have passed since the start, leaving time to pack and summarise.
 # Unpack the .tgz at the repository root (its paths start with results/) and run the same line
@@ -35,7 +36,7 @@ run_dir="results/$name/$run_id"
 tests=${SLICE_TESTS:-}
 [[ -z $tests ]] && { [[ -s $run_dir/rows.csv ]] && tests=0 || tests=1; }
 if [[ $tests == 1 ]]; then
-    timeout -s INT 120 $py -m pytest -q -p no:cacheprovider -x tests/test_torch_executor_gpu.py \
+    timeout -s INT -k 10 120 $py -m pytest -q -p no:cacheprovider -x tests/test_torch_executor_gpu.py \
         tests/test_profilers.py -k "(cuda or gpu) and not planned" >"$out/cuda-tests.txt" 2>&1
     tail -3 "$out/cuda-tests.txt"
 else

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
-from harness.results import RunFolder, check_results_table, find_runs, load_rows, read_meta
+from harness.results import RunFolder, RunProfiles, check_results_table, find_runs, load_rows, read_meta
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -141,7 +141,7 @@ def fmt_ratio(value: Any) -> str:
 
 
 def _slug(text: str) -> str:
-    from harness.runner import slug
+    from harness.results import slug
 
     return slug(text)
 
@@ -737,20 +737,14 @@ def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     if not missing.any():
         return frame
     from harness.bounds import lower_bound
-    from harness.model import Profile, load
 
-    from harness.runner import profile_file
-
-    profiles: dict[str, Profile | None] = {}
+    profiles = RunProfiles(run_path)
     frame = frame.copy()
     for index in frame.index[missing]:
         row = frame.loc[index]
-        name = profile_file(row["model"], row["batch_size"], row["input_size"], row["dtype"] or "float32")
-        if name not in profiles:
-            path = run_path / "profiles" / name
-            profiles[name] = load(Profile, path) if path.exists() else None
-        if profiles[name] is not None:  # executors take no options in suites: one copy engine, as the run had
-            frame.loc[index, "budget_lower_bound_s"] = lower_bound(profiles[name], int(row["budget_bytes"]))
+        profile = profiles.of(row)
+        if profile is not None:  # executors take no options in suites: one copy engine, as the run had
+            frame.loc[index, "budget_lower_bound_s"] = lower_bound(profile, int(row["budget_bytes"]))
     ok = frame["makespan_s"].notna()
     frame.loc[ok & frame["ratio_to_budget_lb"].isna(), "ratio_to_budget_lb"] = \
         frame["makespan_s"] / frame["budget_lower_bound_s"]

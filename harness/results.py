@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -232,6 +233,34 @@ def write_parquet(run_dir: Path) -> Path | None:
     out = run_dir / ROWS_PARQUET
     load_rows(run_dir).to_parquet(out, index=False)
     return out
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a case id or model name."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
+
+
+def profile_file(model: str, batch_size: int, input_label: str, dtype: str) -> str:
+    """The file name of a workload's profile in a run folder's ``profiles/``."""
+    return f"{slug(model)}-b{batch_size}-{input_label}-{dtype}.json"
+
+
+class RunProfiles:
+    """The profiles a run folder stored (``profiles/``), each read once, looked up by a row."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.folder = Path(run_dir) / "profiles"
+        self._read: dict[str, Any] = {}
+
+    def of(self, row: Mapping[str, Any]) -> Any:
+        """The ``Profile`` of ``row``'s workload, or None when the run did not store it."""
+        from harness.model import Profile, load
+
+        name = profile_file(row["model"], int(row["batch_size"]), str(row["input_size"]), row["dtype"] or "float32")
+        if name not in self._read:
+            path = self.folder / name
+            self._read[name] = load(Profile, path) if path.exists() else None
+        return self._read[name]
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:

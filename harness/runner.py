@@ -37,23 +37,13 @@ from harness.device_memory import arena_fits
 from harness.errors import MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
-from harness.results import (
-    ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, read_meta,
-    runs_of_suite, write_meta, write_parquet,
+from harness.results import (  # slug and profile_file: the run folder's file names, imported from here too
+    ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, profile_file, read_meta,
+    runs_of_suite, slug, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 
 BACKENDS = ("local", "ray")
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a case id or model name."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
-
-
-def profile_file(model: str, batch_size: int, input_label: str, dtype: str) -> str:
-    """The file name of a workload's profile in a run folder's ``profiles/``."""
-    return f"{slug(model)}-b{batch_size}-{input_label}-{dtype}.json"
 
 
 def new_run_id() -> str:

@@ -9,13 +9,14 @@ import math
 import importlib.util
 import io
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.test_suite_support import run_yaml
+
 from harness.case import plan_case
-from harness.model import Profile, from_json
+from harness.model import Profile, load
 from harness.plugins import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +31,7 @@ SLOWER = 0.8  # the "device's" link against the profile's
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A simulated run relabelled as measured, each time the simulator's at SLOWER x the profile's link."""
-    from harness.runner import run_suite
-    from harness.suite import load_suite
-
-    folder = tmp_path_factory.mktemp("link-rate")
-    suite = folder / "s.yaml"
-    suite.write_text(textwrap.dedent("""
+    run = run_yaml(tmp_path_factory.mktemp("link-rate"), """
         name: link-rate
         profiler: analytic
         device: V100-PCIe
@@ -43,11 +39,10 @@ def run_dir(tmp_path_factory):
         budgets: {fractions: [0.0, 0.5]}
         planners: [keep-all, vdnn-all, {name: dynprog, slots: 100}]
         executors: [simulate]
-    """))
-    run = run_suite(load_suite(suite), folder / "results", progress=False).run_dir
+    """)
     path = run / "rows.csv"
     rows = list(csv.DictReader(io.StringIO(path.read_text())))
-    profile = from_json(Profile, next((run / "profiles").iterdir()).read_text())
+    profile = load(Profile, next((run / "profiles").iterdir()))
     for row in rows:
         if row["status"] != "ok":
             continue

@@ -7,10 +7,11 @@ import importlib.util
 import json
 import math
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.test_suite_support import run_yaml
 
 torch = pytest.importorskip("torch")
 
@@ -33,12 +34,7 @@ TABLE = f"{TITLE}, torch executor"  # and the title of its measured table
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A CPU run of the torch executor beside the simulator, keep-all also at an unconstrained budget."""
-    from harness.runner import run_suite
-    from harness.suite import load_suite
-
-    folder = tmp_path_factory.mktemp("gpu-summary")
-    suite = folder / "cpu.yaml"
-    suite.write_text(textwrap.dedent("""
+    text = """
         name: summary-cpu
         profiler: analytic
         device: V100-PCIe
@@ -50,10 +46,10 @@ def run_dir(tmp_path_factory):
         planners: [keep-all, greedy, torch-checkpoint]
         executors: [torch, simulate]
         excludes: [{budget: 1GiB, planner: [greedy, torch-checkpoint]}]
-    """))
+    """
     with pytest.MonkeyPatch.context() as mp:  # the CPU path, also on a CUDA machine
         mp.setattr(torch.cuda, "is_available", lambda: False)
-        return run_suite(load_suite(suite), folder / "results", progress=False).run_dir
+        return run_yaml(tmp_path_factory.mktemp("gpu-summary"), text)
 
 
 def test_throughput_is_keep_all_measured_time_over_each_planners(run_dir):

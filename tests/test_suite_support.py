@@ -241,3 +241,14 @@ def write_suite(folder: Path, text: str | None = None, name: str = "synth", file
     path = Path(folder) / filename
     path.write_text(text if text is not None else SUITE.format(name=name))
     return path
+
+
+def run_yaml(folder: Path, text: str) -> Path:
+    """Run the suite ``text`` (YAML, indented as in a test) in ``folder``, quietly; return its run folder."""
+    import textwrap
+
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    suite = write_suite(folder, textwrap.dedent(text), filename="suite.yaml")
+    return run_suite(load_suite(suite), Path(folder) / "results", progress=False).run_dir

@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from harness.case import plan_case
-from harness.model import Profile, from_json
+from harness.model import Profile
 from harness.plugins import registry
-from harness.results import load_rows, read_meta
+from harness.results import RunProfiles, load_rows, read_meta
 from harness.simulate.executor import makespan, simulate
 
 PREDICTED = "simulate"
@@ -65,11 +65,10 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     rows = load_rows(run_dir)
     device_budget = read_meta(run_dir).get("spec", {}).get("budget_model") == "device"
     measured = rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)]
-    profiles: dict[str, Profile] = {}
+    profiles = RunProfiles(run_dir)
     lines = []
     for _, r in measured.iterrows():
-        name = _profile_file(run_dir, r)
-        profile = profiles.setdefault(name, from_json(Profile, (run_dir / "profiles" / name).read_text()))
+        profile = profiles.of(r)
         schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), _options(r),
                              device_budget=device_budget).schedule  # as the run planned it
         predicted = simulate(schedule, profile, with_trace=False)
@@ -85,12 +84,6 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
                       "profile GB/s": profile.d2h_bandwidth / 1e9,
                       "implied GB/s": rate / 1e9 if rate else math.nan})
     return pd.DataFrame(lines)
-
-
-def _profile_file(run_dir: Path, row: pd.Series) -> str:
-    from harness.runner import profile_file
-
-    return profile_file(row["model"], int(row["batch_size"]), str(row["input_size"]), str(row["dtype"]))
 
 
 def _options(row: pd.Series) -> dict:

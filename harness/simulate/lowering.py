@@ -90,9 +90,9 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
     # by identity: hashing a few hundred operations costs as much as flattening them, and the
     # schedules of one chain share one operations tuple (training_ops, recompute_ops are cached)
     key = (id(schedule.ops), schedule.algorithms, schedule.sub_batches, id(profile))
-    hit = _OPS_CACHE.get(key)
-    if hit is not None and hit[0] is profile and hit[1] is schedule.ops:
-        return tuple(x.copy() for x in hit[2])
+    hit = _OPS_CACHE.get(key)  # the entry keeps both alive, so their ids are not reused while it is here
+    if hit is not None:
+        return _handed_out(hit[2])
     n = passes[0].n_stages
     n_ops = len(schedule.ops)
     op_is_b = np.zeros(n_ops, dtype=np.bool_)
@@ -125,8 +125,7 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
             op_free[b.dies] += b.size
     t_movable = np.zeros(len(passes) * n, dtype=np.int64)
     t_reader = np.full(len(passes) * n, -1, dtype=np.int64)
-    for sb, ops in enumerate(all_ops):
-        p = passes[sb] if sb < len(passes) else passes[-1]
+    for sb, (ops, p) in enumerate(zip(all_ops, passes)):
         for i in range(n):
             t_movable[sb * n + i] = movable_bytes(stage_memory(p, i, schedule.algorithm_of(i)), ops.kind[i])
             reader = ops.reader(i) if ops.kind[i] == "Fc" else None
@@ -135,7 +134,13 @@ def _operation_arrays(schedule: Schedule, profile: Profile, passes: list[Profile
     if len(_OPS_CACHE) >= _OPS_CACHE_SIZE:
         _OPS_CACHE.pop(next(iter(_OPS_CACHE)))
     _OPS_CACHE[key] = (profile, schedule.ops, arrays)
-    return tuple(x.copy() for x in arrays)
+    return _handed_out(arrays)
+
+
+def _handed_out(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Copies of the six arrays that go into ``Lowered`` (its readers may write them); the last
+    two, which ``lower`` only reads, as they are in the cache."""
+    return (*(x.copy() for x in arrays[:6]), *arrays[6:])
 
 
 def lower(schedule: Schedule, profile: Profile, budget: float | None = None,

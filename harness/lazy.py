@@ -21,8 +21,7 @@ class Lazy:
     def resolve(self) -> Any:
         """The real object (imported and built on first call)."""
         if self._obj is None:
-            module, cls = self._target.rsplit(".", 1)
-            self._obj = getattr(importlib.import_module(module), cls)()
+            self._obj = load(self._target)()
         return self._obj
 
     def names(self) -> Sequence[str]:
@@ -35,6 +34,12 @@ class Lazy:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_obj": None}  # re-import on the other side of a process pool
+
+
+def load(target: str) -> Any:
+    """The object a dotted path names (``package.module.Name``), its module imported."""
+    module, name = target.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
 
 
 def resolve(obj: Any) -> Any:

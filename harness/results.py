@@ -117,9 +117,7 @@ class RowWriter:
                 f.truncate(cut)
         if data.split(b"\n", 1)[0].decode("utf-8").rstrip("\r") != header_line().rstrip("\n"):
             rows = read_rows_csv(self.path)  # by column name: cells of columns since gone are dropped
-            tmp = self.path.with_suffix(".csv.tmp")
-            tmp.write_text(header_line() + "".join(format_row(r) for r in rows), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_text_atomic(self.path, header_line() + "".join(format_row(r) for r in rows))
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append ``rows`` at once and flush them to disk."""

@@ -24,7 +24,7 @@ bandwidth gives (it overlaps compute, so it is not a term of the sum).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, get_args
 
 from harness.model import OpKind, TimelineEvent
@@ -60,7 +60,8 @@ class TimelineParts:
         """The compute stream's busy time per operation kind."""
         busy: dict[str, float] = {}
         for label, seconds in self.op_s.items():
-            busy[op_kind(label)] = busy.get(op_kind(label), 0.0) + seconds
+            kind = op_kind(label)
+            busy[kind] = busy.get(kind, 0.0) + seconds
         return busy
 
     @property

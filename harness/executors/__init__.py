@@ -3,7 +3,7 @@ with planned placement at real addresses)."""
 
 from __future__ import annotations
 
-import importlib
+from harness.lazy import load
 
 
 class LazyTorchExecutor:
@@ -30,8 +30,7 @@ class LazyTorchExecutor:
     def executor(self):
         """The real executor (built, and torch imported, on first use)."""
         if self._executor is None:
-            module, cls = self.target.rsplit(".", 1)
-            self._executor = getattr(importlib.import_module(module), cls)(**self.options)
+            self._executor = load(self.target)(**self.options)
         return self._executor
 
     def __getstate__(self) -> dict:

@@ -22,7 +22,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -241,8 +241,8 @@ class Cell:
 
     ``time_s`` is the column's common quantity (the iteration time); ``spread_s`` is half the
     interquartile range of a measured run's timed iterations, or half the range of the kept
-    repeats; ``arena_over_budget`` is the largest arena above the budget an allocator model of the
-    suite needed for the schedule's trace (``over_allocators``: which), None when all fit.
+    repeats; ``over_allocators`` names the allocator models of the suite whose arena for the
+    schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts).
     """
 
     status: str
@@ -252,7 +252,6 @@ class Cell:
     slowdown: float = math.nan
     repeats: int = 1
     failed: int = 0
-    arena_over_budget: int | None = None
     over_allocators: tuple[str, ...] = ()
 
     @property
@@ -272,9 +271,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
     for (planner, budget), cell in rows.groupby(["planner_label", "budget_label"], sort=False):
         planned = plan_rows(cell)
         failed = planned[planned["status"] != "ok"]
-        over = over_budget_rows(cell)
-        arena = int(over["arena_bytes"].max()) if not over.empty else None
-        names = tuple(dict.fromkeys(over["allocator"]))
+        names = tuple(dict.fromkeys(over_budget_rows(cell)["allocator"]))
         if not failed.empty:
             out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed))
             continue
@@ -289,7 +286,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
             time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
-            repeats=len(planned), arena_over_budget=arena, over_allocators=names,
+            repeats=len(planned), over_allocators=names,
         )
     return out
 
@@ -382,7 +379,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
         out += f" ({cell.slowdown:.2f}x)"
         if planner in winners[budget]:
             out = f"{FASTEST} {out}"
-        return out + (f" {ARENA_FLAG}" if cell.arena_over_budget is not None else "")
+        return out + (f" {ARENA_FLAG}" if cell.over_allocators else "")
 
     lines, bad = grid(table, text)
     return ["planner", *_budget_headers(table.rows, budgets)], lines, bad
@@ -709,7 +706,7 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
     runtime bytes."""
     from harness.device_memory import arena_reservation
 
-    over = [c for c in table.cells.values() if c.arena_over_budget is not None]
+    over = [c for c in table.cells.values() if c.over_allocators]
     if not over:
         return None
     count, names = len(over), ", ".join(dict.fromkeys(a for c in over for a in c.over_allocators))
@@ -752,6 +749,11 @@ def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     return frame
 
 
+def statistic_of(meta: Mapping[str, Any]) -> str:
+    """How a run's suite summarises its repeats (``statistic``; ``meta.json``'s spec)."""
+    return meta.get("spec", {}).get("statistic", "trimmed-mean")
+
+
 def publish_run(run: RunFolder, out: Path) -> list[Path]:
     """Write the pages and plots of one run into ``out``; return the files written."""
     from harness.environment import git_state
@@ -760,7 +762,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     meta = read_meta(run.path)
     frame = fill_common_columns(load_rows(run.path), run.path)
     suite = meta.get("suite", run.suite)
-    statistic = meta.get("spec", {}).get("statistic", "trimmed-mean")
+    statistic = statistic_of(meta)
     device_budget = meta.get("spec", {}).get("budget_model") == "device"
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")

@@ -92,19 +92,20 @@ def checks(rows: pd.DataFrame) -> Checks:
     )
 
 
-def _measured_tables(rows: pd.DataFrame) -> list[ExecutorTable]:
+def _measured_tables(rows: pd.DataFrame, statistic: str) -> list[ExecutorTable]:
     """One table per model group and measured executor, each strategy and budget summarised the
-    way the published pages summarise it (``harness.publish.summarise``)."""
-    return [ExecutorTable.of(group, executor) for group in model_groups(rows)
+    way the published pages summarise it (``harness.publish.summarise``, the run's ``statistic``)."""
+    return [ExecutorTable.of(group, executor, statistic) for group in model_groups(rows)
             for executor in executors(group.rows) if executor != PREDICTED]
 
 
-def throughput_against_keep_all(rows: pd.DataFrame) -> dict[str, tuple[str, pd.DataFrame]]:
+def throughput_against_keep_all(rows: pd.DataFrame, statistic: str = "trimmed-mean"
+                                ) -> dict[str, tuple[str, pd.DataFrame]]:
     """Per model group and measured executor: (what the denominator is, planner x budget table of
     keep-all's time over the planner's; a cell is the status where it did not run). The
     denominator is keep-all's fastest ``ok`` cell, else the simulated ideal iteration."""
     out: dict[str, tuple[str, pd.DataFrame]] = {}
-    for table in _measured_tables(rows):
+    for table in _measured_tables(rows, statistic):
         keep_all = [c.time_s for (planner, _), c in table.cells.items() if planner == "keep-all" and c.ok]
         ideal = pd.to_numeric(table.rows["ideal_s"], errors="coerce").dropna()
         if keep_all:
@@ -150,9 +151,9 @@ def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
-def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
+def report(rows: pd.DataFrame, run_dir: Path | None = None, statistic: str = "trimmed-mean") -> tuple[str, dict]:
     """The summary as text (markdown) and as a JSON-ready dict; the time gaps need the run folder
-    (``run_dir``), where the timelines are."""
+    (``run_dir``), where the timelines are; repeats are summarised by the run's ``statistic``."""
     found = checks(rows)
     doc = Doc(f"GPU slice summary: {run_dir}" if run_dir is not None else "GPU slice summary")
     doc.para("\n".join([
@@ -162,7 +163,7 @@ def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
         f"|prediction_error| over the ok rows: median {found.error_median:.3f}, largest {found.error_max:.3f}",
         f"largest gradient error against the unmodified model: {found.grad_error_max:.2e}"]))
     doc.para("\n".join(f"- {'PASS' if held else 'FAIL'}: {name}" for name, held in found.passed.items()))
-    tables = throughput_against_keep_all(rows)
+    tables = throughput_against_keep_all(rows, statistic)
     for title, (basis, frame) in tables.items():
         doc.heading(f"{title}: throughput against keep-all ({basis})", level=3)
         doc.table(["planner", *frame.columns], [[name, *line] for name, line in zip(frame.index, frame.values)])
@@ -179,12 +180,13 @@ def report(rows: pd.DataFrame, run_dir: Path | None = None) -> tuple[str, dict]:
 
 def main(argv: list[str]) -> int:
     """``summary.py RUN_FOLDER [OUT_FOLDER]``: print the summary and write it under OUT_FOLDER."""
-    from harness.results import load_rows
+    from harness.publish import statistic_of
+    from harness.results import load_rows, read_meta
 
     if not argv or len(argv) > 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    text, data = report(load_rows(argv[0]), Path(argv[0]))
+    text, data = report(load_rows(argv[0]), Path(argv[0]), statistic_of(read_meta(argv[0])))
     print(text, end="")
     if len(argv) == 2:
         out = Path(argv[1])

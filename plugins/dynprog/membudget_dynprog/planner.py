@@ -128,6 +128,11 @@ def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
+def slots_up(nbytes: int, slots: int, usable: int) -> int:
+    """``nbytes`` in slots of ``usable / slots`` bytes, rounded up with exact integer arithmetic."""
+    return _ceil_div(int(nbytes) * slots, usable)
+
+
 def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps: np.ndarray | None = None,
                prefetch_during_forward: bool = False) -> Discretised:
     """Express ``profile`` under ``budget`` in ``slots`` memory slots (papers/004 section 5.3.2).
@@ -144,7 +149,7 @@ def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps:
     q = usable / S
 
     def up(nbytes: int) -> int:
-        return _ceil_div(int(nbytes) * S, usable)
+        return slots_up(nbytes, S, usable)
 
     saved = [s.saved_bytes for s in stages]
     # C^F_i and C^B_i: the forward's and the backward's needs (harness.memory; B_i's includes

@@ -50,7 +50,6 @@ is never slower than ``offload_checkpoints=False`` either.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -62,7 +61,7 @@ from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
 from membudget_dynprog import discretise
-from membudget_dynprog.planner import _ceil_div
+from membudget_dynprog.planner import slots_up
 from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
@@ -91,11 +90,10 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     disc = discretise(profile, budget, slots)
     n = profile.n_stages
     usable = int(budget) - profile.weight_bytes
-    S = disc.slots
-    q = usable / S
+    S, q = disc.slots, disc.slot_bytes
 
     def up(nbytes: int) -> int:
-        return _ceil_div(int(nbytes) * S, usable)
+        return slots_up(nbytes, S, usable)
 
     mem = [stage_memory(profile, i) for i in range(n)]
     fwd = np.concatenate([[0.0], np.cumsum([s.fwd_time for s in profile.stages])])

@@ -435,6 +435,47 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
     return headers, lines, bad
 
 
+PLACEMENT_TABLE = (
+    "One line per schedule that ran (executor, strategy, budget): every allocator placed that schedule's "
+    "allocation trace, so the line shares one lower bound, the trace's max-live bytes. Each cell is the arena "
+    "the allocator needed and, in brackets, the arena over max-live; {smallest} marks the smallest arena of the "
+    "line. '-' is an allocator that did not place the trace.")
+
+
+def placement_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
+    """(executor, strategy, budget) x allocator: the arena each allocator needed for the same trace.
+
+    Allocators are compared only where they placed the same allocation trace (one schedule, one
+    budget), against that trace's max-live bytes, never through an average over budgets whose
+    sets differ between strategies. None when ``rows`` have no allocator.
+    """
+    placed = rows[(rows["allocator"] != "") & (rows["status"] == "ok")]
+    if placed.empty:
+        return None
+    allocators = list(dict.fromkeys(placed["allocator"]))
+    several = placed["executor"].nunique() > 1
+    lines = []
+    for executor in executors(placed):
+        at = placed[placed["executor"] == executor]
+        for planner in _planner_order(at):
+            for budget in budget_order(at[at["planner_label"] == planner]):
+                trace = at[(at["planner_label"] == planner) & (at["budget_label"] == budget)]
+                arenas = {a: _num(trace.loc[trace["allocator"] == a, "arena_bytes"].min()) for a in allocators}
+                live = _num(trace["max_live_bytes"].max())
+                smallest = min((v for v in arenas.values() if v is not None), default=None)
+                line = ([executor] if several else []) + [planner, budget, fmt_bytes(live)]
+                for a in allocators:
+                    v = arenas[a]
+                    if v is None:
+                        line.append("-")
+                        continue
+                    text = fmt_bytes(v) + (f" ({v / live:.3f})" if live else "")
+                    line.append(f"{FASTEST} {text}" if v == smallest and len(allocators) > 1 else text)
+                lines.append(line)
+    headers = (["executor"] if several else []) + ["strategy", "budget", "max-live", *allocators]
+    return headers, lines
+
+
 def claims_table(tables: Sequence[ExecutorTable]) -> tuple[list[str], list[list[str]]] | None:
     """The paper's claims (``harness.claims``) per model and executor; None when no table has a
     recompute-only strategy and the new columns."""
@@ -811,14 +852,11 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             doc.para(f"Timeline of {chosen['case_id']} ({chosen['executor']} executor; budget "
                      f"{fmt_bytes(chosen['budget_bytes'])}, makespan {fmt_ms(chosen['makespan_s'])} ms).")
             doc.image(name, f"timeline of {chosen['case_id']}")
-        allocs = group.rows[group.rows["allocator"] != ""]
-        if not allocs.empty:
-            doc.heading(f"Placement: arena / max-live ({group.title})", 3)
-            ok_alloc = allocs[allocs["status"] == "ok"]
-            pivot = ok_alloc.pivot_table(index="planner_label", columns="allocator", values="fragmentation",
-                                         aggfunc="mean", sort=False)
-            doc.table(["planner (mean over budgets)", *pivot.columns],
-                      [[p, *(fmt_ratio(v) for v in pivot.loc[p])] for p in pivot.index])
+        placement = placement_table(group.rows)
+        if placement is not None:
+            doc.heading(f"Placement: the arena each allocator needs for the same trace ({group.title})", 3)
+            doc.table(*placement)
+            doc.para(PLACEMENT_TABLE.format(smallest=FASTEST), small=True)
     claims = claims_table(tables)
     if claims is not None:
         from harness.claims import PAPER

@@ -114,6 +114,32 @@ def test_time_tables_rank_by_iteration_time_and_mark_the_fastest(results, tmp_pa
             assert marked == {p for p, t in ran.items() if t <= best * (1 + 1e-9)}
 
 
+def test_placement_tables_compare_allocators_on_the_same_trace(results, tmp_path):
+    """One line per schedule that ran: each allocator's arena for that trace, against its max-live,
+    the smallest marked; no average over budgets whose sets differ between strategies."""
+    folder, suite, _, run_b = results
+    publish([run_b], tmp_path / "site")
+    tables = [t for t in _tables(tmp_path / "site" / "pub" / "index.html") if t[0].startswith("Placement")]
+    assert len(tables) == 3
+    rows = read_rows_csv(run_b / "rows.csv")
+    for _, header, body, group in tables:
+        assert header == ["strategy", "budget", "max-live", "caching", "first-fit"]
+        name, batch, size = group.split(", ")
+        model = f"{name}/b{batch.split()[1]}/{size}"
+        ran = {(r["planner_label"], r["budget_label"]) for r in rows
+               if r["status"] == "ok" and r["case_id"].startswith(model + "/")}
+        assert {(line[0], line[1]) for line in body} == ran
+        for line in body:
+            arena = {}
+            for j, allocator in enumerate(["caching", "first-fit"], start=3):
+                row = next(r for r in rows if r["case_id"] == f"{model}/{line[0]}/{line[1]}/simulate/{allocator}")
+                arena[allocator] = float(row["arena_bytes"])
+                assert f"({float(row['arena_bytes']) / float(row['max_live_bytes']):.3f})" in line[j]
+            smallest = min(arena.values())
+            marked = {a for j, a in enumerate(["caching", "first-fit"], start=3) if line[j].startswith("★")}
+            assert marked == {a for a, v in arena.items() if v == smallest}
+
+
 def test_mixed_executors_get_a_table_and_plots_each(results, tmp_path):
     """Rows of two executors at one budget are two tables, each named, never one cell hiding the other."""
     folder, _, _, run_b = results

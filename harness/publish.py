@@ -438,8 +438,8 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
 PLACEMENT_TABLE = (
     "One line per schedule that ran (executor, strategy, budget): every allocator placed that schedule's "
     "allocation trace, so the line shares one lower bound, the trace's max-live bytes. Each cell is the arena "
-    "the allocator needed and, in brackets, the arena over max-live; {smallest} marks the smallest arena of the "
-    "line. '-' is an allocator that did not place the trace.")
+    "the allocator needed and, in brackets, the arena over max-live.")
+PLACEMENT_MARKS = f" {FASTEST} marks the smallest arena of the line; '-' is an allocator that did not place the trace."
 
 
 def placement_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
@@ -856,7 +856,8 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
         if placement is not None:
             doc.heading(f"Placement: the arena each allocator needs for the same trace ({group.title})", 3)
             doc.table(*placement)
-            doc.para(PLACEMENT_TABLE.format(smallest=FASTEST), small=True)
+            several = placement[0][-2] != "max-live"  # more than one allocator column
+            doc.para(PLACEMENT_TABLE + (PLACEMENT_MARKS if several else ""), small=True)
     claims = claims_table(tables)
     if claims is not None:
         from harness.claims import PAPER

@@ -12,7 +12,7 @@ reads its options itself (the protocol allows it).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable
+from typing import Any, Mapping
 
 from harness.errors import UnknownOption
 from harness.lazy import resolve
@@ -31,8 +31,9 @@ def planner_options(planner: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([*named, *(extra or ())]))
 
 
-def check_planner_options(name: str, planner: Any, options: Iterable[str]) -> None:
-    """Raise ``UnknownOption`` naming the planner's options if ``options`` has one it does not take."""
+def check_planner_options(name: str, planner: Any, options: Mapping[str, Any]) -> None:
+    """Raise ``UnknownOption`` naming the planner's options if ``options`` has one it does not take, or
+    gives a switch (a parameter whose default is ``True`` or ``False``) a value that is not one of them."""
     known = planner_options(planner)
     if known is None:
         return
@@ -40,6 +41,10 @@ def check_planner_options(name: str, planner: Any, options: Iterable[str]) -> No
     if unknown:
         takes = f"its options: {', '.join(known)}" if known else "it takes no options"
         raise UnknownOption(f"planner {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
+    params = inspect.signature(resolve(planner).plan).parameters
+    for key, value in options.items():
+        if key in params and isinstance(params[key].default, bool) and not isinstance(value, bool):
+            raise UnknownOption(f"planner {name!r}: option {key} is true or false, got {value!r}")
 
 
 def int_option(planner: str, name: str, value: Any, minimum: int) -> int:

@@ -105,6 +105,11 @@ def _compose(path: Path) -> tuple[Any, Locations]:
                         line = key_node.start_mark.line + 1
                         raise SuiteError(f"{source}:{line}: keys must be plain names, got {key!r}",
                                          source=source, line=line)
+                    if key in out:
+                        line = key_node.start_mark.line + 1
+                        first = locations[(*at, key)][1]
+                        raise SuiteError(f"{source}:{line}: {_field_name((*at, key))}: given twice (first on line "
+                                         f"{first})", source=source, line=line, field=_field_name((*at, key)))
                     out[key] = build(value_node, (*at, key), key_node.start_mark.line + 1)
                 return out
             if isinstance(node, yaml.SequenceNode):
@@ -651,6 +656,70 @@ def _check_names(suite: Suite) -> None:
                                      field=f"{key}[{k}]") from None
 
 
+def _check_unique(suite: Suite) -> None:
+    """Refuse a value listed twice: its cases would share a case id (one would hide the other)."""
+    spec = suite.spec
+    lists: list[tuple[Path_, list[Any], str]] = [
+        (("planners",), [p.display for p in suite.present("planners")], " (give one a label:)"),
+        (("executors",), [e.name for e in suite.present("executors")], ""),
+        (("allocators",), [a.display for a in suite.present("allocators")], " (give one a label:)"),
+        (("seeds",), list(spec.seeds), ""),
+    ]
+    for kind, key in (("fraction", "fractions"), ("peak_fraction", "peak_fractions"), ("bytes", "bytes")):
+        lists.append((("budgets", key), [b.label for b in suite.budgets() if b.kind == kind], ""))
+    for k, entry in enumerate(spec.models):
+        lists.append((("models", k, "batch_sizes"), list(entry.batch_sizes), ""))
+        lists.append((("models", k, "input_sizes" if entry.input_sizes else "input_size"),
+                      ["x".join(map(str, size)) for size in suite.input_sizes(entry)], ""))
+    for at, values, hint in lists:
+        duplicate = next((v for v in values if values.count(v) > 1), None)
+        if duplicate is not None:
+            source, line = suite.line_of(*at)
+            raise SuiteError(f"{source}:{line}: {_field_name(at)}: {duplicate!r} is listed twice{hint}",
+                             source=source, line=line, field=_field_name(at))
+    seen: set[str] = set()
+    for case in suite.all_cases():  # what the lists above cannot see: a model entry repeated
+        if case.case_id in seen:
+            source, line = suite.line_of("models")
+            raise SuiteError(f"{source}:{line}: models: two entries give the case {case.case_id!r} (the same model, "
+                             "batch size and input size listed twice)", source=source, line=line, field="models")
+        seen.add(case.case_id)
+
+
+def _check_match_values(suite: Suite) -> None:
+    """Refuse an ``excludes``/``timelines`` value that no case of the grid has (a typo would match nothing)."""
+    cases = suite.all_cases()
+    absent = {name for _, name in suite.absent}  # optional plugins not installed: their matches are fine
+    for key in ("excludes", "timelines"):
+        matches_ = getattr(suite.spec, key)
+        if isinstance(matches_, bool):
+            continue
+        for k, match in enumerate(matches_):
+            for name, want in match.items():
+                options = want if isinstance(want, list) and name != "input_size" else [want]
+                if name == "input_size" and isinstance(want, list) and want and isinstance(want[0], list):
+                    options = want
+                for w in options:
+                    if (isinstance(w, str) and w in absent) or any(_value_matches(name, w, c) for c in cases):
+                        continue
+                    have = sorted({_shown(name, c) for c in cases}, key=str)
+                    source, line = suite.line_of(key, k, name)
+                    raise SuiteError(f"{source}:{line}: {key}[{k}].{name}: {w!r} matches no case of the suite; its "
+                                     f"{name} values are {', '.join(map(str, have))}",
+                                     source=source, line=line, field=f"{key}[{k}].{name}")
+
+
+def _shown(key: str, case: Case) -> Any:
+    """How a match names ``case``'s value of ``key`` (labels, not objects)."""
+    if key == "budget":
+        return case.budget.label
+    if key == "planner":
+        return case.planner_label
+    if key == "input_size":
+        return case.input_label
+    return case.field_value(key)
+
+
 def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
     """Load, merge (``include:``), validate and expand a suite file; ``SuiteError`` says what is wrong.
 
@@ -666,12 +735,8 @@ def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
     suite = Suite(spec=spec, source=str(path), locations=locations, raw=raw)
     if check_names:
         _check_names(suite)
-    labels = [p.display for p in suite.present("planners")]
-    duplicate = next((lab for lab in labels if labels.count(lab) > 1), None)
-    if duplicate:
-        source, line = suite.line_of("planners")
-        raise SuiteError(f"{source}:{line}: planners: {duplicate!r} is listed twice (give one a label:)",
-                         source=source, line=line, field="planners")
+    _check_unique(suite)
+    _check_match_values(suite)
     if not suite.cases():
         if not suite.present("planners"):
             source, line = suite.line_of("planners")

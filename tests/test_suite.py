@@ -105,6 +105,8 @@ def test_byte_budgets_parse_units(tmp_path):
     ("batch_sizes: [1, 2]", "batch_sizes: 2", "batch_sizes", "models[0].batch_sizes", "list"),
     ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "must be within 0..100%"),
     ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
+    ("{fractions: [0, 1]}", "{bytes: ['-1GiB']}", "budgets:", "budgets.bytes[0]",
+     "a byte quantity cannot be negative: '-1GiB'"),
     ("device: synthetic", "device: [a, b]", "device:", "device", "string"),
     ("{fractions: [0, 1]}", "{peak_fractions: [0.5, 0]}", "budgets:", "budgets.peak_fractions[1]",
      "a fraction of the keep-all peak is a number in (0, 1], got 0"),
@@ -147,6 +149,8 @@ def test_unknown_plugins_name_the_choices(tmp_path, old, new, kind, bad, field):
 @pytest.mark.parametrize("entry,words", [
     ("{name: greedy, fractionnal: true}", "planner 'greedy' has no option 'fractionnal'; its options: fractional, duplex"),
     ("{name: keep-all, window: 2}", "planner 'keep-all' has no option 'window'; it takes no options"),
+    ("{name: greedy, fractional: maybe}", "planner 'greedy': option fractional is true or false, got 'maybe'"),
+    ("{name: greedy, duplex: 3}", "planner 'greedy': option duplex is true or false, got 3"),
 ])
 def test_a_misspelt_planner_option_is_an_error_naming_the_options(tmp_path, entry, words):
     path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]", f"planners: [prefix, {entry}]"))
@@ -212,6 +216,50 @@ def test_unknown_exclude_key_is_named(tmp_path):
 def test_duplicate_planner_is_refused(tmp_path):
     path = _suite(tmp_path, BASE.replace("[keep-all, prefix]", "[prefix, prefix]"))
     assert "'prefix' is listed twice" in str(_error(path))
+
+
+@pytest.mark.parametrize("old, new, needle, expect", [
+    ("{fractions: [0, 1]}", "{fractions: [0.5, 0.50]}", "budgets:", "budgets.fractions: 'f0.5' is listed twice"),
+    ("batch_sizes: [1, 2]", "batch_sizes: [2, 2]", "batch_sizes", "models[0].batch_sizes: 2 is listed twice"),
+    ("planners: [keep-all, prefix]", "planners: [prefix]\nseeds: [1, 1]", "seeds:", "seeds: 1 is listed twice"),
+    ("planners: [keep-all, prefix]", "planners: [prefix]\nexecutors: [simulate, simulate]", "executors:",
+     "executors: 'simulate' is listed twice"),
+    ("planners: [keep-all, prefix]", "planners: [prefix]\nallocators: [caching, caching]", "allocators:",
+     "allocators: 'caching' is listed twice (give one a label:)"),
+    ("    batch_sizes: [1, 2]", "    batch_sizes: [1, 2]\n  - model: synthetic:chain4\n    batch_sizes: [2]", "models:",
+     "models: two entries give the case 'synthetic:chain4/b2/3x32x32/keep-all/f0/simulate'"),
+])
+def test_a_value_listed_twice_is_refused_since_its_cases_would_share_an_id(tmp_path, old, new, needle, expect):
+    assert old in BASE
+    path = _suite(tmp_path, BASE.replace(old, new))
+    err = _error(path)
+    assert f"{path}:{_line_of(path, needle)}: {expect}" in str(err), str(err)
+
+
+@pytest.mark.parametrize("key, match, field, words", [
+    ("excludes", "{planner: prefx}", "excludes[0].planner", "'prefx' matches no case of the suite; its planner "
+                                                            "values are keep-all, prefix"),
+    ("excludes", "{budget: 0.33}", "excludes[0].budget", "0.33 matches no case of the suite; its budget values "
+                                                         "are f0, f1"),
+    ("timelines", "{planner: [prefix, nosuch]}", "timelines[0].planner", "'nosuch' matches no case"),
+    ("excludes", "{batch_size: 3}", "excludes[0].batch_size", "its batch_size values are 1, 2"),
+])
+def test_a_match_value_no_case_has_is_refused(tmp_path, key, match, field, words):
+    path = _suite(tmp_path, BASE + f"{key}:\n  - {match}\n")
+    err = str(_error(path))
+    assert err.startswith(f"{path}:{_line_of(path, match)}: {field}: ") and words in err, err
+
+
+def test_a_match_on_an_optional_planner_that_is_not_installed_is_fine(tmp_path):
+    text = BASE.replace("[keep-all, prefix]", "[keep-all, prefix, {name: nope, optional: true}]")
+    suite = load_suite(_suite(tmp_path, text + "excludes:\n  - {planner: nope}\n"))
+    assert len(suite.cases()) == 8
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    path = _suite(tmp_path, BASE + "name: again\n")
+    err = str(_error(path))
+    assert err == f"{path}:{_line_of(path, 'name: again')}: name: given twice (first on line 1)"
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):

@@ -100,9 +100,9 @@ class TorchCheckpoint:
         n = profile.n_stages
         if every == "auto":
             return self._fastest(profile, budget_bytes)
-        k = math.ceil(math.sqrt(n)) if every == "sqrt" else int(every)
-        if k < 1:
-            raise ValueError(f"{self.name}: every must be >= 1, got {every!r}")
+        if every != "sqrt" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ValueError(f"{self.name}: option every is 'sqrt', 'auto' or a whole number >= 1, got {every!r}")
+        k = math.ceil(math.sqrt(n)) if every == "sqrt" else every
         schedule = checkpoint_schedule(profile, budget_bytes, k, self.name)
         _fits(schedule, profile, budget_bytes, f"{self.name} (every {k} stages)")
         return schedule

@@ -21,6 +21,7 @@ times a planner (docs/architecture.md, "Planning kernels").
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -325,6 +326,10 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
             ray.shutdown()
 
 
+def _as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def run_suite(
     suite: Suite,
     results_root: str | Path = "results",
@@ -358,7 +363,11 @@ def run_suite(
         rerun = drop_interrupt_rows(run_dir)
         if rerun:
             notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
-    done = finished_case_ids(run_dir) if resuming else set()
+    finished = finished_case_ids(run_dir) if resuming else set()
+    done = finished & {c.case_id for c in cases}
+    if len(finished) > len(done):  # e.g. the GPU suite's parts, which share one run folder
+        notes.append(f"{len(finished) - len(done)} row(s) of {run_dir} are cases this suite does not have "
+                     "(run from another suite file or an earlier version of this one); they are kept")
     todo_units = [[c for c in unit if c.case_id not in done] for unit in iter_units(cases)]
     todo_units = [u for u in todo_units if u]
     n_todo = sum(len(u) for u in todo_units)
@@ -368,6 +377,10 @@ def run_suite(
 
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
                "jobs": jobs, "cases_to_run": n_todo, "cases_already_done": len(done)}
+    if meta and _as_json(meta.get("spec")) != _as_json(suite.raw):  # keep the specs the earlier rows ran
+        meta.setdefault("earlier_specs", []).append({"source": meta.get("source"), "spec": meta.get("spec")})
+        notes.append(f"the suite differs from the one {run_dir} ran before; meta.json keeps that one under "
+                     "earlier_specs")
     meta.update(
         suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
         cases=len(cases), skipped_plugins=suite.skipped, environment=environment(),
@@ -376,7 +389,7 @@ def run_suite(
     meta.setdefault("sessions", []).append(session)
     write_meta(run_dir, meta)
 
-    ran, status = 0, "running"
+    status = "running"
     try:  # from here on, whatever happens, meta.json stops saying "running"
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
@@ -387,13 +400,14 @@ def run_suite(
                 if result.timeline is not None:
                     _save_timeline(run_dir, result.timeline)
                 writer.append(result.rows)
-                ran += len(result.rows)
                 if on_rows:
                     on_rows(result.rows)
                 advance(len(result.rows), result.rows[-1]["case_id"])
         status = "complete"
     finally:
         status = "complete" if status == "complete" else "interrupted"
+        # what reached rows.csv: an interrupt between writing rows and counting them cannot skew it
+        ran = len(finished_case_ids(run_dir) - finished)
         session.update(finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), cases_run=ran,
                        status=status)
         meta["status"] = status

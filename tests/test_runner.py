@@ -219,6 +219,28 @@ def test_ctrl_c_inside_a_compiled_kernel_interrupts_the_run_and_is_never_a_row(t
     assert outcome.ran == total - 3 and len(_rows(run_dir)) == total
 
 
+def test_resuming_with_another_suite_counts_only_its_cases_and_keeps_the_earlier_spec(tmp_path):
+    """The GPU suite's parts share one run folder: a resume by another spec keeps the rows it does not
+    have, says so, and meta.json keeps the spec those rows ran."""
+    first = _suite(tmp_path, support.SUITE.format(name="parts"))
+    run_suite(first, tmp_path / "r", run_id="p", progress=False)
+    before = _rows(tmp_path / "r" / "parts" / "p")
+    (tmp_path / "b").mkdir()
+    second = load_suite(support.write_suite(tmp_path / "b", support.SUITE.format(name="parts").replace(
+        "[keep-all, prefix]", "[prefix, {name: prefix, label: prefix-again}]")))
+    outcome = run_suite(second, tmp_path / "r", run_id="p", resume=True, progress=False)
+    n_prefix = sum(r["planner_label"] == "prefix" for r in before)
+    assert outcome.skipped == n_prefix and outcome.ran == len(second.cases()) - n_prefix
+    assert any(f"{len(before) - n_prefix} row(s) of" in n and "they are kept" in n for n in outcome.notes)
+    rows = _rows(outcome.run_dir)
+    assert {r["case_id"] for r in before} <= {r["case_id"] for r in rows}
+    assert len(rows) == len(before) + outcome.ran
+    meta = read_meta(outcome.run_dir)
+    assert meta["spec"]["planners"] == ["prefix", {"name": "prefix", "label": "prefix-again"}]
+    assert meta["earlier_specs"] == [{"source": str(first.source), "spec": first.raw}]
+    assert meta["sessions"][-1]["cases_run"] == outcome.ran
+
+
 def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(tmp_path):
     """Rows recorded as errors by an interrupt (before interrupts were recognised) are run again."""
     suite = _suite(tmp_path)

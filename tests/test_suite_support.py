@@ -161,7 +161,8 @@ class NumbaInterrupter(Interrupter):
 
 
 class Killer(Prefix):
-    """Like ``prefix``, but the Nth plan SIGKILLs the process (N from ``MEMBUDGET_TEST_KILL_AT``)."""
+    """Like ``prefix``, but the Nth plan signals its process (N from ``MEMBUDGET_TEST_KILL_AT``; the
+    signal from ``MEMBUDGET_TEST_KILL_SIGNAL``, default ``KILL``)."""
 
     name = "killer"
     description = "kills its process on the Nth plan (test plugin)"
@@ -171,7 +172,7 @@ class Killer(Prefix):
         """Plan like ``prefix`` or die."""
         type(self).calls += profile.model in MODELS
         if str(type(self).calls) == os.environ.get("MEMBUDGET_TEST_KILL_AT"):
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get("MEMBUDGET_TEST_KILL_SIGNAL", "KILL")))
         return super().plan(profile, budget_bytes, **options)
 
 

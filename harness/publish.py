@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from harness.results import RunFolder, RunProfiles, check_results_table, find_runs, load_rows, read_meta
+from harness.results import (ROWS_CSV, ResultsError, RunFolder, RunProfiles, check_results_table, find_runs, load_rows,
+                             read_meta)
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -936,6 +937,25 @@ def _beyond(a: Any, b: Any, tolerance: float) -> bool:
     return abs(fb - fa) > tolerance * abs(fa) + 1e-12
 
 
+def _one_run(path: str | Path) -> RunFolder:
+    """The one run a compare argument names; a results root of several suites is refused."""
+    runs = find_runs([path])
+    if len(runs) > 1:
+        raise ResultsError(f"{path}: holds the runs of {len(runs)} suites ({', '.join(r.suite for r in runs)}); "
+                           "compare a suite folder or a run folder")
+    return runs[0]
+
+
+def _rows_by_case(run_dir: Path) -> pd.DataFrame:
+    check_results_table(run_dir)
+    frame = load_rows(run_dir)
+    twice = frame["case_id"][frame["case_id"].duplicated()]
+    if not twice.empty:
+        raise ResultsError(f"{run_dir / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
+                           "a run has one row per case")
+    return frame.set_index("case_id")
+
+
 def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float | None = None) -> dict[str, Any]:
     """Per-case differences of two runs (matched by case id): status, times, memory.
 
@@ -946,9 +966,8 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     those case ids (``membudget compare`` exits 1 when it is not empty).
     """
     tolerance = rtol if tolerance is None else tolerance
-    run_a, run_b = find_runs([a])[0], find_runs([b])[0]
-    fa = load_rows(run_a.path).set_index("case_id")
-    fb = load_rows(run_b.path).set_index("case_id")
+    run_a, run_b = _one_run(a), _one_run(b)
+    fa, fb = _rows_by_case(run_a.path), _rows_by_case(run_b.path)
     common = [c for c in fa.index if c in fb.index]
     cases, same, status_changed, beyond = [], 0, 0, []
     for case_id in common:

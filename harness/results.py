@@ -135,12 +135,19 @@ def read_rows_csv(path: Path) -> list[dict[str, str]]:
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_text(path, exc) from None
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     reader = csv.DictReader(io.StringIO(text))
     _check_columns(path, reader.fieldnames or [])
     return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
+
+
+def _not_text(path: Path, exc: UnicodeDecodeError) -> ResultsError:
+    return ResultsError(f"{path}: not a membudget results table (not UTF-8 text: {exc.reason} at byte {exc.start})")
 
 
 def _check_columns(path: Path, header: list[str]) -> None:
@@ -153,8 +160,13 @@ def _check_columns(path: Path, header: list[str]) -> None:
 def check_results_table(run_dir: Path) -> None:
     """Raise ``ResultsError`` naming the missing columns when a run's ``rows.csv`` is not a results table."""
     path = Path(run_dir) / ROWS_CSV
-    with open(path, encoding="utf-8", newline="") as f:
-        header = next(csv.reader(f), [])
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            header = next(csv.reader(f), [])
+    except UnicodeDecodeError as exc:
+        raise _not_text(path, exc) from None
+    if not header:
+        raise ResultsError(f"{path}: empty, not a membudget results table (a run writes its header first)")
     _check_columns(path, header)
 
 

@@ -11,7 +11,9 @@ import argparse
 import json
 import math
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,7 +99,8 @@ def parse_budget(text: str, profile: Any = None) -> int:
     try:
         return parse_bytes(text)
     except ValueError as exc:
-        raise MembudgetError(f"budget: {exc}; or a percentage of the span min..peak like 50%") from None
+        hint = "" if "50%" in str(exc) else "; or a percentage of the span min..peak like 50%"
+        raise MembudgetError(f"budget: {exc}{hint}") from None
 
 
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -108,8 +111,33 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise MembudgetError(f"--option {pair!r}: write KEY=VALUE, e.g. --option slots=500")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise MembudgetError(f"--option {pair!r}: the value is not valid YAML ({problem}); e.g. "
+                                 "--option slots=500 or --option 'sizes=[1, 2]'") from None
     return out
+
+
+def _output_file(path: str | None, flag: str) -> str | None:
+    """Check an output file's path before any work, and create its missing folders."""
+    if not path:
+        return path
+    target = Path(path)
+    if target.is_dir():
+        raise MembudgetError(f"{flag} {path}: is a folder; give a file name, e.g. {target / 'out.json'}")
+    _output_folder(str(target.parent), flag, path)
+    return path
+
+
+def _output_folder(path: str, flag: str, shown: str | None = None) -> None:
+    """Create an output folder (and its parents) unless part of its path is a file."""
+    folder = Path(path)
+    for part in (folder, *folder.parents):
+        if part.exists() and not part.is_dir():
+            raise MembudgetError(f"{flag} {shown or path}: {part} is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _load_profile(path: str):
@@ -163,6 +191,7 @@ def _device_entries() -> list[dict[str, str]]:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Profile a model into a profile JSON file."""
     input_size = _input_size(args.input_size)
+    _output_file(args.output, "-o")
     from harness.commands import profile_command
 
     profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,
@@ -182,9 +211,12 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
     if not text:
         return None
     try:
-        return tuple(int(x) for x in text.replace("x", ",").split(","))
+        size = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
         raise MembudgetError(f"--input-size {text!r}: write C,H,W like 3,224,224") from None
+    if any(d < 1 for d in size):
+        raise MembudgetError(f"--input-size {text!r}: every dimension must be at least 1")
+    return size
 
 
 # --------------------------------------------------------------------------- plan / simulate
@@ -254,6 +286,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan for a budget; print the schedule summary and the validator's verdict."""
+    _output_file(args.output, "-o")
     profile, budget, planned, report = _plan(args)
     schedule = planned.schedule
     report.update(_validation(schedule, profile, budget))
@@ -272,6 +305,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from harness.plugins import registry
     from harness.protocols import Workload
 
+    _output_file(args.timeline, "--timeline")
+    _output_file(args.trace, "--trace")
     profile, budget, planned, report = _plan(args)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
@@ -307,6 +342,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     """Place a memory trace with an allocator."""
     from harness.commands import place_command
 
+    _output_file(args.output, "-o")
     return int(place_command(args.trace, args.allocator, args.json, output=args.output,
                              options=_options(args.option)) or 0)
 
@@ -398,7 +434,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                "already_done": outcome.skipped, "notes": outcome.notes,
                "status_counts": {k: int(v) for k, v in counts.items()},
                "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
-        return 0
+        return _run_status(counts)
     from rich.console import Console
 
     console = Console(width=200)
@@ -410,6 +446,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in outcome.notes:
         console.print(f"note: {note}")
     console.print(f"rows: {outcome.run_dir / 'rows.csv'}")
+    return _run_status(counts)
+
+
+def _run_status(counts: dict[str, int]) -> int:
+    """1 when a case of the run is an ``error`` (the harness could not run it: a bad option value, a
+    bug), so that a script or CI notices; ``infeasible`` and ``oom`` are results, not errors."""
+    if counts.get("error"):
+        print(f"membudget: {counts['error']} case(s) failed with an error (their messages are above and in "
+              "rows.csv)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -420,6 +466,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     """Turn result folders into Markdown and HTML pages with tables and plots."""
     from harness.publish import publish
 
+    _output_folder(args.output, "-o")
     written = publish(args.results, args.output)
     if args.json:
         _json({"output": args.output, "files": [str(p) for p in written]})
@@ -539,14 +586,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
@@ -597,15 +650,35 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``membudget`` console script; returns the exit status."""
     args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    previous = _stop_on_sigterm()
     try:
         return args.func(args)
-    except KeyboardInterrupt:
-        print("membudget: interrupted; finished cases are saved (resume with --resume)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"membudget: {how}; finished cases are saved (resume with --resume)", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except _user_errors() as exc:
         message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
         print(f"membudget: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``kill``, a batch scheduler), stopping the command as Ctrl-C does."""
+
+
+def _stop_on_sigterm() -> Any:
+    """Make SIGTERM stop the command like Ctrl-C, so a run's meta.json says interrupted; return the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 if __name__ == "__main__":

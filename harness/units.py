@@ -39,6 +39,8 @@ def parse_bytes(text: str | int | float) -> int:
         if text != int(text) and text < 1024:
             raise ValueError(f"not a whole number of bytes: {text!r} (for a share of the span min..peak write e.g. 50%)")
         return int(text)
+    if text.strip().startswith("-"):
+        raise ValueError(f"a byte quantity cannot be negative: {text!r}")
     match = _PATTERN.match(text)
     if not match or match.group(2).upper() not in _UNITS:
         raise ValueError(

@@ -174,6 +174,28 @@ def test_csv_errors_name_the_problem(text, message):
         read_csv(io.StringIO(text))
 
 
+@pytest.mark.parametrize("text, message", [
+    ("id,lower,upper,size\na,0,4,99999999999999999999\n", r"sizes add up to 99999999999999999999 bytes, more than"),
+    ("id,lower,upper,size\na,0,4,4611686018427387904\nb,2,6,4611686018427387904\n",
+     r"sizes add up to 9223372036854775808 bytes, more than 4611686018427387904 \(2\*\*62\)"),
+    ("id,lower,upper,size\na,0,99999999999999999999,4\n", r"<stream>:2: upper 99999999999999999999 is too large"),
+    ("id,lower,upper,size,offset\na,0,4,4,0\nb,0,4,4,9223372036854775807\n", r"<stream>:3: offset .* too large"),
+])
+def test_numbers_beyond_int64_arithmetic_are_refused_rather_than_wrapped(text, message):
+    """Sizes near 2**63 once overflowed max-live and were reported valid; now they are refused."""
+    with pytest.raises(TraceError, match=message):
+        read_csv_offsets(io.StringIO(text))
+
+
+def test_a_byte_order_mark_is_read_past_and_binary_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes("\ufeffid,lower,upper,size\na,0,4,100\n".encode())
+    assert max_live_bytes(read_csv(path)) == 100
+    path.write_bytes(b"\x80\x81binary")
+    with pytest.raises(TraceError, match=r"t.csv: not a text trace file \(not UTF-8"):
+        read_csv(path)
+
+
 def test_csv_with_a_duplicate_id_is_refused_naming_it():
     with pytest.raises(TraceError, match=r"<stream>:4: duplicate id 'a' \(first on line 2\)"):
         read_csv(io.StringIO("id,lower,upper,size\na,0,10,100\nb,1,3,8\na,2,5,100\n"))

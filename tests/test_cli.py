@@ -131,6 +131,8 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
     (["--planner", "prefix", "--budget", "1GiB", "--option", "slots"], "--option 'slots': write KEY=VALUE"),
     (["--planner", "keep-all", "--budget", "50%", "--option", "slots=5"],
      "planner 'keep-all' has no option 'slots'; it takes no options"),
+    (["--planner", "torch-checkpoint", "--budget", "peak", "--option", "every=xyz"],
+     "torch-checkpoint: option every is 'sqrt', 'auto' or a whole number >= 1, got 'xyz'"),
 ])
 def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv, needle):
     profile, path = profile_file
@@ -149,6 +151,8 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
     (["--budget", "-5%"], "budget '-5%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
     (["--budget", "150%"], "budget '150%': a fraction of the span min..peak must be within 0..100% (0..1 in a suite)"),
     (["--budget", "nan%"], "budget 'nan%': a fraction of the span min..peak must be within 0..100%"),
+    (["--budget", "1.5B"], "budget: not a whole number of bytes: '1.5B' (for a share of the span min..peak "
+                           "write e.g. 50%)\n"),
 ])
 def test_budgets_out_of_range_are_one_line_errors(capsys, profile_file, argv, needle):
     code, out, err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", *argv)
@@ -250,6 +254,93 @@ def test_run_refuses_fewer_than_one_job(capsys, tmp_path, jobs):
     assert not (tmp_path / "r").exists()
 
 
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_meta_says_interrupted(capsys, tmp_path, monkeypatch):
+    """``timeout``, ``kill`` and batch schedulers send SIGTERM: the run saves what finished, says so, exits 143."""
+    import signal
+
+    from harness.results import read_meta
+
+    suite = support.write_suite(tmp_path, support.SUITE.format(name="term").replace("[keep-all, prefix]", "[killer]"))
+    monkeypatch.setenv("MEMBUDGET_TEST_KILL_AT", "4")
+    monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "TERM")
+    monkeypatch.setattr(support.Killer, "calls", 0)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "t", "--no-progress")
+    assert code == 143 and err.strip() == "membudget: terminated; finished cases are saved (resume with --resume)"
+    assert signal.getsignal(signal.SIGTERM) == before  # main() puts the handler back
+    run_dir = tmp_path / "r" / "term" / "t"
+    meta, rows = read_meta(run_dir), read_rows_csv(run_dir / "rows.csv")
+    assert meta["status"] == "interrupted" and len(rows) == 3
+    assert meta["sessions"][-1]["cases_run"] == len(rows)
+    monkeypatch.delenv("MEMBUDGET_TEST_KILL_AT")
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "t", "--resume", "--json")
+    assert code == 0 and json.loads(out)["already_done"] == 3 and read_meta(run_dir)["status"] == "complete"
+
+
+def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
+    """infeasible and oom rows are results; an error row is a case the harness could not run."""
+    suite = support.write_suite(tmp_path, support.SUITE.format(name="err").replace("[keep-all, prefix]",
+                                                                                   "[keep-all, boom]"))
+    code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--no-progress")
+    assert code == 1 and "boom goes the planner" in out
+    assert "membudget: 9 case(s) failed with an error" in err
+    (tmp_path / "ok").mkdir()
+    code, _, _ = _run(capsys, "run", str(support.write_suite(tmp_path / "ok")), "-o", str(tmp_path / "r"), "--json")
+    assert code == 0  # its 6 infeasible rows are no error
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--option", "slots=[1"], "--option 'slots=[1': the value is not valid YAML (expected ',' or ']'"),
+])
+def test_a_malformed_option_value_is_a_one_line_error(capsys, profile_file, argv, needle):
+    code, out, err = _run(capsys, "plan", str(profile_file[1]), "--planner", "prefix", "--budget", "50%", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_output_paths_are_checked_before_any_work_and_their_folders_made(capsys, profile_file, tmp_path):
+    _, path = profile_file
+    plan = ["plan", str(path), "--planner", "prefix", "--budget", "50%"]
+    code, _, err = _run(capsys, *plan, "-o", str(tmp_path))
+    assert code == 2 and err.strip() == f"membudget: error: -o {tmp_path}: is a folder; give a file name, e.g. " \
+                                        f"{tmp_path / 'out.json'}"
+    assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
+    code, _, err = _run(capsys, *plan, "-o", str(path / "s.json"))
+    assert code == 2 and err.strip() == f"membudget: error: -o {path / 's.json'}: {path} is a file, not a folder"
+    code, _, err = _run(capsys, "publish", str(tmp_path), "-o", str(path))
+    assert code == 2 and f"{path} is a file, not a folder" in err
+    code, _, _ = _run(capsys, *plan, "-o", str(tmp_path / "new" / "deep" / "s.json"))
+    assert code == 0 and (tmp_path / "new" / "deep" / "s.json").exists()
+
+
+def test_write_text_atomic_names_the_file_asked_for_and_leaves_no_temporary(tmp_path):
+    from harness.files import write_text_atomic
+
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(OSError) as info:
+        write_text_atomic(tmp_path / "taken", "x")
+    assert info.value.filename == str(tmp_path / "taken")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["profile", "synthetic:chain8", "--batch", "2.5", "-o", "x.json"],
+     "argument --batch: must be a whole number >= 1, got '2.5'"),
+    (["compare", "a", "b", "--rtol", "abc"], "argument --rtol: must be a number >= 0, got 'abc'"),
+])
+def test_argument_types_say_what_they_want_in_words(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and needle in err and "_positive_int" not in err and "_non_negative" not in err
+
+
+def test_an_input_size_with_a_zero_dimension_is_refused(capsys, tmp_path):
+    code, _, err = _run(capsys, "profile", "synthetic:chain8", "--batch", "2", "--input-size", "3,0,32",
+                        "-o", str(tmp_path / "p.json"))
+    assert code == 2 and "--input-size '3,0,32': every dimension must be at least 1" in err
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_publish_and_compare_commands(capsys, tmp_path):
     suite = support.write_suite(tmp_path)
     for run_id in ("a", "b"):
@@ -302,6 +393,35 @@ def test_publish_of_rows_that_are_not_results_is_a_one_line_error(capsys, tmp_pa
     code, out, err = _run(capsys, "publish", str(tmp_path / "run"), "-o", str(tmp_path / "site"))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "not a membudget results table: no column(s) suite, case_id, model" in err
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"", "rows.csv: empty, not a membudget results table"),
+    (b"\xff\xfe\x00garbage", "rows.csv: not a membudget results table (not UTF-8 text: invalid start byte at "
+                              "byte 0)"),
+])
+def test_publish_and_compare_refuse_an_empty_or_binary_rows_file_in_one_line(capsys, tmp_path, content, needle):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rows.csv").write_bytes(content)
+    for argv in (["publish", str(tmp_path / "run"), "-o", str(tmp_path / "site")],
+                 ["compare", str(tmp_path / "run"), str(tmp_path / "run")]):
+        code, out, err = _run(capsys, *argv)
+        assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_compare_refuses_a_run_whose_case_has_two_rows_and_a_root_of_several_suites(capsys, tmp_path):
+    suite = support.write_suite(tmp_path)
+    assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--json")[0] == 0
+    other = support.write_suite(tmp_path, support.SUITE.format(name="other"), filename="other.yaml")
+    assert _run(capsys, "run", str(other), "-o", str(tmp_path / "r"), "--run-id", "a", "--json")[0] == 0
+    code, out, err = _run(capsys, "compare", str(tmp_path / "r"), str(tmp_path / "r" / "synth"))
+    assert code == 2 and out == "" and "r: holds the runs of 2 suites (other, synth); compare a suite folder" in err
+    rows_csv = tmp_path / "r" / "synth" / "a" / "rows.csv"
+    lines = rows_csv.read_text().splitlines(keepends=True)
+    rows_csv.write_text("".join(lines + lines[1:2]))
+    code, out, err = _run(capsys, "compare", str(rows_csv.parent), str(tmp_path / "r" / "other"))
+    case_id = lines[1].split(",")[1]
+    assert code == 2 and f"the case {case_id!r} has more than one row; a run has one row per case" in err
 
 
 # --------------------------------------------------------------------------- the quick suite

@@ -335,12 +335,21 @@ def _read_rows(source: Union[str, Path, io.TextIOBase]) -> tuple[list[str], list
         text, where = source.read(), "<stream>"
     else:
         path = Path(source)
-        text, where = path.read_text(), str(path)
+        try:
+            text, where = path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{path}: not a text trace file (not UTF-8: {exc.reason} at byte {exc.start})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as spreadsheets write one
     rows = [row for row in csv.reader(io.StringIO(text)) if row and any(cell.strip() for cell in row)]
     if not rows:
         raise TraceError(f"{where}: empty trace file (expected a header id,lower,upper,size)")
     header = [cell.strip().lower() for cell in rows[0]]
     return header, rows[1:], where
+
+
+# Every number of a trace file, and the sum of its sizes, stays below this, so that max-live,
+# offsets and arenas fit the int64 arithmetic of the allocators with room to spare.
+MAX_TRACE_VALUE = 2**62
 
 
 def _parse(
@@ -386,6 +395,13 @@ def _parse(
         lower.append(lo)
         upper.append(up + 1 if inclusive_end else up)
         size.append(sz)
+    for name, values in (("lower", lower), ("upper", upper), ("offset", offsets or [])):
+        far = next((k for k, v in enumerate(values) if abs(v) > MAX_TRACE_VALUE), None)
+        if far is not None:
+            raise TraceError(f"{where}:{far + 2}: {name} {values[far]} is too large (at most {MAX_TRACE_VALUE})")
+    if sum(size) > MAX_TRACE_VALUE:  # Python ints: no overflow; offsets and the arena stay below this
+        raise TraceError(f"{where}: the blocks' sizes add up to {sum(size)} bytes, more than {MAX_TRACE_VALUE} "
+                         "(2**62): too large to place")
     try:
         trace = IntTrace(np.array(lower, np.int64), np.array(upper, np.int64), np.array(size, np.int64), tuple(ids))
     except TraceError as exc:

@@ -120,15 +120,14 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _output_file(path: str | None, flag: str) -> str | None:
+def _output_file(path: str | None, flag: str) -> None:
     """Check an output file's path before any work, and create its missing folders."""
     if not path:
-        return path
+        return
     target = Path(path)
     if target.is_dir():
         raise MembudgetError(f"{flag} {path}: is a folder; give a file name, e.g. {target / 'out.json'}")
     _output_folder(str(target.parent), flag, path)
-    return path
 
 
 def _output_folder(path: str, flag: str, shown: str | None = None) -> None:
@@ -589,9 +588,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+        value = 0  # refused below, with the same words
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
 
 
@@ -599,9 +598,9 @@ def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+        value = math.nan  # refused below, with the same words
     if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
     return value
 
 

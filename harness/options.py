@@ -20,10 +20,12 @@ from harness.lazy import resolve
 _FIXED = 2  # profile, budget_bytes
 
 
-def planner_options(planner: Any) -> tuple[str, ...] | None:
-    """The option names ``planner.plan`` accepts, in signature order; None when it does not say."""
-    obj = resolve(planner)
-    params = list(inspect.signature(obj.plan).parameters.values())[_FIXED:]
+def _option_parameters(obj: Any) -> list[inspect.Parameter]:
+    """The parameters of ``obj.plan`` after the profile and the budget."""
+    return list(inspect.signature(obj.plan).parameters.values())[_FIXED:]
+
+
+def _names(obj: Any, params: list[inspect.Parameter]) -> tuple[str, ...] | None:
     named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     extra = getattr(obj, "extra_options", None)
     if not named and extra is None and any(p.kind == p.VAR_KEYWORD for p in params):
@@ -31,19 +33,27 @@ def planner_options(planner: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([*named, *(extra or ())]))
 
 
+def planner_options(planner: Any) -> tuple[str, ...] | None:
+    """The option names ``planner.plan`` accepts, in signature order; None when it does not say."""
+    obj = resolve(planner)
+    return _names(obj, _option_parameters(obj))
+
+
 def check_planner_options(name: str, planner: Any, options: Mapping[str, Any]) -> None:
     """Raise ``UnknownOption`` naming the planner's options if ``options`` has one it does not take, or
     gives a switch (a parameter whose default is ``True`` or ``False``) a value that is not one of them."""
-    known = planner_options(planner)
+    obj = resolve(planner)
+    params = _option_parameters(obj)
+    known = _names(obj, params)
     if known is None:
         return
     unknown = sorted(set(options) - set(known))
     if unknown:
         takes = f"its options: {', '.join(known)}" if known else "it takes no options"
         raise UnknownOption(f"planner {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
-    params = inspect.signature(resolve(planner).plan).parameters
+    switches = {p.name for p in params if isinstance(p.default, bool)}
     for key, value in options.items():
-        if key in params and isinstance(params[key].default, bool) and not isinstance(value, bool):
+        if key in switches and not isinstance(value, bool):
             raise UnknownOption(f"planner {name!r}: option {key} is true or false, got {value!r}")
 
 

@@ -443,8 +443,9 @@ PLACEMENT_TABLE = (
 PLACEMENT_MARKS = f" {FASTEST} marks the smallest arena of the line; '-' is an allocator that did not place the trace."
 
 
-def placement_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
-    """(executor, strategy, budget) x allocator: the arena each allocator needed for the same trace.
+def placement_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]], str] | None:
+    """(executor, strategy, budget) x allocator: the arena each allocator needed for the same trace,
+    and the note that says how to read it.
 
     Allocators are compared only where they placed the same allocation trace (one schedule, one
     budget), against that trace's max-live bytes, never through an average over budgets whose
@@ -459,22 +460,25 @@ def placement_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]] | N
     for executor in executors(placed):
         at = placed[placed["executor"] == executor]
         for planner in _planner_order(at):
-            for budget in budget_order(at[at["planner_label"] == planner]):
-                trace = at[(at["planner_label"] == planner) & (at["budget_label"] == budget)]
-                arenas = {a: _num(trace.loc[trace["allocator"] == a, "arena_bytes"].min()) for a in allocators}
-                live = _num(trace["max_live_bytes"].max())
-                smallest = min((v for v in arenas.values() if v is not None), default=None)
-                line = ([executor] if several else []) + [planner, budget, fmt_bytes(live)]
-                for a in allocators:
-                    v = arenas[a]
-                    if v is None:
-                        line.append("-")
-                        continue
-                    text = fmt_bytes(v) + (f" ({v / live:.3f})" if live else "")
-                    line.append(f"{FASTEST} {text}" if v == smallest and len(allocators) > 1 else text)
-                lines.append(line)
+            mine = at[at["planner_label"] == planner]
+            for budget in budget_order(mine):
+                lines.append(([executor] if several else []) + [planner, budget] +
+                             _arena_cells(mine[mine["budget_label"] == budget], allocators))
     headers = (["executor"] if several else []) + ["strategy", "budget", "max-live", *allocators]
-    return headers, lines
+    return headers, lines, PLACEMENT_TABLE + (PLACEMENT_MARKS if len(allocators) > 1 else "")
+
+
+def _arena_cells(trace: pd.DataFrame, allocators: list[str]) -> list[str]:
+    """The trace's max-live, then each allocator's arena for it (ratio to max-live), the smallest
+    marked when there are several allocators."""
+    live = _num(trace["max_live_bytes"].max())
+    arenas = {a: _num(trace.loc[trace["allocator"] == a, "arena_bytes"].min()) for a in allocators}
+    smallest = min((v for v in arenas.values() if v is not None), default=None)
+    cells = [fmt_bytes(live)]
+    for v in arenas.values():
+        text = "-" if v is None else fmt_bytes(v) + (f" ({v / live:.3f})" if live else "")
+        cells.append(f"{FASTEST} {text}" if v is not None and v == smallest and len(allocators) > 1 else text)
+    return cells
 
 
 def claims_table(tables: Sequence[ExecutorTable]) -> tuple[list[str], list[list[str]]] | None:
@@ -796,6 +800,11 @@ def statistic_of(meta: Mapping[str, Any]) -> str:
     return meta.get("spec", {}).get("statistic", "trimmed-mean")
 
 
+def device_budget_of(meta: Mapping[str, Any]) -> bool:
+    """Whether a run's budgets are device bytes (``budget_model: device``; ``meta.json``'s spec)."""
+    return meta.get("spec", {}).get("budget_model") == "device"
+
+
 def publish_run(run: RunFolder, out: Path) -> list[Path]:
     """Write the pages and plots of one run into ``out``; return the files written."""
     from harness.environment import git_state
@@ -805,7 +814,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     frame = fill_common_columns(load_rows(run.path), run.path)
     suite = meta.get("suite", run.suite)
     statistic = statistic_of(meta)
-    device_budget = meta.get("spec", {}).get("budget_model") == "device"
+    device_budget = device_budget_of(meta)
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
     doc.para(what_ran(frame, meta))
@@ -855,10 +864,10 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             doc.image(name, f"timeline of {chosen['case_id']}")
         placement = placement_table(group.rows)
         if placement is not None:
+            headers, lines, note = placement
             doc.heading(f"Placement: the arena each allocator needs for the same trace ({group.title})", 3)
-            doc.table(*placement)
-            several = placement[0][-2] != "max-live"  # more than one allocator column
-            doc.para(PLACEMENT_TABLE + (PLACEMENT_MARKS if several else ""), small=True)
+            doc.table(headers, lines)
+            doc.para(note, small=True)
     claims = claims_table(tables)
     if claims is not None:
         from harness.claims import PAPER

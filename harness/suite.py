@@ -430,15 +430,16 @@ def _value_matches(key: str, want: Any, case: Case) -> bool:
     return want == have
 
 
+def _alternatives(key: str, want: Any) -> list[Any]:
+    """The values a match key accepts: a list value's items (for ``input_size``, a list of lists)."""
+    if key == "input_size":
+        return want if isinstance(want, list) and want and isinstance(want[0], list) else [want]
+    return want if isinstance(want, list) else [want]
+
+
 def matches(match: dict[str, Any], case: Case) -> bool:
     """True when every key of ``match`` fits ``case`` (a list value: any of its items)."""
-    for key, want in match.items():
-        options = want if isinstance(want, list) and key != "input_size" else [want]
-        if key == "input_size" and isinstance(want, list) and want and isinstance(want[0], list):
-            options = want
-        if not any(_value_matches(key, w, case) for w in options):
-            return False
-    return True
+    return all(any(_value_matches(key, w, case) for w in _alternatives(key, want)) for key, want in match.items())
 
 
 def _fraction_label(f: float) -> str:
@@ -656,9 +657,9 @@ def _check_names(suite: Suite) -> None:
                                      field=f"{key}[{k}]") from None
 
 
-def _check_unique(suite: Suite) -> None:
-    """Refuse a value listed twice: its cases would share a case id (one would hide the other)."""
-    spec = suite.spec
+def _check_unique(suite: Suite, cases: list[Case]) -> None:
+    """Refuse a value listed twice: its cases (``cases``: the grid) would share a case id."""
+    spec, budgets = suite.spec, suite.budgets()
     lists: list[tuple[Path_, list[Any], str]] = [
         (("planners",), [p.display for p in suite.present("planners")], " (give one a label:)"),
         (("executors",), [e.name for e in suite.present("executors")], ""),
@@ -666,7 +667,7 @@ def _check_unique(suite: Suite) -> None:
         (("seeds",), list(spec.seeds), ""),
     ]
     for kind, key in (("fraction", "fractions"), ("peak_fraction", "peak_fractions"), ("bytes", "bytes")):
-        lists.append((("budgets", key), [b.label for b in suite.budgets() if b.kind == kind], ""))
+        lists.append((("budgets", key), [b.label for b in budgets if b.kind == kind], ""))
     for k, entry in enumerate(spec.models):
         lists.append((("models", k, "batch_sizes"), list(entry.batch_sizes), ""))
         lists.append((("models", k, "input_sizes" if entry.input_sizes else "input_size"),
@@ -678,7 +679,7 @@ def _check_unique(suite: Suite) -> None:
             raise SuiteError(f"{source}:{line}: {_field_name(at)}: {duplicate!r} is listed twice{hint}",
                              source=source, line=line, field=_field_name(at))
     seen: set[str] = set()
-    for case in suite.all_cases():  # what the lists above cannot see: a model entry repeated
+    for case in cases:  # what the lists above cannot see: a model entry repeated
         if case.case_id in seen:
             source, line = suite.line_of("models")
             raise SuiteError(f"{source}:{line}: models: two entries give the case {case.case_id!r} (the same model, "
@@ -686,9 +687,9 @@ def _check_unique(suite: Suite) -> None:
         seen.add(case.case_id)
 
 
-def _check_match_values(suite: Suite) -> None:
-    """Refuse an ``excludes``/``timelines`` value that no case of the grid has (a typo would match nothing)."""
-    cases = suite.all_cases()
+def _check_match_values(suite: Suite, cases: list[Case]) -> None:
+    """Refuse an ``excludes``/``timelines`` value that no case of the grid (``cases``) has: a typo
+    would match nothing."""
     absent = {name for _, name in suite.absent}  # optional plugins not installed: their matches are fine
     for key in ("excludes", "timelines"):
         matches_ = getattr(suite.spec, key)
@@ -696,10 +697,7 @@ def _check_match_values(suite: Suite) -> None:
             continue
         for k, match in enumerate(matches_):
             for name, want in match.items():
-                options = want if isinstance(want, list) and name != "input_size" else [want]
-                if name == "input_size" and isinstance(want, list) and want and isinstance(want[0], list):
-                    options = want
-                for w in options:
+                for w in _alternatives(name, want):
                     if (isinstance(w, str) and w in absent) or any(_value_matches(name, w, c) for c in cases):
                         continue
                     have = sorted({_shown(name, c) for c in cases}, key=str)
@@ -735,8 +733,9 @@ def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
     suite = Suite(spec=spec, source=str(path), locations=locations, raw=raw)
     if check_names:
         _check_names(suite)
-    _check_unique(suite)
-    _check_match_values(suite)
+    grid = suite.all_cases()  # once: a file-profiled model reads its profile for its input size
+    _check_unique(suite, grid)
+    _check_match_values(suite, grid)
     if not suite.cases():
         if not suite.present("planners"):
             source, line = suite.line_of("planners")

@@ -191,8 +191,13 @@ def test_optional_planner_that_is_not_installed_is_skipped_and_reported(tmp_path
      "excludes: the suite expands to no cases: the excludes remove every case"),
 ])
 def test_empty_grids_are_refused(tmp_path, old, new, needle, expect):
-    path = _suite(tmp_path, BASE.replace(old, new))
+    _assert_refused(tmp_path, old, new, needle, expect)
+
+
+def _assert_refused(tmp_path: Path, old: str, new: str, needle: str, expect: str) -> None:
+    """BASE with ``old`` replaced by ``new`` is refused with ``expect`` at the line holding ``needle``."""
     assert old in BASE
+    path = _suite(tmp_path, BASE.replace(old, new))
     err = _error(path)
     assert f"{path}:{_line_of(path, needle)}: {expect}" in str(err), str(err)
 
@@ -230,10 +235,7 @@ def test_duplicate_planner_is_refused(tmp_path):
      "models: two entries give the case 'synthetic:chain4/b2/3x32x32/keep-all/f0/simulate'"),
 ])
 def test_a_value_listed_twice_is_refused_since_its_cases_would_share_an_id(tmp_path, old, new, needle, expect):
-    assert old in BASE
-    path = _suite(tmp_path, BASE.replace(old, new))
-    err = _error(path)
-    assert f"{path}:{_line_of(path, needle)}: {expect}" in str(err), str(err)
+    _assert_refused(tmp_path, old, new, needle, expect)
 
 
 @pytest.mark.parametrize("key, match, field, words", [

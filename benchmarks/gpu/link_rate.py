@@ -24,6 +24,7 @@ import pandas as pd
 from harness.case import plan_case
 from harness.model import Profile
 from harness.plugins import registry
+from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
 from harness.simulate.executor import makespan, simulate
 
@@ -63,7 +64,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     """One line per measured ok row that moved data: measured, recorded and replanned predictions,
     the implied rate in GB/s (empty when the plan changed or the gap is not the link's)."""
     rows = load_rows(run_dir)
-    device_budget = read_meta(run_dir).get("spec", {}).get("budget_model") == "device"
+    device_budget = device_budget_of(read_meta(run_dir))
     measured = rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)]
     profiles = RunProfiles(run_dir)
     lines = []

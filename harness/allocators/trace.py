@@ -399,8 +399,9 @@ def _parse(
         far = next((k for k, v in enumerate(values) if abs(v) > MAX_TRACE_VALUE), None)
         if far is not None:
             raise TraceError(f"{where}:{far + 2}: {name} {values[far]} is too large (at most {MAX_TRACE_VALUE})")
-    if sum(size) > MAX_TRACE_VALUE:  # Python ints: no overflow; offsets and the arena stay below this
-        raise TraceError(f"{where}: the blocks' sizes add up to {sum(size)} bytes, more than {MAX_TRACE_VALUE} "
+    total = sum(size)  # Python ints: no overflow; offsets and the arena stay below this
+    if total > MAX_TRACE_VALUE:
+        raise TraceError(f"{where}: the blocks' sizes add up to {total} bytes, more than {MAX_TRACE_VALUE} "
                          "(2**62): too large to place")
     try:
         trace = IntTrace(np.array(lower, np.int64), np.array(upper, np.int64), np.array(size, np.int64), tuple(ids))

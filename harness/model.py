@@ -102,7 +102,8 @@ class Stage:
 class Profile:
     """A workload measured or estimated as a chain of stages, plus the transfer bandwidths.
 
-    ``weight_bytes`` (parameters, their gradients and optimizer state) stays resident on the
+    ``weight_bytes`` (parameters, their gradients, buffers, and any optimizer state: the profilers
+    count none, as for plain SGD) stays resident on the
     device for the whole iteration; ``output_bytes`` is the size of the last stage's output
     (and of the gradient that enters the backward pass). ``variants`` holds profiles of the
     same workload at other batch sizes (sub-batching, papers/000 eq. 3). ``runtime_bytes``

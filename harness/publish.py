@@ -135,6 +135,12 @@ def fmt_bytes(value: Any) -> str:
     return "-" if f is None else format_bytes(f)
 
 
+def fmt_error(value: Any) -> str:
+    """A gradient error in two significant digits (``3.1e-07``), or ``-``."""
+    v = _num(value)
+    return "-" if v is None else f"{v:.1e}"
+
+
 def fmt_ratio(value: Any) -> str:
     """A ratio with three decimals, or ``-``."""
     f = _num(value)
@@ -243,7 +249,8 @@ class Cell:
     ``time_s`` is the column's common quantity (the iteration time); ``spread_s`` is half the
     interquartile range of a measured run's timed iterations, or half the range of the kept
     repeats; ``over_allocators`` names the allocator models of the suite whose arena for the
-    schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts).
+    schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts);
+    ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check).
     """
 
     status: str
@@ -254,11 +261,18 @@ class Cell:
     repeats: int = 1
     failed: int = 0
     over_allocators: tuple[str, ...] = ()
+    grad_error: float = math.nan
 
     @property
     def ok(self) -> bool:
         """True when the strategy ran at this budget (every repeat)."""
         return self.status == "ok"
+
+    @property
+    def trained_differently(self) -> bool:
+        """True when its gradients differ from the unmodified model's by more than ``GRAD_TOLERANCE``:
+        not the same training, so never ranked the fastest."""
+        return self.grad_error > GRAD_TOLERANCE  # False for NaN
 
 
 def over_budget_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -283,19 +297,22 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
             spread = float(planned["time_iqr_s"].iloc[0]) / 2
         budget_lb = planned["budget_lower_bound_s"].dropna()
         ideal = planned["ideal_s"].dropna()
+        grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
             time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
-            repeats=len(planned), over_allocators=names,
+            repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
         )
     return out
 
 
 def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) -> set[str]:
     """The planner labels with the smallest iteration time at ``budget`` (ties within ``rel``); empty
-    when nothing ran."""
-    ran = {p: c.time_s for (p, b), c in cells.items() if b == budget and c.ok and not math.isnan(c.time_s)}
+    when nothing ran. A strategy that trained a different network (``Cell.trained_differently``) is not
+    a contender."""
+    ran = {p: c.time_s for (p, b), c in cells.items()
+           if b == budget and c.ok and not math.isnan(c.time_s) and not c.trained_differently}
     if not ran:
         return set()
     best = min(ran.values())
@@ -325,6 +342,10 @@ class ExecutorTable:
 
 FASTEST = "★"
 ARENA_FLAG = "†"
+GRAD_FLAG = "‡"
+# grad_error above which a strategy did not train the same network: another convolution algorithm's or
+# TF32's rounding stays orders of magnitude below it, a lost or doubled gradient contribution far above
+GRAD_TOLERANCE = 0.05
 
 
 def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = False) -> list[str]:
@@ -380,7 +401,8 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
         out += f" ({cell.slowdown:.2f}x)"
         if planner in winners[budget]:
             out = f"{FASTEST} {out}"
-        return out + (f" {ARENA_FLAG}" if cell.over_allocators else "")
+        return out + (f" {ARENA_FLAG}" if cell.over_allocators else "") + (
+            f" {GRAD_FLAG}" if cell.trained_differently else "")
 
     lines, bad = grid(table, text)
     return ["planner", *_budget_headers(table.rows, budgets)], lines, bad
@@ -769,6 +791,22 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
             "likely run out of memory.")
 
 
+def grad_note(table: ExecutorTable) -> str | None:
+    """What the gradient check says about a time table's strategies (None when its rows have none):
+    the largest error, and the ``GRAD_FLAG`` cells that trained a different network."""
+    checked = [(c.grad_error, p, b) for (p, b), c in table.cells.items() if c.ok and not math.isnan(c.grad_error)]
+    if not checked:
+        return None
+    error, planner, budget = max(checked)
+    text = (f"Gradient check (grad_error: each run's gradients against the unmodified model's on the same batch): "
+            f"the largest of the {len(checked)} that ran is {error:.1e} ({planner} at {budget}).")
+    flagged = [c for c in table.cells.values() if c.trained_differently]
+    if flagged:
+        text += (f" {GRAD_FLAG} {len(flagged)} differ by more than {GRAD_TOLERANCE:.0%}: they did not train the "
+                 "same network and are not ranked.")
+    return text
+
+
 def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     """Rows written before the common columns existed get them, from the run's own profiles.
 
@@ -839,9 +877,9 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             kind = "measured" if is_measured(table.rows) else "simulated"
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))
-            note = arena_note(table, device_budget)
-            if note:
-                doc.para(note, small=True)
+            for note in (arena_note(table, device_budget), grad_note(table)):
+                if note:
+                    doc.para(note, small=True)
             if does_what(table.rows):
                 doc.heading(f"{executor} executor ({kind}): the fastest strategy per budget, and what it does", 3)
                 doc.table(*strategy_table(table))
@@ -877,13 +915,14 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
         doc.table(*claims)
     doc.heading("Every case")
     cols = ["case_id", "status", "time ms", "x ideal", "budget LB ms", "x budget LB", "own LB ms", "x own LB",
-            "peak", "moved", "arena", "plan ms", "message"]
+            "peak", "moved", "arena", "grad err", "plan ms", "message"]
     rows, bad = [], set()
     for i, (_, r) in enumerate(ordered(frame).iterrows()):
         rows.append([r["case_id"], r["status"], fmt_ms(r["makespan_s"]), fmt_ratio(r["slowdown"]),
                      fmt_ms(r["budget_lower_bound_s"]), fmt_ratio(r["ratio_to_budget_lb"]),
                      fmt_ms(r["lower_bound_s"]), fmt_ratio(r["ratio_to_lb"]), fmt_bytes(r["peak_bytes"]),
-                     fmt_bytes(r["moved_bytes"]), fmt_bytes(r["arena_bytes"]), fmt_ms(r["plan_time_s"]),
+                     fmt_bytes(r["moved_bytes"]), fmt_bytes(r["arena_bytes"]), fmt_error(r["grad_error"]),
+                     fmt_ms(r["plan_time_s"]),
                      r["message"]])
         if r["status"] != "ok":
             bad.add((i, 1))

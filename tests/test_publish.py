@@ -114,6 +114,38 @@ def test_time_tables_rank_by_iteration_time_and_mark_the_fastest(results, tmp_pa
             assert marked == {p for p, t in ran.items() if t <= best * (1 + 1e-9)}
 
 
+def test_a_strategy_that_trained_a_different_network_is_flagged_and_not_ranked(results, tmp_path):
+    """A row whose gradients are 50% off the unmodified model's (grad_error) may be the fastest, yet it
+    did not train the same network: its cell carries the flag instead of the star, which goes to the
+    fastest strategy that did; the note under the table gives the largest error."""
+    from harness.publish import GRAD_FLAG
+
+    _, _, _, run_b = results
+    run = tmp_path / "results" / "pub" / "wrong"
+    shutil.copytree(run_b, run)
+    frame = pd.read_csv(run / "rows.csv", keep_default_na=False)
+    first = frame["case_id"].iloc[0].rsplit("/", 4)[0]  # model/batch/input size
+    ok = frame[(frame["status"] == "ok") & frame["case_id"].str.startswith(first + "/")
+               & (frame["budget_label"] == "f1") & (frame["allocator"] == "caching")]
+    times = ok.set_index("planner_label")["makespan_s"].astype(float)
+    assert len(times) >= 2
+    wrong, honest = times.idxmin(), times.drop(times.idxmin()).idxmin()
+    frame["grad_error"] = frame["grad_error"].astype(object)
+    frame.loc[frame["status"] == "ok", "grad_error"] = 1e-7
+    frame.loc[frame["planner_label"].eq(wrong) & frame["budget_label"].eq("f1")
+              & frame["case_id"].str.startswith(first + "/"), "grad_error"] = 0.5
+    frame.to_csv(run / "rows.csv", index=False)
+    publish([run], tmp_path / "site")
+    page = tmp_path / "site" / "pub" / "index.html"
+    _, header, body, _ = next(t for t in _tables(page) if "iteration time, ms" in t[0])
+    column = next(j for j, h in enumerate(header) if h.startswith("f1"))
+    cells = {line[0]: line[column] for line in body}
+    assert cells[wrong].endswith(GRAD_FLAG) and not cells[wrong].startswith("★")
+    assert cells[honest].startswith("★")
+    text = "".join(ET.fromstring(page.read_text()).itertext())
+    assert "is 5.0e-01" in text and f"{GRAD_FLAG} 1 differ by more than 5%" in text
+
+
 def test_placement_tables_compare_allocators_on_the_same_trace(results, tmp_path):
     """One line per schedule that ran: each allocator's arena for that trace, against its max-live,
     the smallest marked; no average over budgets whose sets differ between strategies."""

@@ -203,6 +203,22 @@ def test_the_gradient_check_measures_how_far_gradients_are():
     assert largest_relative_error({k: v for k, v in expected.items() if k != name}, expected) == float("inf")
 
 
+def test_a_gradient_that_should_be_zero_is_judged_against_the_models_scale():
+    """A convolution's bias before a batch norm has a true gradient of zero: the reference holds
+    rounding noise (1e-9), and another algorithm's noise read as an error of about 1 when each
+    parameter was judged against its own largest gradient. A real error there still shows, and a
+    NaN gradient is never an error of 0 (max() ignored it)."""
+    from harness.executors.grad_check import SCALE_FLOOR, largest_relative_error
+
+    expected = {"conv.weight": torch.tensor([0.5, -2.0]), "conv.bias": torch.tensor([1e-9, -1e-9])}
+    noise = dict(expected, **{"conv.bias": torch.tensor([-1e-9, 2e-9])})
+    assert largest_relative_error(noise, expected) == pytest.approx(3e-9 / (SCALE_FLOOR * 2.0))
+    wrong = dict(expected, **{"conv.bias": torch.tensor([0.2, 1e-9])})
+    assert largest_relative_error(wrong, expected) == pytest.approx(0.2 / (SCALE_FLOOR * 2.0))
+    assert largest_relative_error(dict(expected, **{"conv.weight": torch.tensor([float("nan"), 0.0])}),
+                                  expected) == float("inf")
+
+
 def test_memory_statistics_are_reset_before_the_warm_up(monkeypatch):
     """An oom during warm-up must report this case's peaks: the statistics are reset before the
     first warm-up iteration, not only after the warm-up (the H100 run's oom rows showed the

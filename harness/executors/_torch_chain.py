@@ -55,6 +55,7 @@ class TorchChain:
     plan: StagePlan
     example: torch.Tensor  # the full batch, on the host (pinned on CUDA)
     device: torch.device
+    _buffers: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)  # stage_buffers'
 
     @property
     def n_stages(self) -> int:
@@ -69,6 +70,23 @@ class TorchChain:
             if isinstance(value, torch.Tensor):
                 keys.add(value.untyped_storage()._cdata)
         return keys
+
+    def stage_buffers(self, stage: int) -> list[torch.Tensor]:
+        """The buffers the nodes of ``stage`` read (a batch norm's running statistics and counter): what a
+        recomputation of the stage must leave as its forward left them."""
+        if stage not in self._buffers:
+            span, graph = self.plan.stages[stage], self.graph
+            found: dict[int, torch.Tensor] = {}
+            for i in range(span.first, span.last + 1):
+                node = graph.nodes[i]
+                if node.op == "call_module":  # a module traced whole (fx): its own buffers
+                    found.update((id(b), b) for b in graph.gm.get_submodule(str(node.target)).buffers())
+                for j in graph.info[i].inputs:  # buffers read as attributes (torch.export's graphs)
+                    value = graph.constants.get(j)
+                    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                        found[id(value)] = value
+            self._buffers[stage] = list(found.values())
+        return self._buffers[stage]
 
     def weight_bytes(self) -> int:
         """Bytes of parameters, their gradients (those that exist now) and buffers."""
@@ -115,7 +133,7 @@ class _SubBatch:
     next_input: torch.Tensor | None = None
     boxes: dict[int, dict] = field(default_factory=dict)
     edges: dict[int, Any] = field(default_factory=dict)
-    output_shape: tuple[int, ...] | None = None
+    output: tuple[tuple[int, ...], torch.dtype] | None = None  # the model output's shape and dtype
     kinds: dict[int, str] = field(default_factory=dict)  # the forward kind of each stage run so far
     inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # x_i kept for R_i (a checkpoint or R_{i-1}'s)
     carried: dict[int, dict[int, Any]] = field(default_factory=dict)  # non-tensor values live before stage i
@@ -125,7 +143,8 @@ class _SubBatch:
 class ChainPass:
     """One training iteration of a chain, operation by operation, in any valid order.
 
-    ``grads(sub_batch, output_shape)`` gives the gradient of the model output;
+    ``grads(sub_batch, shape, dtype)`` gives the gradient of the model output (of that shape and
+    dtype: a model fed token ids has an integer input and a floating-point output);
     ``packing(sub_batch, stage)`` is the saved-tensor context for a forward that saves and
     for a recomputation (the executor's store); ``on_forward_end(sub_batch, stage, output)``
     is called when such an operation is over (``output`` None when no later stage saves
@@ -134,14 +153,16 @@ class ChainPass:
     The operations are ``harness.model.Op``'s: ``forward`` runs F (saving), Fc (keeping
     only its input, a checkpoint) or Fn (saving nothing: under ``torch.no_grad``);
     ``recompute`` runs R, the stage again from its kept input with the random state of
-    its first run (as ``torch.utils.checkpoint`` does), saving for its backward.
+    its first run (as ``torch.utils.checkpoint`` does), saving for its backward, and leaves
+    the stage's buffers as its first run left them (a batch norm's running statistics are
+    updated once per forward, as in the plain model; ``torch.utils.checkpoint`` updates them twice).
     """
 
     def __init__(
         self,
         chain: TorchChain,
         inputs: list[torch.Tensor],
-        grads: Callable[[int, tuple[int, ...]], torch.Tensor],
+        grads: Callable[[int, tuple[int, ...], torch.dtype], torch.Tensor],
         packing: Callable[[int, int], ContextManager],
         on_forward_end: Callable[[int, int, torch.Tensor | None], None],
         algorithm: Callable[[int], ContextManager] = lambda stage: nullcontext(),
@@ -197,7 +218,7 @@ class ChainPass:
             if not isinstance(v, torch.Tensor):
                 st.env.setdefault(k, v)
         if stage == len(spans) - 1:
-            st.output_shape = tuple(out.shape)
+            st.output = (tuple(out.shape), out.dtype)
         else:
             st.next_input = out
 
@@ -210,10 +231,15 @@ class ChainPass:
         env = dict(st.carried.pop(stage))
         env[first.input] = _Entry.apply(self.token, st.inputs.pop(stage), box)
         devices = [self.chain.device] if self.chain.device.type == "cuda" else []
+        buffers = self.chain.stage_buffers(stage)
+        as_left = [b.detach().clone() for b in buffers]
         with torch.random.fork_rng(devices=devices):
             self._set_rng_state(st.rng.pop(stage))
             with self.algorithm(stage), self.packing(sb, stage):
                 self.chain.graph.run(first.first, first.last, env)
+        with torch.no_grad():  # the forward already updated the running statistics: once, as the plain model
+            for buffer, value in zip(buffers, as_left):
+                buffer.data.copy_(value)  # .data: no version bump for autograd's saved copies to trip on
         out = env.pop(first.output)
         self._produced(stage, sb, st, out, forward_pass=False)
 
@@ -233,7 +259,7 @@ class ChainPass:
         feeds = not final and (forward_pass or st.kinds.get(stage + 1) == "Fn")
         self.on_forward_end(sb, stage, out if feeds else None)
         if final:
-            st.output_shape = tuple(out.shape)
+            st.output = (tuple(out.shape), out.dtype)
         elif forward_pass:
             st.next_input = out.detach()
         elif feeds:
@@ -255,7 +281,7 @@ class ChainPass:
         edge = st.edges.pop(stage, None)
         if edge is not None:
             if stage == self.chain.n_stages - 1:
-                grad = self.grads(sb, st.output_shape)
+                grad = self.grads(sb, *st.output)
             else:
                 grad = st.boxes.pop(stage + 1, {}).get("grad")
             if grad is not None:

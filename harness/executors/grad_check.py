@@ -4,16 +4,19 @@ The reference is the plain model run forward and backward on the same fixed batc
 into the schedule's sub-batches and accumulated (gradient accumulation is what a
 sub-batching schedule does), with the same seed and output gradient as the executor's
 iterations. The check reports one number per run: the largest, over the parameters, of
-max |g - g_ref| / max |g_ref|.
+max |g - g_ref| / max |g_ref|, the scale floored at 1e-3 of the model's largest gradient
+(``largest_relative_error``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
+from torch.utils._pytree import tree_leaves
 
+from harness.errors import ProfilingError
 from harness.executors._torch_chain import TorchChain, output_gradient
 
 
@@ -25,7 +28,7 @@ def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> d
     torch.manual_seed(seed)
     grads = None
     for k, x in enumerate(torch.tensor_split(chain.example, sub_batches)):
-        out = model(x.clone())
+        out = _the_tensor(model(x.clone()))
         if grads is None:
             full = output_gradient((chain.example.shape[0], *out.shape[1:]), out.dtype, seed)
             grads = torch.tensor_split(full, sub_batches)
@@ -36,14 +39,36 @@ def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> d
     return result
 
 
+def _the_tensor(output: Any) -> torch.Tensor:
+    """The one tensor a model returns, also from a tuple or dict around it (``(logits,)``), as the
+    chain reads it (``harness.chain.graph.Graph.returned_index``)."""
+    tensors = [leaf for leaf in tree_leaves(output) if isinstance(leaf, torch.Tensor)]
+    if len(tensors) != 1:
+        raise ProfilingError(f"the model returns {len(tensors)} tensors; the gradient check needs one")
+    return tensors[0]
+
+
+SCALE_FLOOR = 1e-3  # of the model's largest gradient: the least scale a parameter is judged against
+
+
 def largest_relative_error(got: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> float:
-    """max over parameters of max |got - expected| / max |expected|; inf when a gradient is missing."""
+    """max over parameters p of max |got_p - expected_p| / max(max |expected_p|, SCALE_FLOOR * G), G the
+    largest |expected| of all; inf when a gradient is missing or not finite.
+
+    The floor keeps a parameter whose true gradient is zero (a convolution's bias before a batch
+    norm) from being judged against its own rounding noise: there another algorithm's rounding
+    (1e-9) over the reference's (1e-9) read as an error of 1.
+    """
     if set(got) != set(expected):
         return math.inf
+    scales = {name: float(ref.abs().max()) for name, ref in expected.items()}
+    floor = SCALE_FLOOR * max(scales.values(), default=0.0)
     worst = 0.0
     for name, ref in expected.items():
-        scale = float(ref.abs().max())
         diff = float((got[name].to(ref.dtype) - ref).abs().max())
+        if not math.isfinite(diff):
+            return math.inf
+        scale = max(scales[name], floor)
         worst = max(worst, diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf))
     return worst
 

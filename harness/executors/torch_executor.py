@@ -434,10 +434,10 @@ class _Execution:
             chain_pass.close()
             self.handles = {}
 
-    def _grad(self, sb: int, shape: tuple[int, ...]) -> torch.Tensor:
+    def _grad(self, sb: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """The output gradient of sub-batch ``sb``: a slice of the whole batch's (fixed by the seed)."""
         if self.grads is None:
-            full = output_gradient((self.chain.example.shape[0], *shape[1:]), self.chain.example.dtype, self.ex.seed)
+            full = output_gradient((self.chain.example.shape[0], *shape[1:]), dtype, self.ex.seed)
             if self.cuda:
                 full = full.pin_memory()
             self.grads = list(torch.tensor_split(full, self.schedule.sub_batches))

@@ -1,0 +1,98 @@
+"""The torch executor on models unlike torchvision's image classifiers: token ids in, a tuple out,
+batch norms recomputed (found by a QA pass that brought its own models)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness import hookimpl  # noqa: E402
+from harness.bounds import min_memory, peak_memory  # noqa: E402
+from harness.executors._torch_chain import build_chain  # noqa: E402
+from harness.executors.torch_executor import TorchExecutor  # noqa: E402
+from harness.models._build import image_batch, on_device, prepare  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
+from tests.torch_cases import one_thread  # noqa: E402,F401 (an autouse fixture)
+
+
+class _Logits(torch.nn.Module):
+    """A small MLP that returns its logits in a 1-tuple, as many research models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.body(x),)
+
+
+class _Factory:
+    """test:tuple-out, a model factory registered the way a plugin's is."""
+
+    name = "test-tuple"
+    description = "a model that returns (logits,)"
+
+    def names(self) -> list[str]:
+        return ["test:tuple-out"]
+
+    def build(self, workload: Workload, device="cpu"):
+        model = prepare(on_device(_Logits, device), device, workload.dtype)
+        return model, image_batch(workload.batch_size, tuple(workload.input_size), device, workload.dtype)
+
+
+class _Plugin:
+    @staticmethod
+    @hookimpl
+    def membudget_register_models(register):
+        register(_Factory())
+
+
+def _halfway(profile) -> int:
+    return (min_memory(profile) + peak_memory(profile)) // 2
+
+
+def _run(model: str, size: tuple[int, ...], planner: str, budget_of=peak_memory, iterations: int = 1):
+    """The chain of ``model`` on the CPU after ``iterations`` of ``planner``'s schedule at ``budget_of(profile)``."""
+    workload = Workload(model, 2, size, "cpu")
+    profile = registry().profiler("analytic").profile(Workload(model, 2, size, "V100-PCIe"))
+    schedule = registry().planner(planner).plan(profile, budget_of(profile))
+    chain = build_chain(workload, "cpu")
+    run = TorchExecutor(warmup=0, iterations=iterations).execute(schedule, profile, chain)
+    return chain, schedule, run
+
+
+@pytest.mark.parametrize("planner", ["keep-all", "recompute"])
+def test_a_model_fed_token_ids_trains_with_the_plain_gradients(planner):
+    """tiny-gpt2 takes int64 token ids and returns float logits: the output gradient has the output's
+    dtype (it had the input's, and every torch row of a token model was an error)."""
+    pytest.importorskip("transformers")
+    _, schedule, run = _run("transformers:tiny-gpt2", (16,), planner, peak_memory if planner == "keep-all" else _halfway)
+    assert run.status == "ok", run.message
+    assert planner == "keep-all" or any(op.kind == "R" for op in schedule.ops)
+    assert run.metrics["grad_error"] < 1e-4
+
+
+def test_a_model_that_returns_a_one_tuple_is_checked_against_its_logits():
+    """The chain reads the one tensor inside ``(logits,)``; so does the gradient check."""
+    registry().add_plugin(_Plugin(), "membudget-test-tuple", "0.0")
+    _, _, run = _run("test:tuple-out", (3, 4, 4), "keep-all")
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] == 0.0
+
+
+def test_recomputation_updates_the_running_statistics_once_per_forward():
+    """A batch norm's running mean, variance and counter after three iterations are the plain model's
+    when its stage is recomputed: R leaves the buffers as F left them (PyTorch's checkpoint updates
+    them twice; the gradient check cannot see that)."""
+    plain, _, _ = _run("builtin:tiny-cnn", (3, 16, 16), "keep-all", iterations=3)
+    chain, schedule, run = _run("builtin:tiny-cnn", (3, 16, 16), "recompute", _halfway, iterations=3)
+    assert run.status == "ok", run.message
+    recomputed = {op.stage for op in schedule.ops if op.kind == "R"}
+    assert any(chain.stage_buffers(s) for s in recomputed), "no stage with a batch norm is recomputed"
+    expected = dict(plain.model.named_buffers())
+    assert int(expected["bn1.num_batches_tracked"]) == 3 + 1  # and the gradient check's plain forward
+    for name, buffer in chain.model.named_buffers():
+        torch.testing.assert_close(buffer, expected[name], msg=lambda m, name=name: f"{name}: {m}")

@@ -8,6 +8,7 @@ or profile, an infeasible budget) print one line to stderr and exit with status 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import re
@@ -154,10 +155,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     """Everything registered (kind, name, plugin, version, description), and the analytic profiler's devices."""
     from harness.plugins import registry
 
-    entries = [
-        {"kind": e.kind, "name": e.name, "plugin": e.plugin, "version": e.version, "description": e.description}
-        for e in (registry().entries(args.kind) if args.kind != "device" else [])
-    ]
+    if args.kind == "model":  # the names a suite or `profile` takes, not the factories behind them
+        entries = [{"kind": "model", "name": name, "factory": e.name, "plugin": e.plugin, "version": e.version,
+                    "description": e.description} for name, e in registry().models()]
+    else:
+        counts = collections.Counter(e.name for _, e in registry().models())
+        entries = [
+            {"kind": e.kind, "name": e.name, "plugin": e.plugin, "version": e.version,
+             "description": e.description + (f" ({counts[e.name]} models: membudget list --kind model)"
+                                              if e.kind == "model" else "")}
+            for e in (registry().entries(args.kind) if args.kind != "device" else [])
+        ]
     if args.kind in (None, "device"):
         entries += _device_entries()
     if args.json:
@@ -166,9 +174,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("kind", "name", "plugin", "version", "description", box=None, show_edge=False)
+    columns = ("kind", "name", "factory", "plugin", "version") if args.kind == "model" else \
+        ("kind", "name", "plugin", "version", "description")  # a factory's description: membudget list
+    table = Table(*columns, box=None, show_edge=False)
     for e in entries:
-        table.add_row(e["kind"], e["name"], e["plugin"], e["version"], e["description"])
+        table.add_row(*(e[c] for c in columns))
     Console(width=160).print(table)
     return 0
 
@@ -212,7 +222,8 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
     try:
         size = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
-        raise MembudgetError(f"--input-size {text!r}: write C,H,W like 3,224,224") from None
+        raise MembudgetError(f"--input-size {text!r}: write the input's shape without the batch, like 3,224,224 "
+                             "(an image) or 1024 (a sequence of token ids)") from None
     if any(d < 1 for d in size):
         raise MembudgetError(f"--input-size {text!r}: every dimension must be at least 1")
     return size
@@ -526,7 +537,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profiler", default="analytic")
     p.add_argument("--device", default="V100-PCIe", help="device spec (analytic) or torch device")
     p.add_argument("--batch", type=_positive_int, required=True)
-    p.add_argument("--input-size", help="C,H,W, e.g. 3,224,224")
+    p.add_argument("--input-size", help="one input's shape: C,H,W (3,224,224), or a sequence length (1024) for a "
+                                        "model fed token ids; default: the model's")
     p.add_argument("--dtype", default="float32")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
     p.add_argument("--json", action="store_true", help="print JSON")

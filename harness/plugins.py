@@ -11,6 +11,12 @@ variables choose what loads:
 - ``MEMBUDGET_PLUGINS``: a comma-separated list of entry-point names; only those load
   (set it empty to load none but the built-ins);
 - ``MEMBUDGET_BLOCK_PLUGINS``: a comma-separated list of entry-point names never to load.
+
+A plugin that fails never takes the others down: one that cannot be imported, or whose hook
+raises, is skipped (nothing it registered in that hook is kept); a name (a planner's, a model's)
+that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
+entry points in the order Python lists them. Each such problem is a warning and a line of
+``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
 """
 
 from __future__ import annotations
@@ -62,7 +68,9 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self._sources: dict[int, tuple[str, str]] = {}
+        self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
         self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
+        self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
 
     # -- loading
     def load(self) -> Registry:
@@ -76,7 +84,7 @@ class Registry:
                 module = ep.load()
             except Exception as exc:  # a broken plugin must not take the others down with it
                 self.failed[dist] = f"{type(exc).__name__}: {exc}"
-                warnings.warn(f"membudget plugin {dist} failed to load and is skipped: {exc}", stacklevel=2)
+                self._problem(f"membudget plugin {dist} failed to load and is skipped: {exc}")
                 continue
             self._add(module, dist, ep.dist.version if ep.dist else "")
         self._collect()
@@ -98,17 +106,51 @@ class Registry:
             hook = getattr(self.pm.hook, f"membudget_register_{kind}s")
             for impl in hook.get_hookimpls():
                 plugin, version = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))
+                staged: list[Registered] = []
 
                 def register(obj: Any, _kind: str = kind, _p: str = plugin, _v: str = version) -> None:
-                    name = obj.name
-                    existing = self._items[_kind].get(name)
-                    if existing is not None and existing.obj is not obj and existing.plugin != _p:
-                        raise ValueError(
-                            f"{_kind} {name!r} is registered twice: by {existing.plugin} and by {_p}"
-                        )
-                    self._items[_kind][name] = Registered(_kind, name, obj, _p, _v)
+                    staged.append(Registered(_kind, obj.name, obj, _p, _v))
 
-                impl.function(register=register)
+                try:
+                    impl.function(register=register)
+                except Exception as exc:  # what it registered before it raised is dropped with it
+                    self._problem(f"membudget plugin {plugin}: its membudget_register_{kind}s hook raised "
+                                  f"{type(exc).__name__}: {exc}; what it registers there is skipped")
+                    continue
+                for entry in staged:
+                    existing = self._items[kind].get(entry.name)
+                    if existing is not None and existing.plugin != entry.plugin:
+                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin))
+                        continue
+                    self._items[kind][entry.name] = entry
+        self._models = None
+
+    def _model_index(self) -> dict[str, Registered]:
+        """Which factory answers to each model name: the first registered that lists it. Built on first
+        use, not at load: listing torchvision's models imports torch, which `membudget place` never needs."""
+        if self._models is not None:
+            return self._models
+        self._models = {}
+        for entry in self._items["model"].values():  # in the order they were registered
+            try:
+                names = list(entry.obj.names())
+            except Exception as exc:
+                self._problem(f"membudget plugin {entry.plugin}: model factory {entry.name!r} could not list its "
+                              f"models ({type(exc).__name__}: {exc}); it is skipped")
+                continue
+            for name in names:
+                owner = self._models.get(name)
+                if owner is not None and owner.plugin != entry.plugin:
+                    self._problem(_clash("model", name, f"{owner.plugin} (factory {owner.name})",
+                                         f"{entry.plugin} (factory {entry.name})"))
+                    continue
+                self._models.setdefault(name, entry)
+        return self._models
+
+    def _problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)
+            warnings.warn(text, stacklevel=3)
 
     # -- lookups
     def names(self, kind: str) -> list[str]:
@@ -139,13 +181,20 @@ class Registry:
 
     def model_factory(self, model_name: str) -> Any:
         """The model factory that answers to ``model_name`` (e.g. ``torchvision:resnet50``)."""
-        known: list[str] = []
-        for entry in self.entries("model"):
-            names = list(entry.obj.names())
-            if model_name in names:
-                return entry.obj
-            known.extend(names)
-        raise UnknownPlugin("model", model_name, sorted(known), hint=_model_hint(model_name, known))
+        entry = self._model_index().get(model_name)
+        if entry is None:
+            known = list(self._model_index())
+            raise UnknownPlugin("model", model_name, sorted(known), hint=_model_hint(model_name, known))
+        return entry.obj
+
+    def models(self) -> list[tuple[str, Registered]]:
+        """Every model name with the factory entry that answers to it, by name."""
+        return sorted(self._model_index().items())
+
+
+def _clash(kind: str, name: str, first: str, second: str) -> str:
+    return (f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used "
+            "(MEMBUDGET_BLOCK_PLUGINS=<entry point> leaves one out)")
 
 
 def close_names(name: str, known: list[str], n: int = 5) -> list[str]:

@@ -330,6 +330,13 @@ def _as_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def plugin_problems() -> list[str]:
+    """The plugin problems of this process (``harness.plugins.Registry.problems``)."""
+    from harness.plugins import registry
+
+    return list(registry().problems)
+
+
 def run_suite(
     suite: Suite,
     results_root: str | Path = "results",
@@ -383,7 +390,7 @@ def run_suite(
                      "earlier_specs")
     meta.update(
         suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
-        cases=len(cases), skipped_plugins=suite.skipped, environment=environment(),
+        cases=len(cases), skipped_plugins=[*suite.skipped, *plugin_problems()], environment=environment(),
         device=suite.spec.device, profiler=suite.spec.profiler,
     )
     meta.setdefault("sessions", []).append(session)

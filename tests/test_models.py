@@ -9,7 +9,7 @@ torchvision = pytest.importorskip("torchvision")
 
 from harness.errors import UnknownPlugin  # noqa: E402
 from harness.models import transformers_models  # noqa: E402
-from harness.models._build import on_device, torch_dtype  # noqa: E402
+from harness.models.build import on_device, torch_dtype  # noqa: E402
 from harness.models.torchvision_models import constructor_kwargs  # noqa: E402
 from harness.plugins import registry  # noqa: E402
 from harness.protocols import ModelFactory, Workload  # noqa: E402
@@ -137,3 +137,30 @@ def test_gpt2_built_from_config_returns_logits():
     assert model(ids).shape == (2, 16, 1000)
     with pytest.raises(ValueError, match="seq_len"):
         registry().model_factory(name).build(Workload(name, 2, (3, 32, 32)), "meta")
+
+
+def test_a_factory_that_raises_anything_is_a_one_line_profiling_error():
+    """A plugin's factory may raise a KeyError or an ImportError: the user gets one line naming the model,
+    the workload and the exception, never a traceback (it was only ValueError and three others)."""
+    from harness import hookimpl
+    from harness.chain.extract import build_model
+    from harness.errors import ProfilingError
+
+    class Failing:
+        name, description = "failing", "a factory whose build raises KeyError"
+
+        def names(self):
+            return ["failing:net"]
+
+        def build(self, workload, device="cpu"):
+            raise KeyError("hidden_size")
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_models(self, register):
+            register(Failing())
+
+    registry().add_plugin(Plugin(), "membudget-test-failing", "0.0")
+    with pytest.raises(ProfilingError) as exc:
+        build_model(Workload("failing:net", 2, (3, 8, 8), "cpu"), "meta")
+    assert str(exc.value) == "cannot build failing:net for batch 2, input 3x8x8, float32: KeyError: 'hidden_size'"

@@ -61,7 +61,8 @@ def test_a_plugin_object_added_by_hand_registers() -> None:
     assert (entry.plugin, entry.version) == ("my-plugin", "9.9")
 
 
-def test_two_plugins_claiming_one_name_is_an_error() -> None:
+def test_a_name_two_plugins_claim_stays_the_first_ones_with_a_warning() -> None:
+    """A plugin cannot silently replace a built-in, nor stop every command with a traceback."""
     class Clash:
         name = "keep-all"
         description = "clash"
@@ -72,8 +73,66 @@ def test_two_plugins_claiming_one_name_is_an_error() -> None:
             register(Clash())
 
     reg = Registry().load()
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.warns(UserWarning, match="planner 'keep-all' is registered by membudget and by intruder"):
         reg.add_plugin(Plugin(), "intruder")
+    keep_all = {e.name: e for e in reg.entries("planner")}["keep-all"]
+    assert keep_all.plugin == "membudget" and not isinstance(keep_all.obj, Clash)
+    assert any("MEMBUDGET_BLOCK_PLUGINS" in p for p in reg.problems)
+
+
+class _Models:
+    """A model factory as a plugin brings it: its names, the models built for a workload."""
+
+    def __init__(self, name: str, names: list[str]) -> None:
+        self.name, self.description, self._names = name, f"{name}'s models", names
+
+    def names(self) -> list[str]:
+        return self._names
+
+
+def test_a_model_name_two_factories_offer_is_the_first_factorys() -> None:
+    """The QA case: factory 'aaa' listed torchvision:resnet18 and, being first by name, built its own
+    one-layer model for every resnet18 profile without a word."""
+    class Plugin:
+        @hookimpl
+        def membudget_register_models(self, register):
+            register(_Models("aaa", ["torchvision:resnet18", "aaa:mine"]))
+
+    reg = Registry().load()
+    reg.add_plugin(Plugin(), "shadow")
+    with pytest.warns(UserWarning, match="model 'torchvision:resnet18' is registered by membudget .factory "
+                                         "torchvision. and by shadow .factory aaa."):
+        assert reg.model_factory("torchvision:resnet18").name == "torchvision"
+    assert reg.model_factory("aaa:mine").name == "aaa"
+    assert ("aaa:mine", "aaa") in {(name, e.name) for name, e in reg.models()}
+
+
+def test_a_hook_that_raises_skips_that_plugin_only() -> None:
+    """An import inside a register hook that fails (the lazy-import pattern) costs that plugin what it
+    registers in that hook, not every command; what it registered before raising is not kept."""
+    class Half:
+        name = "half"
+        description = "registered before the hook raised"
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_planners(self, register):
+            register(Half())
+            import membudget_no_such_module  # noqa: F401
+
+        @hookimpl
+        def membudget_register_models(self, register):
+            register(_Models("broken", None))  # names() gives None: not a list
+
+    reg = Registry().load()
+    with pytest.warns(UserWarning) as caught:
+        reg.add_plugin(Plugin(), "fragile")
+        reg.models()  # model names are read on first use
+    messages = " / ".join(str(w.message) for w in caught)
+    assert "fragile: its membudget_register_planners hook raised ModuleNotFoundError" in messages
+    assert "model factory 'broken' could not list its models" in messages
+    assert "half" not in reg.names("planner") and "keep-all" in reg.names("planner")
+    assert reg.model_factory("torchvision:resnet18").name == "torchvision"
 
 
 def _link_dependencies(site: Path) -> None:

@@ -11,7 +11,7 @@ from harness import hookimpl  # noqa: E402
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.executors._torch_chain import build_chain  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
-from harness.models._build import image_batch, on_device, prepare  # noqa: E402
+from harness.models.build import image_batch, on_device, prepare  # noqa: E402
 from harness.plugins import registry  # noqa: E402
 from harness.protocols import Workload  # noqa: E402
 from tests.torch_cases import one_thread  # noqa: E402,F401 (an autouse fixture)

@@ -32,8 +32,9 @@ def build_model(workload: Workload, device: Any) -> tuple[torch.nn.Module, torch
         return factory.build(workload, device)
     except MembudgetError:
         raise
-    except (ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
-        raise ProfilingError(f"cannot build {workload.model} for {_describe(workload)}: {exc}") from None
+    except Exception as exc:  # a plugin's factory may raise anything (KeyError, ImportError): one line each
+        raise ProfilingError(f"cannot build {workload.model} for {_describe(workload)}: "
+                             f"{type(exc).__name__}: {exc}") from None
 
 
 def extract(workload: Workload, device: Any = "meta") -> Chain:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from harness.models._build import image_batch, on_device, prepare
+from harness.models.build import image_batch, on_device, prepare
 from harness.protocols import Workload
 
 

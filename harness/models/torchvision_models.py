@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, Sequence
 
-from harness.models._build import image_batch, on_device, prepare
+from harness.models.build import image_batch, on_device, prepare
 from harness.protocols import Workload
 
 PREFIX = "torchvision:"

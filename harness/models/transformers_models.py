@@ -68,10 +68,9 @@ class TransformersModels:
 
     def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]:
         """The model in training mode on ``device`` and a batch of random token ids."""
-        import torch
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        from harness.models._build import on_device, prepare
+        from harness.models.build import on_device, prepare, token_batch
 
         arch = workload.model.removeprefix(PREFIX)
         if arch not in CONFIGS:
@@ -87,5 +86,4 @@ class TransformersModels:
         config._attn_implementation = "eager"
         model = on_device(lambda: _logits_only(GPT2LMHeadModel(config)), device)
         model = prepare(model, device, workload.dtype)
-        ids = torch.randint(0, vocab, (workload.batch_size, seq), device=torch.device(device))
-        return model, ids
+        return model, token_batch(workload.batch_size, seq, vocab, device)

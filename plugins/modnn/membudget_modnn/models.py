@@ -70,7 +70,7 @@ class ModnnModels:
 
     def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]:
         """The model in training mode on ``device`` and a random input batch for it."""
-        from harness.models._build import image_batch, on_device, prepare
+        from harness.models.build import image_batch, on_device, prepare
 
         size = tuple(workload.input_size)
         if len(size) != 3:

@@ -17,13 +17,23 @@ from membudget_vdnn.policy import AlgorithmMode, OffloadPolicy, algorithm_choice
 from membudget_vdnn.schedule import Attempt, Realiser, synchronous
 
 
-def refuse(planner: str, profile: Profile, budget: int, attempt: Attempt, what: str) -> InfeasibleBudget:
-    """The error for a configuration that does not fit: what it needs and what the budget is."""
+def refuse(planner: str, profile: Profile, budget: int, attempt: Attempt, what: str,
+           keep_all_at_peak: bool = True) -> InfeasibleBudget:
+    """The error for a configuration that does not fit: what it needs and what the budget is.
+
+    ``needed_bytes`` is the least budget the planner runs at: the configuration's need, or the keep-all
+    peak when that is smaller and the planner runs keep-all there (``keep_all_at_peak``): with
+    algorithms of large workspace the offloading configuration can need more than the plain iteration.
+    """
+    peak = peak_memory(profile)
+    needed = min(attempt.needed, peak) if keep_all_at_peak else attempt.needed
+    also = (f", or the keep-all peak {peak} bytes ({format_bytes(peak)}) without offloading"
+            if needed < attempt.needed else "")
     return InfeasibleBudget(
         f"infeasible: {planner} needs at least {attempt.needed} bytes ({format_bytes(attempt.needed)}) "
-        f"with {what} for {profile.model} at batch {profile.batch_size}; "
+        f"with {what}{also} for {profile.model} at batch {profile.batch_size}; "
         f"the budget is {budget} bytes ({format_bytes(budget)})",
-        needed_bytes=attempt.needed,
+        needed_bytes=needed,
     )
 
 
@@ -54,7 +64,7 @@ class StaticVdnn:
         )
         if not attempt.ok:
             raise refuse(self.name, profile, budget_bytes, attempt, f"{algorithms}-optimal algorithms"
-                         if algorithms != "default" else "default algorithms")
+                         if algorithms != "default" else "default algorithms", keep_all_at_peak=not always)
         return attempt.schedule
 
 

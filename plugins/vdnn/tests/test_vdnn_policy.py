@@ -159,3 +159,27 @@ def test_static_planner_needs_its_own_peak_and_says_so() -> None:
     # a budget the whole iteration fits gets the plain iteration unless the policy is forced
     assert planner.plan(profile, peak_memory(profile)).transfers == ()
     assert planner.plan(profile, peak_memory(profile), always=True).offloaded_stages == offload_set(profile, "all")
+
+
+def test_a_refusal_never_asks_for_more_than_the_budget_it_runs_at() -> None:
+    """With performance-optimal algorithms of large workspace (PyTorch's native CPU convolution),
+    vDNN_all's offloading configuration can need more than the plain iteration's peak, where the planner
+    runs keep-all: the refusal's needed_bytes is then the peak, and planning at it succeeds (a QA run
+    was refused at 50% with 163536 B needed, then ran at its 89808 B peak)."""
+    import dataclasses
+
+    from harness.model import Algorithm
+
+    base = chain("cacacl", saved=10_000)
+    fast = Algorithm("fast", 0.5e-3, 1e-3, fwd_workspace=200_000, bwd_workspace=200_000)
+    profile = dataclasses.replace(base, stages=tuple(
+        dataclasses.replace(s, algorithms=(fast,)) if s.kind == "conv" else s for s in base.stages))
+    planner = StaticVdnn("all", name="vdnn-all", description="test")
+    peak = peak_memory(profile)
+    with pytest.raises(InfeasibleBudget) as caught:
+        planner.plan(profile, peak - 1)
+    assert caught.value.needed_bytes == peak and "or the keep-all peak" in str(caught.value)
+    assert planner.plan(profile, caught.value.needed_bytes).transfers == ()
+    with pytest.raises(InfeasibleBudget) as forced:  # always=True never runs keep-all: its own need
+        planner.plan(profile, peak, always=True)
+    assert forced.value.needed_bytes > peak

@@ -1,4 +1,5 @@
-"""Helpers every model factory shares: where parameters are created, dtypes, example inputs.
+"""Helpers every model factory shares, the built-in ones and a plugin's: where parameters are created,
+dtypes, example inputs (``on_device``, ``prepare``, ``image_batch``, ``token_batch``).
 
 The analytic profiler builds models on PyTorch's ``meta`` device, where tensors have a
 shape and a dtype but no data, so that ResNet-152 at batch 256 with 1000x1000 images
@@ -90,3 +91,9 @@ def prepare(model: nn.Module, device: Any, dtype: str) -> nn.Module:
 def image_batch(batch: int, input_size: tuple[int, ...], device: Any, dtype: str) -> torch.Tensor:
     """A random image batch ``(batch, *input_size)``; on ``meta`` nothing is allocated."""
     return torch.randn(batch, *input_size, device=torch.device(device), dtype=torch_dtype(dtype))
+
+
+def token_batch(batch: int, seq_len: int, vocab_size: int, device: Any) -> torch.Tensor:
+    """A random batch of token ids ``(batch, seq_len)`` (int64) for a language model: its workload's
+    ``input_size`` is ``[seq_len]``; on ``meta`` nothing is allocated."""
+    return torch.randint(0, vocab_size, (batch, seq_len), device=torch.device(device))

@@ -25,7 +25,6 @@ Times are each strategy's iteration times as the published tables summarise them
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -71,13 +70,13 @@ class Claims:
 
 
 def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float]]]:
-    """planner name -> budget label -> (budget bytes, iteration time) of the strategies that ran;
-    a planner listed under several labels keeps its fastest at each budget."""
+    """planner name -> budget label -> (budget bytes, iteration time) of the strategies that ran and trained
+    the same network (``Cell.ranked``); a planner listed under several labels keeps its fastest at each budget."""
     names = dict(zip(rows["planner_label"], rows["planner"]))
     sizes = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
     out: dict[str, dict[str, tuple[int, float]]] = {}
     for (label, budget), cell in cells.items():
-        if cell.ok and not math.isnan(cell.time_s) and not pd.isna(sizes.get(budget)):
+        if cell.ranked and not pd.isna(sizes.get(budget)):  # ran, and trained the same network
             at = out.setdefault(names[label], {})
             if budget not in at or cell.time_s < at[budget][1]:
                 at[budget] = (int(sizes[budget]), cell.time_s)

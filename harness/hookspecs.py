@@ -2,7 +2,9 @@
 
 Registry style (as in simonw/llm): each hook receives a ``register`` callable, and the
 plugin calls it once for each object it brings. The objects follow the small protocols in
-``harness.protocols``; each has a unique ``name`` and a one-line ``description``.
+``harness.protocols``; each has a ``name`` and a one-line ``description``. A name another plugin
+registered first (the built-ins first) stays that plugin's, with a warning; a hook that raises
+costs its plugin what it registers there (``harness.plugins``).
 
 A plugin is a module with functions decorated by ``harness.hookimpl``, made known through
 the ``membudget`` entry-point group::

@@ -68,6 +68,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self._sources: dict[int, tuple[str, str]] = {}
+        self._order: dict[int, int] = {}  # plugin object id -> when it was added: who registers first
         self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
         self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
         self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
@@ -100,11 +101,12 @@ class Registry:
             return
         self.pm.register(module, name=f"{plugin}:{getattr(module, '__name__', id(module))}")
         self._sources[id(module)] = (plugin, version)
+        self._order[id(module)] = len(self._order)
 
     def _collect(self) -> None:
         for kind in KINDS:
             hook = getattr(self.pm.hook, f"membudget_register_{kind}s")
-            for impl in hook.get_hookimpls():
+            for impl in sorted(hook.get_hookimpls(), key=self._added):
                 plugin, version = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))
                 staged: list[Registered] = []
 
@@ -124,6 +126,11 @@ class Registry:
                         continue
                     self._items[kind][entry.name] = entry
         self._models = None
+
+    def _added(self, impl: Any) -> int:
+        """When a hook implementation's plugin was added: the order names are claimed in (pluggy's own
+        order puts a ``trylast`` implementation first)."""
+        return self._order.get(id(impl.plugin), len(self._order))
 
     def _model_index(self) -> dict[str, Registered]:
         """Which factory answers to each model name: the first registered that lists it. Built on first

@@ -269,6 +269,11 @@ class Cell:
         return self.status == "ok"
 
     @property
+    def ranked(self) -> bool:
+        """True when the strategy contends at this budget: it ran, has a time, and trained the same network."""
+        return self.ok and not math.isnan(self.time_s) and not self.trained_differently
+
+    @property
     def trained_differently(self) -> bool:
         """True when its gradients differ from the unmodified model's by more than ``GRAD_TOLERANCE``:
         not the same training, so never ranked the fastest."""
@@ -311,8 +316,7 @@ def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) 
     """The planner labels with the smallest iteration time at ``budget`` (ties within ``rel``); empty
     when nothing ran. A strategy that trained a different network (``Cell.trained_differently``) is not
     a contender."""
-    ran = {p: c.time_s for (p, b), c in cells.items()
-           if b == budget and c.ok and not math.isnan(c.time_s) and not c.trained_differently}
+    ran = {p: c.time_s for (p, b), c in cells.items() if b == budget and c.ranked}
     if not ran:
         return set()
     best = min(ran.values())
@@ -437,14 +441,15 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         line = [f"{budget} ({fmt_bytes(size.iloc[0]) if len(size) else '-'})"]
         winners = fastest(table.cells, budget)
         if not winners:
-            lines.append(line + ["none fits", *["-"] * 7])
+            ran = any(c.ok for (p, b), c in table.cells.items() if b == budget)
+            lines.append(line + [f"none trained the same network ({GRAD_FLAG})" if ran else "none fits", *["-"] * 7])
             bad.add((i, 1))
             continue
         winner = next(p for p in planners if p in winners)  # ties: the first listed
         cell = table.cells[winner, budget]
         time_s = cell.time_s
         ran = [(time_s, winner)] + sorted(((c.time_s, p) for (p, b), c in table.cells.items()
-                                           if b == budget and p != winner and c.ok and not math.isnan(c.time_s)),
+                                           if b == budget and p != winner and c.ranked),
                                           key=lambda r: (r[0], planners.index(r[1])))
         line += [winner, f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
         if len(ran) > 1:

@@ -80,6 +80,25 @@ def test_a_name_two_plugins_claim_stays_the_first_ones_with_a_warning() -> None:
     assert any("MEMBUDGET_BLOCK_PLUGINS" in p for p in reg.problems)
 
 
+def test_a_plugin_cannot_take_a_builtin_name_by_asking_to_run_last(monkeypatch) -> None:
+    """pluggy lists a trylast hook implementation first; the registry keeps the order plugins were
+    loaded in, so an entry point's 'keep-all' still loses to the built-in."""
+    import importlib.metadata
+    import types
+
+    class Clash:
+        name = "keep-all"
+        description = "clash"
+
+    module = types.ModuleType("membudget_trylast")
+    module.membudget_register_planners = hookimpl(trylast=True)(lambda register: register(Clash()))
+    entry = types.SimpleNamespace(name="trylast", dist=None, load=lambda: module)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
+    with pytest.warns(UserWarning, match="planner 'keep-all' is registered by membudget and by trylast"):
+        reg = Registry().load()
+    assert not isinstance(reg.planner("keep-all"), Clash)
+
+
 class _Models:
     """A model factory as a plugin brings it: its names, the models built for a workload."""
 

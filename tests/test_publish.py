@@ -142,6 +142,9 @@ def test_a_strategy_that_trained_a_different_network_is_flagged_and_not_ranked(r
     cells = {line[0]: line[column] for line in body}
     assert cells[wrong].endswith(GRAD_FLAG) and not cells[wrong].startswith("★")
     assert cells[honest].startswith("★")
+    _, _, lines, _ = next(t for t in _tables(page) if "the fastest strategy per budget" in t[0])
+    f1 = next(line for line in lines if line[0].startswith("f1"))
+    assert f1[1] == honest and wrong not in f1  # neither the winner nor the runner-up
     text = "".join(ET.fromstring(page.read_text()).itertext())
     assert "is 5.0e-01" in text and f"{GRAD_FLAG} 1 differ by more than 5%" in text
 

@@ -55,7 +55,7 @@ class TorchChain:
     plan: StagePlan
     example: torch.Tensor  # the full batch, on the host (pinned on CUDA)
     device: torch.device
-    _buffers: dict[int, list[torch.Tensor]] = field(default_factory=dict, repr=False)  # stage_buffers'
+    _buffers: dict[int, list[torch.Tensor]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n_stages(self) -> int:
@@ -232,14 +232,14 @@ class ChainPass:
         env[first.input] = _Entry.apply(self.token, st.inputs.pop(stage), box)
         devices = [self.chain.device] if self.chain.device.type == "cuda" else []
         buffers = self.chain.stage_buffers(stage)
-        as_left = [b.detach().clone() for b in buffers]
+        as_left = [b.detach().clone() for b in buffers]  # a few per stage: a batch norm has three
         with torch.random.fork_rng(devices=devices):
             self._set_rng_state(st.rng.pop(stage))
             with self.algorithm(stage), self.packing(sb, stage):
                 self.chain.graph.run(first.first, first.last, env)
-        with torch.no_grad():  # the forward already updated the running statistics: once, as the plain model
-            for buffer, value in zip(buffers, as_left):
-                buffer.data.copy_(value)  # .data: no version bump for autograd's saved copies to trip on
+        if buffers:  # the forward already updated the running statistics: once, as the plain model
+            with torch.no_grad():  # .data: no version bump for autograd's saved copies to trip on
+                torch._foreach_copy_([b.data for b in buffers], as_left)
         out = env.pop(first.output)
         self._produced(stage, sb, st, out, forward_pass=False)
 

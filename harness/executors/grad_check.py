@@ -14,8 +14,8 @@ import math
 from typing import Any, Mapping
 
 import torch
-from torch.utils._pytree import tree_leaves
 
+from harness.chain.graph import tensors_in
 from harness.errors import ProfilingError
 from harness.executors._torch_chain import TorchChain, output_gradient
 
@@ -42,7 +42,7 @@ def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> d
 def _the_tensor(output: Any) -> torch.Tensor:
     """The one tensor a model returns, also from a tuple or dict around it (``(logits,)``), as the
     chain reads it (``harness.chain.graph.Graph.returned_index``)."""
-    tensors = [leaf for leaf in tree_leaves(output) if isinstance(leaf, torch.Tensor)]
+    tensors = tensors_in(output)
     if len(tensors) != 1:
         raise ProfilingError(f"the model returns {len(tensors)} tensors; the gradient check needs one")
     return tensors[0]

@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -657,6 +658,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``membudget`` console script; returns the exit status."""
     args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    _plugin_warnings_in_one_line()
     previous = _stop_on_sigterm()
     try:
         return args.func(args)
@@ -671,6 +673,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _plugin_warnings_in_one_line() -> None:
+    """A plugin problem the registry worked around reads ``membudget: warning: ...``, not a source line."""
+    from harness.errors import PluginWarning
+
+    original = warnings.formatwarning
+    if getattr(original, "membudget", False):
+        return
+
+    def one_line(message: Any, category: type, filename: str, lineno: int, line: str | None = None) -> str:
+        if issubclass(category, PluginWarning):
+            return f"membudget: warning: {message}\n"
+        return original(message, category, filename, lineno, line)
+
+    one_line.membudget = True  # type: ignore[attr-defined]
+    warnings.formatwarning = one_line
 
 
 class Terminated(KeyboardInterrupt):

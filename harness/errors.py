@@ -7,6 +7,10 @@ class MembudgetError(Exception):
     """Base of every error the harness reports to a user (no traceback needed)."""
 
 
+class PluginWarning(UserWarning):
+    """A plugin problem the registry worked around (``harness.plugins``): the CLI prints it as one line."""
+
+
 class UnknownPlugin(MembudgetError, KeyError):
     """A suite or command named a profiler, planner, executor, allocator or model nobody registered."""
 

@@ -32,7 +32,7 @@ from typing import Any
 import pluggy
 
 from harness import hookspecs
-from harness.errors import UnknownPlugin
+from harness.errors import PluginWarning, UnknownPlugin
 
 KINDS = ("profiler", "planner", "executor", "allocator", "model")
 BUILTINS = "harness.builtins"  # the core's own hook implementations, loaded by name
@@ -157,7 +157,7 @@ class Registry:
     def _problem(self, text: str) -> None:
         if text not in self.problems:
             self.problems.append(text)
-            warnings.warn(text, stacklevel=3)
+            warnings.warn(text, PluginWarning, stacklevel=3)
 
     # -- lookups
     def names(self, kind: str) -> list[str]:

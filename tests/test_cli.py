@@ -77,6 +77,19 @@ def test_list_of_models_names_every_model_a_suite_takes(capsys):
     assert ("model", "builtin") in {(e["kind"], e["name"]) for e in json.loads(out)}
 
 
+def test_a_plugin_problem_reads_as_one_line(capsys):
+    """A plugin the registry worked around (a hook that raised, a name claimed twice) is one line on
+    stderr, not Python's 'file:line: UserWarning' with the source line of the registry."""
+    import warnings
+
+    from harness.errors import PluginWarning
+
+    _run(capsys, "list", "--kind", "planner")
+    shown = warnings.formatwarning("plugin x: its hook raised KeyError", PluginWarning, "/x/plugins.py", 91)
+    assert shown == "membudget: warning: plugin x: its hook raised KeyError\n"
+    assert "UserWarning" in warnings.formatwarning("other", UserWarning, "/x/y.py", 1)
+
+
 def test_list_shows_the_analytic_profilers_device_specs(capsys):
     from harness.profilers import devices
 

@@ -5,16 +5,26 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Callable
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` beside ``path`` and rename it over ``path`` (``os.replace`` is atomic)."""
+def replace_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` a file beside ``path``, then rename it over ``path`` (``os.replace`` is atomic).
+
+    On failure (a full disk) the temporary file goes and the ``OSError`` names ``path``, the file the
+    caller asked for.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        write(tmp)
         os.replace(tmp, path)
-    except OSError as exc:  # name the file the caller asked for, not the temporary one
+    except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` beside ``path`` and rename it over ``path`` (``replace_atomic``)."""
+    replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

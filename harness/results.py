@@ -239,9 +239,12 @@ def write_parquet(run_dir: Path) -> Path | None:
 
     if importlib.util.find_spec("pyarrow") is None:
         return None
+    from harness.files import replace_atomic
+
     run_dir = Path(run_dir)
     out = run_dir / ROWS_PARQUET
-    load_rows(run_dir).to_parquet(out, index=False)
+    frame = load_rows(run_dir)
+    replace_atomic(out, lambda tmp: frame.to_parquet(tmp, index=False))  # a full disk left it unreadable
     return out
 
 

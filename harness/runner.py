@@ -22,11 +22,14 @@ times a planner (docs/architecture.md, "Planning kernels").
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -246,23 +249,56 @@ def _import_ray() -> Any:
 
 
 def _resolve_run_dir(suite: Suite, root: Path, run_id: str | None, resume: bool,
-                     overwrite: bool) -> tuple[Path, bool]:
+                     overwrite: bool) -> tuple[Path, bool, bool]:
+    """(the run folder, whether the run resumes it, whether it is to be replaced first)."""
     suite_dir = root / suite.name
     if run_id is not None:
         path = suite_dir / run_id
         if path.exists() and not resume:
             if not overwrite:
                 raise MembudgetError(f"{path} exists: resume it (--resume) or replace it (--overwrite)")
-            shutil.rmtree(path)
-        return path, resume and path.exists()
+            return path, False, True
+        return path, resume and path.exists(), False
     if resume:
         runs = runs_of_suite(suite_dir)
         if runs:
-            return runs[-1].path, True
+            return runs[-1].path, True, False
     path = suite_dir / new_run_id()
     while path.exists():  # two runs in the same second
         path = path.with_name(path.name + "-1")
-    return path, False
+    return path, False, False
+
+
+class RunLock:
+    """One writer per run folder: an exclusive ``flock`` on a file beside it (``.<run id>.lock``, holding
+    the writer's pid, removed afterwards), taken before the folder is replaced or written. Two processes appending to one
+    ``rows.csv`` duplicated cases, and an ``--overwrite`` under a running run mixed the two."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path, self.fd = run_dir.with_name(f".{run_dir.name}.lock"), None
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise MembudgetError(f"{run_dir} is being written by another membudget run (pid {holder}): wait for "
+                                 "it to finish, or use another --run-id") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        """Let another run write the folder: the file goes, and closing it releases the lock."""
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
 
 
 def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: str) -> Iterator[UnitTask]:
@@ -285,38 +321,105 @@ def _needs_gpu(task: UnitTask) -> bool:
     return bool(getattr(task.executor, "needs_gpu", False)) or str(task.cases[0].device).startswith("cuda")
 
 
+WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
+               "killing it, e.g. for host memory); the other cases ran")
+
+
 def _run_local(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
     if jobs <= 1:
         for task in tasks:
             yield execute_unit(task)
         return
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool, pending = _pool(jobs), {}
+    try:
+        for task in tasks:
+            try:
+                pending[pool.submit(execute_unit, task)] = task
+            except BrokenProcessPool:  # a worker died since the last wait
+                pool = yield from _recover(pool, [task], pending, jobs)
+            while len(pending) >= 2 * jobs:
+                pool = yield from _collect_finished(pool, pending, jobs)
+        while pending:
+            pool = yield from _collect_finished(pool, pending, jobs)
+    finally:
+        _stop(pool)  # an interrupt, or a case that hangs, must not keep the process waiting for its workers
+
+
+def _collect_finished(pool: ProcessPoolExecutor, pending: dict, jobs: int):
+    """Yield the results of the units that finished; return the pool to go on with (``_recover``)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+    broken = []
+    for future in done:
+        task = pending.pop(future)
+        try:
+            yield future.result()
+        except BrokenProcessPool:
+            broken.append(task)
+    return (yield from _recover(pool, broken, pending, jobs)) if broken else pool
+
+
+def _recover(pool: ProcessPoolExecutor, broken: list[UnitTask], pending: dict, jobs: int):
+    """A worker that dies breaks the pool and every unit in it: each is run again alone, and the one
+    that dies again becomes an ``error`` row (``WORKER_DIED``) instead of ending the run; return a new pool."""
+    broken = broken + list(pending.values())
+    pending.clear()
+    _stop(pool)
+    for task in broken:
+        yield _run_alone(task)
+    return _pool(jobs)
+
+
+def _run_alone(task: UnitTask) -> UnitResult:
+    """``task`` in a worker of its own: its result, or error rows when that worker dies too."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = _pool(1)
+    try:
+        return pool.submit(execute_unit, task).result()
+    except BrokenProcessPool:
+        return execute_unit(replace(task, profile=None, profile_error=("error", WORKER_DIED)))
+    finally:
+        _stop(pool)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
     import multiprocessing
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = set()
-        for task in tasks:
-            pending.add(pool.submit(execute_unit, task))
-            while len(pending) >= 2 * jobs:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                yield from (f.result() for f in done)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            yield from (f.result() for f in done)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down without waiting: queued units are cancelled and running workers terminated."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # CPython's; terminate() needs them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
 
 
 def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
     ray = _import_ray()
     started = False
     if not ray.is_initialized():
+        handler = signal.getsignal(signal.SIGTERM)
         ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
                  logging_level="ERROR")
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)  # Ray's own aborted the process: exit 134, meta "running"
         started = True
     try:
         remote = ray.remote(execute_unit)
         pending = [remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t) for t in tasks]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+        while pending:  # a wait without a timeout blocks in C++, where Ctrl-C never reaches Python
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            if done:
+                yield ray.get(done[0])
     except BaseException:
         for ref in pending if "pending" in locals() else []:
             ray.cancel(ref, force=True)
@@ -360,7 +463,19 @@ def run_suite(
     """
     _check_arguments(run_id, resume, overwrite, backend, jobs)
     root = Path(results_root)
-    run_dir, resuming = _resolve_run_dir(suite, root, run_id, resume, overwrite)
+    run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
+    lock = RunLock(run_dir)
+    try:
+        if replacing:
+            shutil.rmtree(run_dir)
+        return _run_in(suite, root, run_dir, resuming, resume, backend, jobs, progress, on_rows)
+    finally:
+        lock.release()
+
+
+def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, backend: str, jobs: int,
+            progress: bool, on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
+    """``run_suite`` once its run folder is chosen and locked."""
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
     if resume and not resuming:
@@ -420,7 +535,12 @@ def run_suite(
         meta["status"] = status
         write_meta(run_dir, meta)
         if (run_dir / ROWS_CSV).exists():
-            write_parquet(run_dir)
+            try:
+                write_parquet(run_dir)
+            except OSError:
+                if status == "complete":
+                    raise
+                # else the error that stopped the run (rows.csv's full disk) is the one to report
     return RunOutcome(run_dir, load_rows(run_dir), ran, len(done), notes)
 
 

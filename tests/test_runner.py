@@ -286,7 +286,7 @@ def test_killed_process_resumes_from_its_rows(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == -9, done.stderr
-    run_dir = next((tmp_path / "r" / "kill").iterdir())
+    run_dir = next(p for p in (tmp_path / "r" / "kill").iterdir() if p.is_dir())  # a SIGKILL leaves .<id>.lock
     first = [r["case_id"] for r in _rows(run_dir)]
     assert len(first) == 5
     with open(run_dir / "rows.csv", "a") as f:  # as if killed in the middle of a write
@@ -315,6 +315,78 @@ def test_process_pool_gives_the_same_rows(tmp_path):
     two = _rows(run_suite(suite, tmp_path / "b", jobs=2, progress=False).run_dir)
     assert _comparable(one) == _comparable(two)
 
+
+
+def test_a_full_disk_leaves_the_old_parquet_and_reports_the_first_error(tmp_path, monkeypatch):
+    """rows.parquet is written beside and renamed: a disk that fills mid-write left it torn and unreadable.
+    Its failure never hides the error that stopped the run (rows.csv's), which named no file."""
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    from harness.results import load_rows
+
+    suite = _suite(tmp_path)
+    run_dir = run_suite(suite, tmp_path / "r", run_id="a", progress=False).run_dir
+    good = (run_dir / "rows.parquet").read_bytes()
+
+    def full_disk(self, path, **kwargs):
+        Path(path).write_bytes(b"PAR1 torn")
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk)
+    with pytest.raises(OSError) as info:
+        run_suite(suite, tmp_path / "r", run_id="a", progress=False, resume=True)
+    assert info.value.filename == str(run_dir / "rows.parquet")
+    assert (run_dir / "rows.parquet").read_bytes() == good and not list(run_dir.glob("*.tmp"))
+
+    def csv_full(self, rows):
+        raise OSError(28, "No space left on device", str(run_dir / "rows.csv"))
+
+    monkeypatch.setattr("harness.runner.RowWriter.append", csv_full)
+    with pytest.raises(OSError) as info:
+        run_suite(suite, tmp_path / "r", run_id="b", progress=False)
+    assert info.value.filename.endswith("rows.csv")
+    assert len(load_rows(run_dir)) == len(suite.cases())
+
+
+def test_a_run_folder_has_one_writer_at_a_time(tmp_path):
+    """A second run into a folder another run is writing (--resume, --overwrite) is refused before it
+    touches anything: two writers duplicated rows, and --overwrite deleted the first run's folder."""
+    from harness.errors import MembudgetError
+    from harness.runner import RunLock
+
+    suite = _suite(tmp_path)
+    first = run_suite(suite, tmp_path / "r", run_id="a", progress=False)
+    before = (first.run_dir / "rows.csv").read_text()
+    held = RunLock(first.run_dir)  # as a run in another process holds it
+    try:
+        for how in ({"resume": True}, {"overwrite": True}):
+            with pytest.raises(MembudgetError, match=f"is being written by another membudget run .pid {os.getpid()}."):
+                run_suite(suite, tmp_path / "r", run_id="a", progress=False, **how)
+            assert (first.run_dir / "rows.csv").read_text() == before
+    finally:
+        held.release()
+    assert run_suite(suite, tmp_path / "r", run_id="a", progress=False, overwrite=True).ran == len(suite.cases())
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch):
+    """A planner that kills its worker process (a crash in native code, os._exit, the OS) under --jobs 2:
+    its cases are error rows that say so, every other case has its row, and no worker is left behind.
+    The dead worker broke the pool and the run with it (a BrokenProcessPool traceback, 14 of 56 rows)."""
+    import multiprocessing
+
+    from harness.runner import WORKER_DIED
+
+    monkeypatch.setenv("MEMBUDGET_TEST_KILL_AT", "1")  # each worker process dies on its first killer plan
+    text = support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[keep-all, killer]")
+    suite = _suite(tmp_path, text.replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[0.5, 1.0]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", jobs=2, progress=False).run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    killed = [r for r in rows if r["planner"] == "killer"]
+    assert len(killed) == 4 and all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in killed)
+    assert all(r["status"] in ("ok", "infeasible") for r in rows if r["planner"] == "keep-all")
+    assert not multiprocessing.active_children()
 
 
 @pytest.mark.parametrize("run_id", ["../../escape", "a/b", "..", ".", "", "{tmp}/abs", ".hidden", "a\\b"])

@@ -467,19 +467,23 @@ def run_suite(
     lock = RunLock(run_dir)
     try:
         if replacing:
-            shutil.rmtree(run_dir)
-        return _run_in(suite, root, run_dir, resuming, resume, backend, jobs, progress, on_rows)
+            try:
+                shutil.rmtree(run_dir)
+            except OSError as exc:  # rmtree names the file inside, relative to the folder
+                raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
+        return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, progress, on_rows)
     finally:
         lock.release()
 
 
-def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, backend: str, jobs: int,
-            progress: bool, on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
+def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
+            jobs: int, progress: bool, on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
     if resume and not resuming:
-        notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
+        notes.append(f"{run_dir} does not exist yet: started it" if run_dir.name == run_id else
+                     f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
     if resuming:
         rerun = drop_interrupt_rows(run_dir)

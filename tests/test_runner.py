@@ -349,6 +349,28 @@ def test_a_full_disk_leaves_the_old_parquet_and_reports_the_first_error(tmp_path
     assert len(load_rows(run_dir)) == len(suite.cases())
 
 
+def test_resuming_a_run_id_that_does_not_exist_says_so(tmp_path):
+    """Not 'nothing to resume under results/synth' when that folder holds other runs."""
+    suite = _suite(tmp_path)
+    run_suite(suite, tmp_path / "r", run_id="other", progress=False)
+    outcome = run_suite(suite, tmp_path / "r", run_id="new", resume=True, progress=False)
+    assert f"{tmp_path / 'r' / 'synth' / 'new'} does not exist yet: started it" in outcome.notes
+
+
+def test_a_run_folder_that_cannot_be_replaced_is_named(tmp_path, monkeypatch):
+    """--overwrite on a read-only folder: rmtree's error named a profile file relative to it."""
+    suite = _suite(tmp_path)
+    run_dir = run_suite(suite, tmp_path / "r", run_id="a", progress=False).run_dir
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(30, "Read-only file system", "synthetic_chain4-b2.json")
+
+    monkeypatch.setattr("harness.runner.shutil.rmtree", read_only)
+    with pytest.raises(OSError) as info:
+        run_suite(suite, tmp_path / "r", run_id="a", overwrite=True, progress=False)
+    assert info.value.filename == str(run_dir) and "Read-only file system" in info.value.strerror
+
+
 def test_a_run_folder_has_one_writer_at_a_time(tmp_path):
     """A second run into a folder another run is writing (--resume, --overwrite) is refused before it
     touches anything: two writers duplicated rows, and --overwrite deleted the first run's folder."""

@@ -441,8 +441,9 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         line = [f"{budget} ({fmt_bytes(size.iloc[0]) if len(size) else '-'})"]
         winners = fastest(table.cells, budget)
         if not winners:
-            ran = any(c.ok for (p, b), c in table.cells.items() if b == budget)
-            lines.append(line + [f"none trained the same network ({GRAD_FLAG})" if ran else "none fits", *["-"] * 7])
+            any_ran = any(c.ok for (p, b), c in table.cells.items() if b == budget)
+            lines.append(line + [f"none trained the same network ({GRAD_FLAG})" if any_ran else "none fits",
+                                 *["-"] * 7])
             bad.add((i, 1))
             continue
         winner = next(p for p in planners if p in winners)  # ties: the first listed

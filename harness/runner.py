@@ -433,13 +433,6 @@ def _as_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def plugin_problems() -> list[str]:
-    """The plugin problems of this process (``harness.plugins.Registry.problems``)."""
-    from harness.plugins import registry
-
-    return list(registry().problems)
-
-
 def run_suite(
     suite: Suite,
     results_root: str | Path = "results",
@@ -500,6 +493,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
 
     meta = read_meta(run_dir) if resuming else {}
     from harness.environment import environment
+    from harness.plugins import registry
 
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
                "jobs": jobs, "cases_to_run": n_todo, "cases_already_done": len(done)}
@@ -509,7 +503,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
                      "earlier_specs")
     meta.update(
         suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
-        cases=len(cases), skipped_plugins=[*suite.skipped, *plugin_problems()], environment=environment(),
+        cases=len(cases), skipped_plugins=[*suite.skipped, *registry().problems], environment=environment(),
         device=suite.spec.device, profiler=suite.spec.profiler,
     )
     meta.setdefault("sessions", []).append(session)

@@ -432,7 +432,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in suite.skipped:
         print(f"membudget: note: {note}", file=sys.stderr)
     outcome = run_suite(suite, args.output, run_id=args.run_id, resume=args.resume, backend=args.backend,
-                        jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite)
+                        jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite,
+                        case_timeout=args.case_timeout)
     order = {c.case_id: k for k, c in enumerate(suite.cases())}
     frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
     counts = frame["status"].value_counts().to_dict()
@@ -573,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace the run folder --run-id if it exists")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--jobs", type=_positive_int, default=1, help="parallel workers (local: process pool; ray: CPUs)")
+    p.add_argument("--case-timeout", type=_positive_seconds, metavar="SECONDS",
+                   help="stop a case that runs longer (an error row; the other cases run); default: the "
+                        "suite's case_timeout_s, else no limit")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -610,6 +614,16 @@ def _non_negative_float(text: str) -> float:
         value = math.nan  # refused below, with the same words
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan  # refused below, with the same words
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
 
 

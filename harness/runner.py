@@ -13,8 +13,9 @@ to ``rows.csv`` the moment their unit finishes, so an interrupted run resumes wi
 that records an interrupt (written before interrupts were recognised) is removed and its
 case runs again.
 
-Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool;
-``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
+Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool
+(``harness.workers``: a worker that dies, or a unit past the case time limit
+``case_timeout_s``, costs that unit's rows only); ``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
 time excludes Numba compilation: every process plans once on a tiny chain before it
 times a planner (docs/architecture.md, "Planning kernels").
 """
@@ -28,7 +29,6 @@ import shutil
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +46,7 @@ from harness.results import (  # slug and profile_file: the run folder's file na
     runs_of_suite, slug, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
+from harness.workers import run_in_workers
 
 BACKENDS = ("local", "ray")
 
@@ -222,9 +223,11 @@ class ProfileCache:
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 
 
-def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend: str, jobs: int) -> None:
+def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend: str, jobs: int,
+                     case_timeout: float | None) -> None:
     """Refuse what would misbehave, before anything is written: a run id that is a path, a
-    contradiction, no workers, a backend that is not installed."""
+    contradiction, no workers, a time limit that is not a positive number of seconds or that the
+    backend cannot keep, a backend that is not installed."""
     if run_id is not None and not RUN_ID.match(run_id):
         raise MembudgetError(f"--run-id {run_id!r}: a run id is one plain folder name (letters, digits and "
                              f"._=+-, starting with a letter or digit), e.g. nightly-2024-01-31")
@@ -235,6 +238,14 @@ def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend:
         raise MembudgetError(f"--jobs {jobs!r}: the number of workers is a whole number >= 1")
     if backend not in BACKENDS:
         raise MembudgetError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if case_timeout is not None:
+        if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or not case_timeout > 0 \
+                or case_timeout == float("inf"):
+            raise MembudgetError(f"case time limit {case_timeout!r} (case_timeout_s, --case-timeout): a number "
+                                 "of seconds > 0")
+        if backend == "ray":
+            raise MembudgetError("a case time limit (case_timeout_s, --case-timeout) needs --backend local "
+                                 "(--jobs N for parallel workers): the ray backend cannot stop a case")
     if backend == "ray":
         _import_ray()
 
@@ -321,86 +332,17 @@ def _needs_gpu(task: UnitTask) -> bool:
     return bool(getattr(task.executor, "needs_gpu", False)) or str(task.cases[0].device).startswith("cuda")
 
 
-WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
-               "killing it, e.g. for host memory); the other cases ran")
-
-
-def _run_local(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
-    if jobs <= 1:
+def _run_local(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Iterator[UnitResult]:
+    if jobs <= 1 and limit is None:
         for task in tasks:
             yield execute_unit(task)
         return
-    from concurrent.futures.process import BrokenProcessPool
-
-    pool, pending = _pool(jobs), {}
-    try:
-        for task in tasks:
-            try:
-                pending[pool.submit(execute_unit, task)] = task
-            except BrokenProcessPool:  # a worker died since the last wait
-                pool = yield from _recover(pool, [task], pending, jobs)
-            while len(pending) >= 2 * jobs:
-                pool = yield from _collect_finished(pool, pending, jobs)
-        while pending:
-            pool = yield from _collect_finished(pool, pending, jobs)
-    finally:
-        _stop(pool)  # an interrupt, or a case that hangs, must not keep the process waiting for its workers
+    yield from run_in_workers(tasks, jobs, execute_unit, _failed, limit)
 
 
-def _collect_finished(pool: ProcessPoolExecutor, pending: dict, jobs: int):
-    """Yield the results of the units that finished; return the pool to go on with (``_recover``)."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-    broken = []
-    for future in done:
-        task = pending.pop(future)
-        try:
-            yield future.result()
-        except BrokenProcessPool:
-            broken.append(task)
-    return (yield from _recover(pool, broken, pending, jobs)) if broken else pool
-
-
-def _recover(pool: ProcessPoolExecutor, broken: list[UnitTask], pending: dict, jobs: int):
-    """A worker that dies breaks the pool and every unit in it: each is run again alone, and the one
-    that dies again becomes an ``error`` row (``WORKER_DIED``) instead of ending the run; return a new pool."""
-    broken = broken + list(pending.values())
-    pending.clear()
-    _stop(pool)
-    for task in broken:
-        yield _run_alone(task)
-    return _pool(jobs)
-
-
-def _run_alone(task: UnitTask) -> UnitResult:
-    """``task`` in a worker of its own: its result, or error rows when that worker dies too."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    pool = _pool(1)
-    try:
-        return pool.submit(execute_unit, task).result()
-    except BrokenProcessPool:
-        return execute_unit(replace(task, profile=None, profile_error=("error", WORKER_DIED)))
-    finally:
-        _stop(pool)
-
-
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    import multiprocessing
-
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Shut ``pool`` down without waiting: queued units are cancelled and running workers terminated."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # CPython's; terminate() needs them
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
+def _failed(task: UnitTask, message: str) -> UnitResult:
+    """The ``error`` rows of a unit that did not finish (its worker died or ran out of time)."""
+    return execute_unit(replace(task, profile=None, profile_error=("error", message)))
 
 
 def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
@@ -443,18 +385,24 @@ def run_suite(
     jobs: int = 1,
     progress: bool = True,
     overwrite: bool = False,
+    case_timeout: float | None = None,
     on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> RunOutcome:
     """Run every case of ``suite`` not yet in the run folder; return the folder and all its rows.
 
     ``resume`` continues the run ``run_id`` (default: the suite's latest) instead of
     starting a new one; ``overwrite`` replaces an existing run folder ``run_id``.
+    ``case_timeout`` (seconds; default the suite's ``case_timeout_s``) stops a unit that runs
+    longer and makes its rows ``error`` rows (``harness.workers``); with a limit, even
+    ``jobs=1`` runs its units in a worker process, since only a process can be stopped.
     ``KeyboardInterrupt`` (or any failure once the run folder exists) stops the run after
     marking it interrupted; every finished case is already on disk. A run id that is not one
     plain folder name, ``resume`` with ``overwrite``, ``jobs < 1`` or the ``ray`` backend
     without Ray is a ``MembudgetError`` before anything is written.
     """
-    _check_arguments(run_id, resume, overwrite, backend, jobs)
+    if case_timeout is None:
+        case_timeout = suite.spec.case_timeout_s
+    _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout)
     root = Path(results_root)
     run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     lock = RunLock(run_dir)
@@ -464,13 +412,15 @@ def run_suite(
                 shutil.rmtree(run_dir)
             except OSError as exc:  # rmtree names the file inside, relative to the folder
                 raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
-        return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, progress, on_rows)
+        return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, case_timeout, progress,
+                       on_rows)
     finally:
         lock.release()
 
 
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
-            jobs: int, progress: bool, on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
+            jobs: int, case_timeout: float | None, progress: bool,
+            on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
@@ -496,7 +446,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     from harness.plugins import registry
 
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
-               "jobs": jobs, "cases_to_run": n_todo, "cases_already_done": len(done)}
+               "jobs": jobs, "case_timeout_s": case_timeout, "cases_to_run": n_todo, "cases_already_done": len(done)}
     if meta and _as_json(meta.get("spec")) != _as_json(suite.raw):  # keep the specs the earlier rows ran
         meta.setdefault("earlier_specs", []).append({"source": meta.get("source"), "spec": meta.get("spec")})
         notes.append(f"the suite differs from the one {run_dir} ran before; meta.json keeps that one under "
@@ -514,7 +464,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
         tasks = _tasks(suite, todo_units, cache, run_dir.name)
-        results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs)
+        results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs, case_timeout)
         with _progress(progress, n_todo, suite.name) as advance:
             for result in results:
                 if result.timeline is not None:

@@ -22,6 +22,7 @@ A suite (docs/architecture.md, "Suites and results")::
     seeds: [0]
     excludes: [{planner: keep-all, budget: 0}]    # drop matching cases
     timelines: true                     # or false, or a list of matches like excludes
+    case_timeout_s: 600                 # optional: a case running longer is stopped, an error row
     include: [base.yaml]                # suites merged in first (see ``load_suite``)
 
 Every error names the file, the line and the field (``suites/x.yaml:7: models[0].batch_sizes[1]:
@@ -301,6 +302,9 @@ class SuiteSpec(_Strict):
     excludes: list[dict[str, Any]] = Field(default_factory=list)
     timelines: Any = True
     validate_schedules: StrictBool = Field(default=True, alias="validate")
+    # seconds a case (with the allocator cases that share its run) may take before it is stopped
+    # and recorded as an error (harness.workers); None: no limit. `membudget run --case-timeout` overrides it
+    case_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @field_validator("excludes")
     @classmethod

@@ -266,6 +266,8 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
 @pytest.mark.parametrize("argv,needle", [
     (["--run-id", "../../escape"], "--run-id '../../escape': a run id is one plain folder name"),
     (["--run-id", "x", "--resume", "--overwrite"], "--resume or --overwrite, not both"),
+    (["--case-timeout", "5", "--backend", "ray"], "a case time limit (case_timeout_s, --case-timeout) needs "
+                                                  "--backend local"),
 ])
 def test_run_refuses_bad_arguments_in_one_line_before_writing(capsys, tmp_path, argv, needle):
     suite = support.write_suite(tmp_path)
@@ -280,6 +282,16 @@ def test_run_refuses_fewer_than_one_job(capsys, tmp_path, jobs):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(suite), "-o", str(tmp_path / "r"), f"--jobs={jobs}"])
     assert exc.value.code == 2 and "argument --jobs: must be a whole number >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "inf", "nan", "1m"])
+def test_run_refuses_a_case_time_limit_that_is_not_seconds(capsys, tmp_path, limit):
+    suite = support.write_suite(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(suite), "-o", str(tmp_path / "r"), f"--case-timeout={limit}"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument --case-timeout: must be a number of seconds > 0, got '{limit}'" in err
     assert not (tmp_path / "r").exists()
 
 

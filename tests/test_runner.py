@@ -398,7 +398,7 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch):
     The dead worker broke the pool and the run with it (a BrokenProcessPool traceback, 14 of 56 rows)."""
     import multiprocessing
 
-    from harness.runner import WORKER_DIED
+    from harness.workers import WORKER_DIED
 
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_AT", "1")  # each worker process dies on its first killer plan
     text = support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[keep-all, killer]")
@@ -409,6 +409,68 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch):
     assert len(killed) == 4 and all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in killed)
     assert all(r["status"] in ("ok", "infeasible") for r in rows if r["planner"] == "keep-all")
     assert not multiprocessing.active_children()
+
+
+HANG_SUITE = support.SUITE.format(name="hang").replace("[keep-all, prefix]", "[keep-all, hang]").replace(
+    "[0, 0.5, 1.0]", "[1.0]")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_case_past_the_time_limit_costs_its_case_only(tmp_path, jobs):
+    """A planner that never returns (``hang`` on chain8 at batch 1) under a 3 s case time limit, in this
+    process's place (jobs=1) or beside another worker (jobs=2): its case is an error row that names the
+    limit, every other case has its own row, the run is complete, and no worker is left behind. Without
+    the limit the run never ends."""
+    import multiprocessing
+
+    from harness.workers import timed_out
+
+    suite = _suite(tmp_path, HANG_SUITE)
+    outcome = run_suite(suite, tmp_path / "r", jobs=jobs, case_timeout=3, progress=False)
+    rows = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    stopped = [r for r in rows if r["status"] == "error"]
+    assert [(r["planner"], r["model"], r["batch_size"]) for r in stopped] == [("hang", "synthetic:chain8", "1")]
+    assert stopped[0]["message"] == timed_out(3) and "3 s" in stopped[0]["message"]
+    assert all(r["status"] == "ok" for r in rows if r not in stopped)
+    meta = read_meta(outcome.run_dir)
+    assert meta["status"] == "complete" and meta["sessions"][-1]["case_timeout_s"] == 3
+    assert not multiprocessing.active_children()
+
+
+def test_the_suite_sets_the_case_time_limit_and_resume_keeps_a_stopped_case(tmp_path):
+    """``case_timeout_s`` in the suite is the limit when the caller gives none; a resumed run does not run
+    a stopped case again (it would hang again: a GPU slice would spend itself on it), while a limit the
+    caller gives replaces the suite's."""
+    suite = _suite(tmp_path, HANG_SUITE + "case_timeout_s: 2.5\n")
+    assert suite.spec.case_timeout_s == 2.5
+    outcome = run_suite(suite, tmp_path / "r", run_id="a", progress=False)
+    assert [r["message"] for r in _rows(outcome.run_dir) if r["status"] == "error"] == [
+        __import__("harness.workers", fromlist=["timed_out"]).timed_out(2.5)]
+    again = run_suite(suite, tmp_path / "r", run_id="a", resume=True, case_timeout=60, progress=False)
+    assert again.ran == 0 and len(_rows(again.run_dir)) == len(suite.cases())
+    assert read_meta(again.run_dir)["sessions"][-1]["case_timeout_s"] == 60
+
+
+@pytest.mark.parametrize("limit, backend, words", [
+    (0, "local", "a number of seconds > 0"), (-1.5, "local", "a number of seconds > 0"),
+    (float("inf"), "local", "a number of seconds > 0"), (True, "local", "a number of seconds > 0"),
+    (10, "ray", "needs --backend local"),
+])
+def test_a_case_time_limit_that_cannot_hold_is_refused_before_the_run(tmp_path, limit, backend, words):
+    from harness.errors import MembudgetError
+
+    with pytest.raises(MembudgetError, match=words):
+        run_suite(_suite(tmp_path), tmp_path / "r", case_timeout=limit, backend=backend, progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "inf", "nan", "soon"])
+def test_the_suite_refuses_a_case_time_limit_that_is_not_positive_seconds(tmp_path, value):
+    from harness.suite import SuiteError
+
+    with pytest.raises(SuiteError, match="case_timeout_s"):
+        _suite(tmp_path, support.SUITE.format(name="t") + f"case_timeout_s: {value}\n")
 
 
 @pytest.mark.parametrize("run_id", ["../../escape", "a/b", "..", ".", "", "{tmp}/abs", ".hidden", "a\\b"])

@@ -5,7 +5,7 @@ sizes and times that grow with the batch), a simple offloading planner ``prefix`
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
 (its first call is slow, like a Numba compile),
-``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
+``hang`` (never returns on one model), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
 Numba kernel reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer`` (SIGKILLs its own process on its
 Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
@@ -193,6 +193,21 @@ class SlowFirst(Prefix):
         return super().plan(profile, budget_bytes, **options)
 
 
+class Hang(Prefix):
+    """Like ``prefix``, but it never returns on ``synthetic:chain8`` at batch 1 (a planner stuck in a loop)."""
+
+    name = "hang"
+    description = "never returns on chain8 at batch 1 (test plugin)"
+
+    def plan(self, profile, budget_bytes, **options):
+        """Sleep for an hour on chain8 at batch 1, else plan like ``prefix``."""
+        if (profile.model, profile.batch_size) == ("synthetic:chain8", 1):
+            import time
+
+            time.sleep(3600)
+        return super().plan(profile, budget_bytes, **options)
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -206,7 +221,8 @@ class Plugin:
 
     @hookimpl
     def membudget_register_planners(self, register):
-        for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst()):
+        for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst(),
+                        Hang()):
             register(planner)
 
 

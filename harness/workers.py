@@ -1,0 +1,210 @@
+"""Units in worker processes: a crash costs its own case, and so does a case past its time limit.
+
+``run_in_workers`` is the ``local`` backend's pool (``harness.runner``): it runs
+``execute(task)`` for each task in a pool of ``jobs`` spawned processes and yields the
+results as they finish. Two failures become the task's rows (``fail(task, message)``)
+instead of ending the run:
+
+- **a worker that dies** (a crash in native code, ``os._exit``, the OS killing it) breaks
+  the pool and every unit in it; each of those runs again alone, and the one that dies
+  again gets ``WORKER_DIED``;
+- **a unit that runs past the case time limit** (``limit`` seconds from the moment its
+  worker starts it; the wait in the pool's queue does not count): its worker is killed,
+  which frees whatever it held (host and GPU memory), and the unit gets ``timed_out(limit)``.
+  The workers report each start through a queue, since the pool itself does not say when a
+  unit leaves its queue. The kill breaks the pool; the other units in it run again in a new one.
+
+An interrupt (Ctrl-C, SIGTERM through the runner) shuts the pool down at once: queued
+units are cancelled and running workers terminated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import queue as queues
+import signal
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Iterable, Iterator
+
+WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
+               "killing it, e.g. for host memory); the other cases ran")
+POLL_S = 1.0  # how often the parent looks for start reports while no started unit has a deadline
+
+
+def timed_out(limit: float) -> str:
+    """The message of a unit stopped by the case time limit ``limit`` (seconds)."""
+    return (f"stopped after {limit:g} s: the case time limit (case_timeout_s in the suite, --case-timeout "
+            f"on the command line); the other cases ran")
+
+
+def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any], fail: Callable[[Any, str], Any],
+                   limit: float | None = None) -> Iterator[Any]:
+    """Yield ``execute(task)`` for every task, run in ``jobs`` worker processes, as each finishes.
+
+    ``execute`` is a module-level function (the workers are spawned, so it is pickled by
+    name). A task whose worker dies, or that runs more than ``limit`` seconds (None: no
+    limit), yields ``fail(task, message)`` instead. At most ``2 * jobs`` tasks are submitted
+    ahead, so a long iterable of tasks is consumed as the pool goes.
+    """
+    watch = _Watch(jobs, execute, limit)
+    pending: dict[Future, Any] = {}
+    try:
+        for task in tasks:
+            try:
+                pending[watch.submit(task)] = task
+            except BrokenProcessPool:  # a worker died since the last wait
+                yield from _recover(watch, {None: task}, pending, fail)
+            while len(pending) >= 2 * jobs:
+                yield from _collect_finished(watch, pending, fail)
+        while pending:
+            yield from _collect_finished(watch, pending, fail)
+    finally:
+        watch.stop()  # an interrupt must not keep the process waiting for its workers
+
+
+def _collect_finished(watch: _Watch, pending: dict[Future, Any], fail: Callable[[Any, str], Any]) -> Iterator[Any]:
+    """Yield the results of the units that finished; a broken pool sends them all to ``_recover``."""
+    broken: dict[Future | None, Any] = {}
+    for future in watch.wait(pending):
+        task = pending.pop(future)
+        try:
+            yield future.result()
+        except BrokenProcessPool:
+            broken[future] = task
+    if broken:
+        yield from _recover(watch, broken, pending, fail)
+
+
+def _recover(watch: _Watch, broken: dict[Future | None, Any], pending: dict[Future, Any],
+             fail: Callable[[Any, str], Any]) -> Iterator[Any]:
+    """The pool is broken, and with it every unit it held: the units stopped for their time limit
+    fail, and the watch starts a new pool. When one was stopped, that explains the break and the
+    others go back into the new pool (into ``pending``); otherwise a worker died, and each other
+    unit runs again alone, so that the one that dies again fails (``WORKER_DIED``) by itself."""
+    broken.update(pending)
+    pending.clear()
+    watch.stop()
+    again = {future: task for future, task in broken.items() if not watch.stopped(future)}
+    for future, task in broken.items():
+        if future not in again:
+            yield fail(task, timed_out(watch.limit))
+    watch.start()
+    if len(again) < len(broken):
+        pending.update({watch.submit(task): task for task in again.values()})
+    else:
+        for task in again.values():
+            yield _run_alone(watch, task, fail)
+
+
+def _run_alone(watch: _Watch, task: Any, fail: Callable[[Any, str], Any]) -> Any:
+    """``task`` in a worker of its own: its result, or ``fail``'s when that worker dies or runs out of time."""
+    alone = _Watch(1, watch.execute, watch.limit)
+    try:
+        future = alone.submit(task)
+        alone.wait({future: task})
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            return fail(task, timed_out(alone.limit) if alone.stopped(future) else WORKER_DIED)
+    finally:
+        alone.stop()
+
+
+# --------------------------------------------------------------------------- the pool and its clock
+
+_started: Any = None  # in a worker: the queue its start reports go to
+
+
+def _start_worker(started: Any) -> None:
+    global _started
+    _started = started
+
+
+def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> Any:
+    """In a worker: say that unit ``token`` starts now, then run it."""
+    if _started is not None:
+        _started.put((token, os.getpid(), time.monotonic()))  # one clock for every process of the machine
+    return execute(task)
+
+
+class _Watch:
+    """A pool of spawned workers, and the clock that kills a unit's worker once the unit has run
+    ``limit`` seconds. ``start`` makes a new pool after ``stop``; the queue of start reports and
+    the record of stopped units outlive the pools."""
+
+    def __init__(self, jobs: int, execute: Callable[[Any], Any], limit: float | None) -> None:
+        self.jobs, self.execute, self.limit = jobs, execute, limit
+        self._context = multiprocessing.get_context("spawn")
+        self._reports = self._context.Queue() if limit is not None else None
+        self._tokens: dict[Future, int] = {}
+        self._started: dict[int, tuple[int, float]] = {}  # token -> (worker pid, start)
+        self._stopped: set[int] = set()
+        self._count = itertools.count()
+        self.start()
+
+    def start(self) -> None:
+        """A new pool of ``jobs`` workers."""
+        self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context,
+                                        initializer=_start_worker, initargs=(self._reports,))
+
+    def submit(self, task: Any) -> Future:
+        """Submit ``task``; raises ``BrokenProcessPool`` when a worker died since the last wait."""
+        token = next(self._count)
+        future = self.pool.submit(_execute_reporting, self.execute, task, token)
+        self._tokens[future] = token
+        return future
+
+    def wait(self, futures: Iterable[Future]) -> set[Future]:
+        """Wait until one of ``futures`` is done (a killed worker's unit is done: its pool broke);
+        kill the worker of each unit past the time limit meanwhile."""
+        futures = list(futures)
+        while True:
+            done, _ = wait(futures, timeout=self._until_next_deadline(futures), return_when=FIRST_COMPLETED)
+            if done:
+                return done
+            self._kill_overdue(futures)
+
+    def stopped(self, future: Future | None) -> bool:
+        """Whether ``future``'s unit was stopped for running past the time limit."""
+        return future is not None and self._tokens.get(future) in self._stopped
+
+    def stop(self) -> None:
+        """Shut the pool down without waiting: queued units are cancelled and running workers terminated."""
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())  # CPython's; terminate() needs them
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+
+    def _read_reports(self) -> None:
+        while True:
+            try:
+                token, pid, started = self._reports.get_nowait()
+            except queues.Empty:
+                return
+            self._started[token] = (pid, started)
+
+    def _until_next_deadline(self, futures: list[Future]) -> float | None:
+        if self.limit is None:
+            return None
+        self._read_reports()
+        starts = [self._started[t][1] for t in map(self._tokens.get, futures) if t in self._started]
+        if not starts:
+            return POLL_S
+        return min(POLL_S, max(0.0, min(starts) + self.limit - time.monotonic()) + 0.01)
+
+    def _kill_overdue(self, futures: list[Future]) -> None:
+        now = time.monotonic()
+        for token in map(self._tokens.get, futures):
+            if token in self._started and token not in self._stopped and now - self._started[token][1] >= self.limit:
+                self._stopped.add(token)
+                try:
+                    os.kill(self._started[token][0], signal.SIGKILL)
+                except ProcessLookupError:  # it finished, or died, a moment ago
+                    pass

@@ -183,6 +183,10 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
         planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
                             seed=seed)
+    except MemoryError as exc:  # the host's memory (the planner's tables), not the budget failing on the device
+        fields["status"] = "error"
+        fields["message"] = f"the host ran out of memory while planning: {type(exc).__name__}: {exc}".strip()
+        return CaseOutcome(fields)
     except Exception as exc:  # one failing case is a row, never a lost suite
         fields["status"], fields["message"] = classify(exc)
         return CaseOutcome(fields)

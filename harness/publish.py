@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from harness.results import (ROWS_CSV, ResultsError, RunFolder, RunProfiles, check_results_table, find_runs, load_rows,
-                             read_meta)
+                             read_meta, write_frame_csv)
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -282,7 +282,7 @@ class Cell:
 
 def over_budget_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """The allocator rows whose arena the runner found not to fit the budget (``arena_fits_budget``)."""
-    return rows[(rows["allocator"] != "") & (rows["arena_fits_budget"] == "false")]
+    return rows[(rows["allocator"] != "") & rows["arena_fits_budget"].eq(False).fillna(False)]
 
 
 def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple[str, str], Cell]:
@@ -934,7 +934,7 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             bad.add((i, 1))
     doc.table(cols, rows, bad)
     table_file = f"{_slug(suite)}.csv"  # not rows.csv: a published folder is not a run folder
-    frame.to_csv(out / table_file, index=False)  # with the common columns filled in
+    write_frame_csv(frame, out / table_file)  # with the common columns filled in
     doc.para(f"Every column of every case: {table_file} (the columns are documented in docs/results.md).",
              small=True)
     written.append(out / table_file)

@@ -4,6 +4,10 @@ One row a case (docs/architecture.md, "Suites and results"). The first columns, 
 are the ones users script against: never renamed. ``COLUMNS`` adds more after them;
 docs/results.md documents every one.
 
+The format carries a version, ``FORMAT_VERSION``, written to every run's ``meta.json``
+(docs/results.md, "Format versions"): a run folder of a newer format is refused by name
+before anything reads or writes it, since this version would drop the columns it does not know.
+
 Rows are appended to ``rows.csv`` one finished case at a time (one ``write`` and an
 ``fsync`` each), so a run that is interrupted keeps every case it finished and
 ``--resume`` can skip them. A torn last line (the process killed mid-write) is dropped
@@ -53,18 +57,24 @@ EXTRA_COLUMNS: tuple[str, ...] = (
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
+# 1: the runs before the version was written (no format_version in meta.json); 2: format_version in
+# meta.json, and rows.parquet's flags (valid, arena_fits_budget, placement_optimal) as booleans and
+# iterations and held_max_bytes as integers, where 1 had them as text
+FORMAT_VERSION = 2
 
 ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta.json", "timelines"
 
 _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
                 "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
-                "predicted_peak_bytes", "placement_lower_bound_bytes", "planning_budget_bytes", "runtime_bytes", "fragmentation_bytes",
-                "reserved_predicted_bytes", "kept_bytes", "offloaded_bytes", "recomputed_bytes", "weight_bytes")
+                "predicted_peak_bytes", "placement_lower_bound_bytes", "planning_budget_bytes", "runtime_bytes",
+                "fragmentation_bytes", "reserved_predicted_bytes", "kept_bytes", "offloaded_bytes", "recomputed_bytes",
+                "weight_bytes", "iterations", "held_max_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",
                   "grad_error", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown", "recompute_s")
+_BOOL_COLUMNS = ("valid", "arena_fits_budget", "placement_optimal")  # true / false / empty (not checked)
 
 
 class ResultsError(ValueError):
@@ -213,23 +223,35 @@ def drop_interrupt_rows(run_dir: Path) -> set[str]:
 
 
 def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:
-    """A typed DataFrame of rows (ints as nullable Int64, floats as float, the rest as text)."""
+    """A typed DataFrame of rows: ints as nullable Int64, floats as float (NaN when empty), the flags
+    as nullable booleans (NA: not checked), the rest as text ("" when empty)."""
     frame = pd.DataFrame(list(rows), columns=list(COLUMNS))
     for col in _INT_COLUMNS:
         frame[col] = pd.to_numeric(frame[col].replace("", None), errors="coerce").astype("Int64")
     for col in _FLOAT_COLUMNS:
         frame[col] = pd.to_numeric(frame[col].replace("", None), errors="coerce").astype(float)
-    text_cols = [c for c in COLUMNS if c not in _INT_COLUMNS and c not in _FLOAT_COLUMNS]
+    for col in _BOOL_COLUMNS:
+        text = frame[col].astype(object).where(frame[col].notna(), "").astype(str).str.lower()
+        frame[col] = text.map({"true": True, "false": False}).astype("boolean")
+    text_cols = [c for c in COLUMNS if c not in _INT_COLUMNS and c not in _FLOAT_COLUMNS and c not in _BOOL_COLUMNS]
     for col in text_cols:
         frame[col] = frame[col].astype(object).where(frame[col].notna(), "").astype(str)
     return frame
 
 
+def write_frame_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Write a frame of rows (``to_frame``'s, columns added or not) as CSV in ``rows.csv``'s conventions:
+    the flags as true/false, an empty cell for a missing value."""
+    flags = {c: frame[c].map({True: "true", False: "false"}).fillna("") for c in _BOOL_COLUMNS if c in frame}
+    frame.assign(**flags).to_csv(path, index=False)
+
+
 def load_rows(run_dir: Path) -> pd.DataFrame:
-    """The rows of one run folder as a typed DataFrame."""
+    """The rows of one run folder as a typed DataFrame (a run of a newer format is refused)."""
     run_dir = Path(run_dir)
     if not (run_dir / ROWS_CSV).exists():
         raise ResultsError(f"{run_dir}: no {ROWS_CSV} here; is this a run folder (results/<suite>/<run-id>)?")
+    read_meta(run_dir)
     return to_frame(read_rows_csv(run_dir / ROWS_CSV))
 
 
@@ -277,14 +299,24 @@ class RunProfiles:
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
-    """A run's ``meta.json`` ({} when missing)."""
+    """A run's ``meta.json`` ({} when missing); a ``ResultsError`` when it is not JSON, or says a
+    format this version cannot read (``format_version`` above ``FORMAT_VERSION``)."""
     path = Path(run_dir) / META_JSON
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        meta = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ResultsError(f"{path}: not a run's meta.json (a JSON object)")
+    version = meta.get("format_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ResultsError(f"{path}: format_version {version!r} is not a results format version (1, 2, ...)")
+    if version > FORMAT_VERSION:
+        raise ResultsError(f"{path}: results format {version}, newer than the {FORMAT_VERSION} this membudget "
+                           "reads (and would write over): upgrade membudget to read or resume it")
+    return meta
 
 
 def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:

@@ -42,8 +42,8 @@ from harness.errors import MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (  # slug and profile_file: the run folder's file names, imported from here too
-    ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, profile_file, read_meta,
-    runs_of_suite, slug, write_meta, write_parquet,
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, profile_file,
+    read_meta, runs_of_suite, slug, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import run_in_workers
@@ -422,6 +422,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
             jobs: int, case_timeout: float | None, progress: bool,
             on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
+    meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
     if resume and not resuming:
@@ -441,7 +442,6 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     todo_units = [u for u in todo_units if u]
     n_todo = sum(len(u) for u in todo_units)
 
-    meta = read_meta(run_dir) if resuming else {}
     from harness.environment import environment
     from harness.plugins import registry
 
@@ -452,7 +452,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         notes.append(f"the suite differs from the one {run_dir} ran before; meta.json keeps that one under "
                      "earlier_specs")
     meta.update(
-        suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
+        format_version=FORMAT_VERSION, suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
         cases=len(cases), skipped_plugins=[*suite.skipped, *registry().problems], environment=environment(),
         device=suite.spec.device, profiler=suite.spec.profiler,
     )

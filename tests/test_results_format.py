@@ -1,0 +1,110 @@
+"""The results format (harness.results): its version, and the types a reader of rows.parquet gets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from harness.publish import compare, publish
+from harness.results import FORMAT_VERSION, ResultsError, load_rows, read_meta, read_rows_csv
+from harness.runner import run_suite
+from harness.suite import load_suite
+from tests import test_suite_support as support
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A finished run with allocator rows (flags true and false) and rows without allocators (flags empty)."""
+    support.install()
+    folder = tmp_path_factory.mktemp("format")
+    text = support.SUITE.format(name="fmt").replace("[keep-all, prefix]", "[keep-all, prefix, boom]")
+    text += "allocators: [caching]\n"
+    suite = load_suite(support.write_suite(folder, text))
+    return folder, suite, run_suite(suite, folder / "results", run_id="a", progress=False).run_dir
+
+
+def test_a_run_says_its_format_version(run):
+    _, _, run_dir = run
+    assert read_meta(run_dir)["format_version"] == FORMAT_VERSION
+
+
+def test_parquet_readers_get_booleans_and_numbers_not_text(run):
+    """rows.parquet's flags are nullable booleans (NA: not checked), so ``rows[rows.valid]`` selects the valid
+    rows; in format 1 they were the strings 'true'/'false'/'' and that selection raised."""
+    _, _, run_dir = run
+    table = pd.read_parquet(run_dir / "rows.parquet")
+    text = {r["case_id"]: r for r in read_rows_csv(run_dir / "rows.csv")}
+    for column in ("valid", "arena_fits_budget", "placement_optimal"):
+        assert str(table[column].dtype) == "boolean", column
+        for case_id, value in zip(table["case_id"], table[column]):
+            assert {"true": True, "false": False, "": None}[text[case_id][column]] == (None if pd.isna(value)
+                                                                                       else bool(value))
+    valid = table[table["valid"].fillna(False)]
+    assert len(valid) == sum(r["valid"] == "true" for r in text.values()) > 0
+    assert table.loc[table["status"] != "ok", "valid"].isna().all()  # a failed case was never validated
+    assert str(table["iterations"].dtype) == "Int64" and str(table["held_max_bytes"].dtype) == "Int64"
+
+
+def test_the_published_table_writes_flags_as_rows_csv_does(run, tmp_path):
+    folder, suite, run_dir = run
+    publish([run_dir], tmp_path / "site")
+    table = read_rows_csv(run_dir / "rows.csv")
+    published = pd.read_csv(tmp_path / "site" / suite.name / f"{suite.name}.csv", dtype=str, keep_default_na=False)
+    assert sorted(published["valid"]) == sorted(r["valid"] for r in table)
+    assert set(published["arena_fits_budget"]) <= {"true", "false", ""}
+
+
+def _newer(run_dir, folder, version=FORMAT_VERSION + 1):
+    copy = folder / "results" / "fmt" / f"v{version}"
+    shutil.copytree(run_dir, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "format_version": version, "run_id": copy.name}))
+    return copy
+
+
+def test_a_run_of_a_newer_format_is_refused_by_name_and_left_untouched(run, tmp_path):
+    """Resume would rewrite rows.csv into this version's columns (losing the newer ones), publish and compare
+    would read columns they do not know: each refuses, naming the file and both versions."""
+    folder, suite, run_dir = run
+    newer = _newer(run_dir, folder)
+    before = {p.name: p.read_bytes() for p in newer.iterdir() if p.is_file()}
+    words = rf"meta.json: results format {FORMAT_VERSION + 1}, newer than the {FORMAT_VERSION} this membudget"
+    with pytest.raises(ResultsError, match=words):
+        run_suite(suite, folder / "results", run_id=newer.name, resume=True, progress=False)
+    with pytest.raises(ResultsError, match=words):
+        publish([newer], tmp_path / "site")
+    with pytest.raises(ResultsError, match=words):
+        compare(run_dir, newer)
+    with pytest.raises(ResultsError, match=words):
+        load_rows(newer)
+    assert {p.name: p.read_bytes() for p in newer.iterdir() if p.is_file()} == before
+    shutil.rmtree(newer)
+
+
+@pytest.mark.parametrize("version", [0, "2", 1.5, True])
+def test_a_format_version_that_is_not_one_is_refused(run, version, tmp_path):
+    folder, _, run_dir = run
+    odd = _newer(run_dir, folder, version)
+    try:
+        with pytest.raises(ResultsError, match="is not a results format version"):
+            load_rows(odd)
+    finally:
+        shutil.rmtree(odd)
+
+
+def test_a_run_written_before_the_version_reads_as_format_1_and_resumes_into_the_current_one(run):
+    """The committed results predate the version: they read as they are, and a resumed run says the version
+    it now is."""
+    folder, suite, run_dir = run
+    old = folder / "results" / "fmt" / "old"
+    shutil.copytree(run_dir, old)
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["format_version"]
+    (old / "meta.json").write_text(json.dumps({**meta, "run_id": "old"}))
+    assert len(load_rows(old)) == len(suite.cases())
+    assert run_suite(suite, folder / "results", run_id="old", resume=True, progress=False).ran == 0
+    assert read_meta(old)["format_version"] == FORMAT_VERSION
+    shutil.rmtree(old)

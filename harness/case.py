@@ -61,7 +61,8 @@ def _tiny_chain() -> Profile:
 
 
 def warm_up(planner: Any) -> None:
-    """Plan once on a tiny chain so that Numba compilation is not timed (docs/architecture.md, "Planning kernels")."""
+    """Plan a tiny chain at its peak, half-way and minimum budgets, once per planner and process, so that
+    Numba compilation is not timed (docs/architecture.md, "Planning kernels")."""
     key = f"{type(planner).__module__}.{type(planner).__qualname__}:{getattr(planner, 'name', '')}"
     if key in _WARMED:
         return
@@ -73,7 +74,7 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except Exception as exc:  # a planner may refuse a toy chain; warming is best effort
+        except (Exception, SystemExit) as exc:  # a planner may refuse a toy chain; warming is best effort
             if is_interrupt(exc):  # but a Ctrl-C inside a kernel still stops the run
                 raise KeyboardInterrupt from exc
 
@@ -138,8 +139,22 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
             fields.update(_memory_fields(planned.memory))
     else:
         schedule, planning = planner.plan(profile, budget, **options), budget
-    schedule = replace(schedule, duplex=duplex)
+    schedule = replace(_returned_schedule(planner, schedule, planning), duplex=duplex)
     return Planned(schedule, planning, time.perf_counter() - started, fields)
+
+
+def _returned_schedule(planner: Any, schedule: Any, planning: int) -> Schedule:
+    """What ``planner`` returned for the chain budget ``planning``, checked: a ``Schedule`` whose
+    ``budget_bytes`` (the budget the executors enforce) is not above the one it was given, pinned
+    to it. A plugin's slip is a ``TypeError`` naming it, an ``error`` row."""
+    name = getattr(planner, "name", type(planner).__name__)
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
+                        "(a budget it cannot fit raises InfeasibleBudget)")
+    if schedule.budget_bytes > planning:
+        raise TypeError(f"planner {name} returned a schedule for {schedule.budget_bytes} bytes, above the "
+                        f"{planning} it was given (Schedule.budget_bytes is the budget the executors enforce)")
+    return replace(schedule, budget_bytes=int(planning))
 
 
 def saved_data_fields(schedule: Schedule, profile: Profile) -> dict[str, Any]:
@@ -187,7 +202,7 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         fields["status"] = "error"
         fields["message"] = f"the host ran out of memory while planning: {type(exc).__name__}: {exc}".strip()
         return CaseOutcome(fields)
-    except Exception as exc:  # one failing case is a row, never a lost suite
+    except (Exception, SystemExit) as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
         fields["status"], fields["message"] = classify(exc)
         return CaseOutcome(fields)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate,
@@ -240,15 +255,17 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
                 from harness.device_memory import device_memory
 
                 fields.update(_memory_fields(device_memory(run.trace, profile.runtime_bytes)))
-            if validate:
-                from harness.validate import validate as check
+        # an infeasible run of a schedule the planner returned (it did not raise InfeasibleBudget) is the
+        # planner's error when the validator finds why: over the budget, or out of dependency order
+        if validate and (run.feasible or run.status == "infeasible"):
+            from harness.validate import validate as check
 
-                problems = check(schedule, profile, planned.planning_budget)
-                fields["valid"] = not problems
-                if problems:
-                    fields.update(status="error", message=f"invalid schedule: {problems[0]}"
-                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    except Exception as exc:  # one failing case is a row, never a lost suite
+            problems = check(schedule, profile, planned.planning_budget)
+            fields["valid"] = not problems
+            if problems:
+                fields.update(status="error", message=f"invalid schedule: {problems[0]}"
+                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    except (Exception, SystemExit) as exc:  # one failing case is a row, never a lost suite
         fields["status"], fields["message"] = classify(exc)
         out.run = None
     return out

@@ -8,12 +8,15 @@ the profilers, executors and allocators, which look up model factories here, sit
 the registry without a cycle (docs/architecture.md, "The stack"). Two environment
 variables choose what loads:
 
-- ``MEMBUDGET_PLUGINS``: a comma-separated list of entry-point names; only those load
-  (set it empty to load none but the built-ins);
-- ``MEMBUDGET_BLOCK_PLUGINS``: a comma-separated list of entry-point names never to load.
+- ``MEMBUDGET_PLUGINS``: a comma-separated list of plugins (entry-point or distribution
+  names); only those load (set it empty to load none but the built-ins);
+- ``MEMBUDGET_BLOCK_PLUGINS``: a comma-separated list of plugins (entry-point or
+  distribution names) never to load.
 
-A plugin that fails never takes the others down: one that cannot be imported, or whose hook
-raises, is skipped (nothing it registered in that hook is kept); a name (a planner's, a model's)
+A plugin that fails never takes the others down: one that cannot be imported, whose hook
+functions do not match the hook specifications (a parameter pluggy cannot give), or whose hook
+raises, is skipped (nothing it registered in that hook is kept); a hook function whose name is
+no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest; a name (a planner's, a model's)
 that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
 entry points in the order Python lists them. Each such problem is a warning and a line of
 ``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
@@ -78,18 +81,37 @@ class Registry:
         self._add(importlib.import_module(BUILTINS), "membudget", _version("membudget"))
         only, blocked = _env_list("MEMBUDGET_PLUGINS"), set(_env_list("MEMBUDGET_BLOCK_PLUGINS") or [])
         for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
-            if ep.name in blocked or (only is not None and ep.name not in only):
-                continue
             dist = ep.dist.name if ep.dist else ep.name
+            names = {ep.name, dist}
+            if names & blocked or (only is not None and not names & set(only)):
+                continue
+            module = None
             try:
                 module = ep.load()
+                self._add(module, dist, ep.dist.version if ep.dist else "")
             except Exception as exc:  # a broken plugin must not take the others down with it
+                if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
+                    self.pm.unregister(module)
                 self.failed[dist] = f"{type(exc).__name__}: {exc}"
-                self._problem(f"membudget plugin {dist} failed to load and is skipped: {exc}")
+                self._problem(f"membudget plugin {dist} failed to load and is skipped "
+                              f"(MEMBUDGET_BLOCK_PLUGINS={dist} silences this): {type(exc).__name__}: {exc}")
                 continue
-            self._add(module, dist, ep.dist.version if ep.dist else "")
+        self._check_hook_names()
         self._collect()
         return self
+
+    def _check_hook_names(self) -> None:
+        """Warn of each hook function whose name membudget has no hook for: pluggy keeps it unverified
+        and never calls it, so a misspelt ``membudget_register_planner`` would register nothing in silence."""
+        specs = [n for n in dir(hookspecs) if n.startswith("membudget_")]
+        for name, caller in sorted(vars(self.pm.hook).items()):
+            if caller.has_spec() or not name.startswith("membudget_"):
+                continue
+            for impl in caller.get_hookimpls():
+                plugin = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))[0]
+                close = difflib.get_close_matches(name, specs, n=1)
+                self._problem(f"membudget plugin {plugin}: {name} is not a membudget hook, so it is never called"
+                              + (f" (did you mean {close[0]}?)" if close else ""))
 
     def add_plugin(self, module: Any, plugin: str = "local", version: str = "") -> None:
         """Register a plugin object by hand (tests, notebooks) and collect what it brings."""
@@ -122,7 +144,7 @@ class Registry:
                 for entry in staged:
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
-                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin))
+                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin, entry.plugin))
                         continue
                     self._items[kind][entry.name] = entry
         self._models = None
@@ -149,7 +171,7 @@ class Registry:
                 owner = self._models.get(name)
                 if owner is not None and owner.plugin != entry.plugin:
                     self._problem(_clash("model", name, f"{owner.plugin} (factory {owner.name})",
-                                         f"{entry.plugin} (factory {entry.name})"))
+                                         f"{entry.plugin} (factory {entry.name})", entry.plugin))
                     continue
                 self._models.setdefault(name, entry)
         return self._models
@@ -199,9 +221,9 @@ class Registry:
         return sorted(self._model_index().items())
 
 
-def _clash(kind: str, name: str, first: str, second: str) -> str:
+def _clash(kind: str, name: str, first: str, second: str, second_plugin: str) -> str:
     return (f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used "
-            "(MEMBUDGET_BLOCK_PLUGINS=<entry point> leaves one out)")
+            f"(MEMBUDGET_BLOCK_PLUGINS={second_plugin} leaves the second out)")
 
 
 def close_names(name: str, known: list[str], n: int = 5) -> list[str]:

@@ -154,6 +154,69 @@ def test_a_hook_that_raises_skips_that_plugin_only() -> None:
     assert reg.model_factory("torchvision:resnet18").name == "torchvision"
 
 
+def _entry_points(monkeypatch, *modules: tuple[str, str, object]) -> None:
+    """Make ``importlib.metadata`` list these (entry point, distribution, module) as membudget plugins."""
+    import importlib.metadata
+    import types
+
+    entries = [types.SimpleNamespace(name=name, dist=types.SimpleNamespace(name=dist, version="1.0"),
+                                     load=lambda m=module: m) for name, dist, module in modules]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: entries)
+
+
+class _Planner:
+    name, description = "sound", "a planner of a sound plugin"
+
+
+def test_a_hook_with_a_parameter_membudget_does_not_give_skips_that_plugin_only(monkeypatch) -> None:
+    """QA: ``def membudget_register_planners(reg)`` made every command a pluggy traceback until the plugin
+    was uninstalled; now that plugin is skipped with one warning, and the others load."""
+    import types
+
+    wrong = types.ModuleType("membudget_wrongsig")
+    wrong.membudget_register_planners = hookimpl(lambda reg: None)
+    sound = types.ModuleType("membudget_sound")
+    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("wrongsig", "membudget-wrongsig", wrong), ("sound", "membudget-sound", sound))
+    with pytest.warns(UserWarning, match=r"membudget plugin membudget-wrongsig failed to load and is skipped "
+                                         r"\(MEMBUDGET_BLOCK_PLUGINS=membudget-wrongsig silences this\): "
+                                         r"PluginValidationError: .*reg"):
+        reg = Registry().load()
+    assert "sound" in reg.names("planner") and "keep-all" in reg.names("planner")
+    assert not reg.pm.is_registered(wrong)
+
+
+def test_a_misspelt_hook_name_is_a_warning_naming_the_hook(monkeypatch) -> None:
+    """pluggy keeps a hook function with no specification and never calls it: the planner it registers
+    was 'unknown' with no word why."""
+    import types
+
+    typo = types.ModuleType("membudget_typo")
+    typo.membudget_register_planner = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("typo", "membudget-typo", typo))
+    with pytest.warns(UserWarning, match="membudget plugin membudget-typo: membudget_register_planner is not a "
+                                         "membudget hook, so it is never called .did you mean "
+                                         "membudget_register_planners.."):
+        reg = Registry().load()
+    assert "sound" not in reg.names("planner")
+
+
+@pytest.mark.parametrize("variable, value, loads", [
+    ("MEMBUDGET_BLOCK_PLUGINS", "membudget-sound", False), ("MEMBUDGET_BLOCK_PLUGINS", "sound", False),
+    ("MEMBUDGET_PLUGINS", "membudget-sound", True), ("MEMBUDGET_PLUGINS", "sound", True),
+    ("MEMBUDGET_PLUGINS", "other", False),
+])
+def test_the_plugin_switches_take_distribution_or_entry_point_names(monkeypatch, variable, value, loads) -> None:
+    """The warnings name distributions (what pip lists), so the switches take those as well as entry points."""
+    import types
+
+    sound = types.ModuleType("membudget_sound")
+    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("sound", "membudget-sound", sound))
+    monkeypatch.setenv(variable, value)
+    assert ("sound" in Registry().load().names("planner")) == loads
+
+
 def _link_dependencies(site: Path) -> None:
     """Make the core's third-party dependencies importable in a bare venv, without our own dists.
 

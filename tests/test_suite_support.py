@@ -5,7 +5,7 @@ sizes and times that grow with the batch), a simple offloading planner ``prefix`
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
 (its first call is slow, like a Numba compile),
-``hang`` (never returns on one model), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
+``hang`` (never returns on one model), ``sloppy`` (a plugin author's slips), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
 Numba kernel reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer`` (SIGKILLs its own process on its
 Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
@@ -208,6 +208,28 @@ class Hang(Prefix):
         return super().plan(profile, budget_bytes, **options)
 
 
+class Sloppy(Prefix):
+    """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
+    returns None, ``lie`` returns keep-all claiming a budget of a petabyte, ``over`` returns keep-all at
+    the given budget (too small for it) instead of raising ``InfeasibleBudget``."""
+
+    name = "sloppy"
+    description = "a plugin author's slips (test plugin)"
+
+    def plan(self, profile, budget_bytes, **options):
+        """Slip as ``MEMBUDGET_TEST_SLIP`` says on the test models, else plan like ``prefix``."""
+        slip = os.environ.get("MEMBUDGET_TEST_SLIP", "") if profile.model in MODELS else ""
+        if slip == "exit":
+            import sys
+
+            sys.exit(3)
+        if slip == "none":
+            return None
+        if slip in ("lie", "over"):
+            return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
+        return super().plan(profile, budget_bytes, **options)
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -222,7 +244,7 @@ class Plugin:
     @hookimpl
     def membudget_register_planners(self, register):
         for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst(),
-                        Hang()):
+                        Hang(), Sloppy()):
             register(planner)
 
 

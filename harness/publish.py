@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,13 @@ class Doc:
         self.md += [text, ""]
         cls = ' class="small"' if small else ""
         self.html.append(f"<p{cls}>{html.escape(text)}</p>")
+
+    def link_para(self, before: str, label: str, href: str, after: str = "", small: bool = False) -> None:
+        """A paragraph of plain text with one link in it."""
+        self.md += [f"{before}[{label}]({href}){after}", ""]
+        cls = ' class="small"' if small else ""
+        self.html.append(f'<p{cls}>{html.escape(before)}<a href="{html.escape(href)}">{html.escape(label)}</a>'
+                         f"{html.escape(after)}</p>")
 
     def link_list(self, items: Sequence[tuple[str, str]]) -> None:
         """A bulleted list of (text, href) links."""
@@ -250,7 +258,8 @@ class Cell:
     interquartile range of a measured run's timed iterations, or half the range of the kept
     repeats; ``over_allocators`` names the allocator models of the suite whose arena for the
     schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts);
-    ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check).
+    ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check);
+    ``sub_batches``, how many parts the schedule splits the batch into (1: it does not).
     """
 
     status: str
@@ -262,6 +271,7 @@ class Cell:
     failed: int = 0
     over_allocators: tuple[str, ...] = ()
     grad_error: float = math.nan
+    sub_batches: int = 1
 
     @property
     def ok(self) -> bool:
@@ -303,11 +313,13 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         budget_lb = planned["budget_lower_bound_s"].dropna()
         ideal = planned["ideal_s"].dropna()
         grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
+        parts = planned["sub_batches"].dropna()
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
             time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
             repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
+            sub_batches=int(parts.max()) if len(parts) else 1,
         )
     return out
 
@@ -347,6 +359,7 @@ class ExecutorTable:
 FASTEST = "★"
 ARENA_FLAG = "†"
 GRAD_FLAG = "‡"
+SPLIT_MARK = "÷"  # ÷N: the schedule splits the batch into N sub-batches
 # grad_error above which a strategy did not train the same network: another convolution algorithm's or
 # TF32's rounding stays orders of magnitude below it, a lost or doubled gradient contribution far above
 GRAD_TOLERANCE = 0.05
@@ -363,6 +376,12 @@ def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = Fals
             parts.append(f"LB {fmt_ms(lb.iloc[0])} ms")
         headers.append(f"{label} ({'; '.join(parts)})" if parts else label)
     return headers
+
+
+def _marks(cell: Cell) -> str:
+    """The marks after a strategy's time or name: ÷N sub-batches, † arena over the budget, ‡ trained differently."""
+    return ((f" {SPLIT_MARK}{cell.sub_batches}" if cell.sub_batches > 1 else "")
+            + (f" {ARENA_FLAG}" if cell.over_allocators else "") + (f" {GRAD_FLAG}" if cell.trained_differently else ""))
 
 
 def _failure(cell: Cell) -> str:
@@ -393,7 +412,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
 
     A cell reads ``★ 194.20 ±1.30 (1.34x)``: the fastest at that budget, its time (the suite's
     statistic over repeats), the spread for measured rows, and the time over the ideal
-    iteration (the unconstrained keep-all run of the same workload), common to the table.
+    iteration (``ideal_s``, the same for the whole table), then the marks of ``_marks``.
     """
     budgets, measured = budget_order(table.rows), is_measured(table.rows)
     winners = {b: fastest(table.cells, b) for b in budgets}
@@ -405,8 +424,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
         out += f" ({cell.slowdown:.2f}x)"
         if planner in winners[budget]:
             out = f"{FASTEST} {out}"
-        return out + (f" {ARENA_FLAG}" if cell.over_allocators else "") + (
-            f" {GRAD_FLAG}" if cell.trained_differently else "")
+        return out + _marks(cell)
 
     lines, bad = grid(table, text)
     return ["planner", *_budget_headers(table.rows, budgets)], lines, bad
@@ -430,10 +448,14 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
     One line per budget, ascending: the fastest strategy by iteration time (the quantity common
     to the budget), its time and slowdown over the ideal iteration, the second fastest strategy and
     how many times faster the winner is (its time over the winner's), and the winner's saved data
-    of one iteration kept on the device, offloaded and recomputed. A budget where nothing ran
-    says so (and is marked).
+    of one iteration kept on the device, offloaded and recomputed. Names carry ``_marks``. When a
+    winner's arena exceeds the budget (†), a last column names the fastest whose arena fits in every
+    allocator model of the suite, with its time over the winner's. A budget where nothing ran says
+    so (and is marked).
     """
     planners = _planner_order(table.rows)
+    fit_column = any(table.cells[p, b].over_allocators for b in budget_order(table.rows)
+                     for p in fastest(table.cells, b))
     lines, bad = [], set()
     for i, budget in enumerate(budget_order(table.rows)):
         at = table.rows[table.rows["budget_label"] == budget]
@@ -443,7 +465,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         if not winners:
             any_ran = any(c.ok for (p, b), c in table.cells.items() if b == budget)
             lines.append(line + [f"none trained the same network ({GRAD_FLAG})" if any_ran else "none fits",
-                                 *["-"] * 7])
+                                 *["-"] * (8 if fit_column else 7)])
             bad.add((i, 1))
             continue
         winner = next(p for p in planners if p in winners)  # ties: the first listed
@@ -452,16 +474,23 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         ran = [(time_s, winner)] + sorted(((c.time_s, p) for (p, b), c in table.cells.items()
                                            if b == budget and p != winner and c.ranked),
                                           key=lambda r: (r[0], planners.index(r[1])))
-        line += [winner, f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
+        line += [winner + _marks(cell), f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
         if len(ran) > 1:
-            line += [ran[1][1], f"{ran[1][0] / time_s:.2f}x" if time_s > 0 else "-"]
+            line += [ran[1][1] + _marks(table.cells[ran[1][1], budget]),
+                     f"{ran[1][0] / time_s:.2f}x" if time_s > 0 else "-"]
         else:
             line += ["-", "-"]
         plan = plan_rows(at[at["planner_label"] == winner]).iloc[0]
         line += [fmt_bytes(plan["kept_bytes"]), fmt_bytes(plan["offloaded_bytes"]), fmt_bytes(plan["recomputed_bytes"])]
+        if fit_column:
+            fits = [(t, p) for t, p in ran if not table.cells[p, budget].over_allocators]
+            line.append("-" if not cell.over_allocators else "none" if not fits else
+                        f"{fits[0][1]}{_marks(table.cells[fits[0][1], budget])} "
+                        f"({fits[0][0] / time_s:.2f}x the winner's time)")
         lines.append(line)
     headers = ["budget", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept", "offloaded", "recomputed"]
-    return headers, lines, bad
+    return headers + ([f"fastest with its arena in the budget ({ARENA_FLAG} winners)"] if fit_column else []), \
+        lines, bad
 
 
 PLACEMENT_TABLE = (
@@ -573,6 +602,13 @@ def _styles(planners: Sequence[str]) -> dict[str, dict[str, Any]]:
             for k, p in enumerate(planners)}
 
 
+def _wrap(title: str, width: int = 64) -> str:
+    """A title in lines that fit the plot beside its legend (a long one was cut at the figure's left edge)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width, break_on_hyphens=False)) or title
+
+
 def _legend(ax) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -600,7 +636,7 @@ def plot_ratio(table: ExecutorTable, path: Path) -> Path:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("iteration time / LB of the budget")
-    ax.set_title(f"{table.title}: time / LB (cf. papers/004 Fig. 5)", fontsize=10)
+    ax.set_title(_wrap(f"{table.title}: time / LB (cf. papers/004 Fig. 5)"), fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
@@ -615,7 +651,7 @@ def plot_throughput(table: ExecutorTable, path: Path) -> Path:
         ax.axhline(batch / ideal.iloc[0], color="grey", lw=0.8, ls="--", label="ideal (no offloading)")
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel("throughput (samples/s)")
-    ax.set_title(f"{table.title}: throughput (cf. papers/004 Figs. 13-19)", fontsize=10)
+    ax.set_title(_wrap(f"{table.title}: throughput (cf. papers/004 Figs. 13-19)"), fontsize=10)
     _legend(ax)
     return _save(fig, path)
 
@@ -655,7 +691,7 @@ def time_figure(table: ExecutorTable):
     ax.set_xticklabels(budgets, fontsize=8)
     ax.set_xlabel("memory budget (x marks a case that did not run)")
     ax.set_ylabel("iteration time (ms)")
-    ax.set_title(f"{table.title}: time per budget (cf. papers/000 Fig. 8)", fontsize=10)
+    ax.set_title(_wrap(f"{table.title}: time per budget (cf. papers/000 Fig. 8)"), fontsize=10)
     _legend(ax)
     return fig
 
@@ -679,7 +715,7 @@ def plot_timeline(timeline: dict[str, Any], path: Path) -> Path:
 
     handles = [Patch(color=c, label=k) for k, c in colours.items()]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title(f"timeline: {timeline.get('case_id', '')}", fontsize=9)
+    ax.set_title(_wrap(f"timeline: {timeline.get('case_id', '')}", 90), fontsize=9)
     return _save(fig, path)
 
 
@@ -742,15 +778,33 @@ def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
 HOW_TO_READ = (
     "How to read the tables: each budget column ranks the strategies by iteration time (ms), the quantity "
     "common to the column; {fastest} marks the fastest at that budget. (N.NNx) is the time over the ideal "
-    "iteration (the unconstrained keep-all run of the same workload, the same for the whole table); ±S is "
+    "iteration (ideal_s: the profile's forward and backward compute time with no memory limit and nothing "
+    "waited for, the same for the whole table; not a measured run); ±S is "
     "half the interquartile range of a measured run's timed iterations (half the range of the kept repeats "
     "when the suite repeats, summarised by its statistic: {statistic}). The second table divides the time by "
     "the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
     "bound for every strategy in the column, its value in the header); schedules that recompute or split "
     "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
-    "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case. Budgets fN are "
-    "the fraction N of the span from the minimum memory to the keep-all peak."
+    "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case."
 )
+SPLIT_NOTE = (
+    "{mark}N: the schedule splits the batch into N sub-batches, running every forward and backward pass N "
+    "times on a part of it (vDNN++, moDNN); it can run below the minimum memory of the whole batch. A model "
+    "with batch normalisation then normalises over the smaller parts, which is not quite the same training; "
+    "the gradient check compares the same sub-batches and does not show it."
+)
+BUDGET_WORDS = {
+    "f": "fN budgets are the fraction N of the span from the minimum memory (of the whole batch) to the "
+         "keep-all peak",
+    "p": "pN budgets are the fraction N of the keep-all peak",
+}
+
+
+def budget_words(frame: pd.DataFrame) -> str:
+    """What the budget labels of ``frame`` mean, for the kinds it has (fN, pN); '' for bytes only."""
+    kinds = {str(label)[:1] for label in frame["budget_label"] if re.fullmatch(r"[fp][0-9.]+", str(label))}
+    words = [BUDGET_WORDS[k] for k in ("f", "p") if k in kinds]
+    return "; ".join(words) + "." if words else ""
 
 
 STRATEGY_TABLE = (
@@ -758,8 +812,8 @@ STRATEGY_TABLE = (
     "over the ideal iteration; the second fastest and the lead (its time over the winner's: 1.50x means the "
     "winner is 1.5 times faster); and what the winner does with one iteration's saved data (the bytes the "
     "forward passes keep for the backward): kept on the device, offloaded to the host, recomputed before the "
-    "backward (they sum to the same total for every strategy that does not split the batch). pN budgets are "
-    "the fraction N of the keep-all peak."
+    "backward (they sum to the same total for every strategy that does not split the batch; one that does "
+    "counts every sub-batch's). Names carry the marks of the time table."
 )
 
 CLAIMS = (
@@ -839,6 +893,26 @@ def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     return frame
 
 
+def _layout_notes(frame: pd.DataFrame) -> list[str]:
+    """What a page cannot show about its rows, said rather than left as empty cells: no allocator model
+    checked the simulated traces (no † either way), rows older than the gradient check or the saved-data
+    columns."""
+    notes = []
+    simulated = [e for e in executors(frame) if not is_measured(frame[frame["executor"] == e])]
+    if simulated and (frame["allocator"] == "").all():
+        notes.append(f"The suite lists no allocator model, so no schedule's memory trace was placed: no "
+                     f"{ARENA_FLAG} says whether a real allocator would fit it in the budget (see the pages of "
+                     "suites with allocators).")
+    torch_rows = frame[(frame["executor"] == "torch") & (frame["status"] == "ok")]
+    if len(torch_rows) and torch_rows["grad_error"].isna().all():
+        notes.append("These torch rows were written before the gradient check existed: their grad err is empty.")
+    if not does_what(frame):
+        notes.append("These rows were written before the saved-data columns (kept_bytes, offloaded_bytes, "
+                     "recomputed_bytes) existed, so the page has no 'fastest strategy per budget' table; the "
+                     "time tables rank them the same way.")
+    return notes
+
+
 def statistic_of(meta: Mapping[str, Any]) -> str:
     """How a run's suite summarises its repeats (``statistic``; ``meta.json``'s spec)."""
     return meta.get("spec", {}).get("statistic", "trimmed-mean")
@@ -862,11 +936,16 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
     doc.para(what_ran(frame, meta))
-    for line in _meta_lines(meta, git_state()):
+    if not meta:
+        doc.para(f"{run.path.name} has no meta.json (a folder not written by membudget run): which suite, device "
+                 "and environment made these rows is unknown.", small=True)
+    for line in _meta_lines(meta, git_state()) if meta else []:
         doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
-             + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic))
+             + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic) + " " + budget_words(frame))
+    for note in _layout_notes(frame):
+        doc.para(note, small=True)
     for note in meta.get("skipped_plugins", []):
         doc.para(f"Note: {note}", small=True)
     tables: list[ExecutorTable] = []
@@ -883,7 +962,9 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
             kind = "measured" if is_measured(table.rows) else "simulated"
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))
-            for note in (arena_note(table, device_budget), grad_note(table)):
+            split = any(c.ok and c.sub_batches > 1 for c in table.cells.values())
+            for note in (arena_note(table, device_budget), grad_note(table),
+                         SPLIT_NOTE.format(mark=SPLIT_MARK) if split else None):
                 if note:
                     doc.para(note, small=True)
             if does_what(table.rows):
@@ -935,8 +1016,8 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     doc.table(cols, rows, bad)
     table_file = f"{_slug(suite)}.csv"  # not rows.csv: a published folder is not a run folder
     write_frame_csv(frame, out / table_file)  # with the common columns filled in
-    doc.para(f"Every column of every case: {table_file} (the columns are documented in docs/results.md).",
-             small=True)
+    doc.link_para("Every column of every case: ", table_file, table_file,
+                  " (the columns are documented in membudget's docs/results.md).", small=True)
     written.append(out / table_file)
     written += doc.write(out)
     return written
@@ -945,9 +1026,9 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
 def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """Publish the runs found in ``results`` into ``out_dir``; return every file written."""
     out = Path(out_dir)
-    runs = find_runs(results)
-    for run in runs:  # a folder of other rows is an error before anything is written
-        check_results_table(run.path)
+    runs = list({run.path.resolve(): run for run in find_runs(results)}.values())  # a run given twice: once
+    for run in runs:  # a folder that is not one run's rows is an error before anything is written
+        _check_publishable(run)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     links = []
@@ -958,14 +1039,30 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         folder = name if name not in used else f"{name}-{run.run_id}"
         used.add(folder)
         written += publish_run(run, out / folder)
-        links.append((f"{name} (run {run.run_id})", f"{folder}/index.html"))
+        kind = "measured" if is_measured(load_rows(run.path)) else "simulated"
+        about = meta.get("spec", {}).get("description", "")
+        links.append((f"{name}: {about + '; ' if about else ''}{kind}, run {run.run_id}", f"{folder}/index.html"))
     index = Doc("membudget results")
-    index.para("Published by membudget publish; one page per suite.")
+    index.para("Published by membudget publish; one page per suite. A measured page's times were taken on a "
+               "GPU; a simulated page's are the event simulator's, on measured or analytic profiles.")
     index.link_list(links)
     written += index.write(out)
     md_index = out / "index.md"
     md_index.write_text(md_index.read_text().replace("/index.html)", "/index.md)"))
     return written
+
+
+def _check_publishable(run: RunFolder) -> None:
+    """Refuse, naming the folder, what would make a page that misleads: not a results table, no rows,
+    rows of several suites (or of another suite than ``meta.json``'s)."""
+    check_results_table(run.path)
+    meta = read_meta(run.path)
+    suites = sorted(set(load_rows(run.path)["suite"]))
+    if not suites:
+        raise ResultsError(f"{run.path}: rows.csv has no rows yet: nothing to publish")
+    if len(suites) > 1 or suites[0] != meta.get("suite", suites[0]):
+        raise ResultsError(f"{run.path}: rows.csv holds rows of the suites {', '.join(suites)}, and meta.json is "
+                           f"suite {meta.get('suite', '?')}'s: publish one suite's run folder at a time")
 
 
 # --------------------------------------------------------------------------- compare

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import html.parser
 import shutil
 import xml.etree.ElementTree as ET
@@ -144,7 +145,8 @@ def test_a_strategy_that_trained_a_different_network_is_flagged_and_not_ranked(r
     assert cells[honest].startswith("★")
     _, _, lines, _ = next(t for t in _tables(page) if "the fastest strategy per budget" in t[0])
     f1 = next(line for line in lines if line[0].startswith("f1"))
-    assert f1[1] == honest and wrong not in f1  # neither the winner nor the runner-up
+    names = [cell.split(" ")[0] for cell in f1]  # a name carries its marks: "prefix †"
+    assert names[1] == honest and wrong not in names  # neither the winner nor the runner-up
     text = "".join(ET.fromstring(page.read_text()).itertext())
     assert "is 5.0e-01" in text and f"{GRAD_FLAG} 1 differ by more than 5%" in text
 
@@ -522,3 +524,132 @@ def test_rows_that_have_the_common_columns_keep_them(results, tmp_path):
     shutil.copytree(run_b / "profiles", full / "profiles")
     frame = load_rows(full)
     pd.testing.assert_frame_equal(fill_common_columns(frame, full), frame)
+
+
+def _copy_with(run_dir, folder, edit):
+    """A copy of the run folder (meta.json and profiles too) whose rows went through ``edit(frame)``."""
+    shutil.copytree(run_dir, folder)
+    frame = pd.read_csv(folder / "rows.csv", dtype=str, keep_default_na=False)
+    frame = edit(frame)
+    frame.to_csv(folder / "rows.csv", index=False)
+    return folder
+
+
+def _cells(page, table_title):
+    _, header, body, _ = next(t for t in _tables(page) if table_title in t[0])
+    return header, body
+
+
+def test_a_schedule_that_splits_the_batch_is_marked_and_explained(results, tmp_path):
+    """QA: the winners of moDNN's suite split the batch into 2-19 parts, unmarked; with batch norm that is
+    not the same training, and the page said nothing (and vDNN++ looked slower with more memory)."""
+    from harness.publish import SPLIT_MARK
+
+    _, _, _, run_b = results
+
+    def split(frame):
+        frame.loc[frame["planner"] == "prefix", "sub_batches"] = "3"
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "split", split)
+    publish([run], tmp_path / "site")
+    page = tmp_path / "site" / "pub" / "index.html"
+    header, body = _cells(page, "iteration time, ms")
+    prefix = next(line for line in body if line[0] == "prefix")
+    keep_all = next(line for line in body if line[0] == "keep-all")
+    assert all(f"{SPLIT_MARK}3" in c for c in prefix[1:] if "x)" in c)
+    assert not any(SPLIT_MARK in c for c in keep_all)
+    text = "".join(ET.fromstring(page.read_text()).itertext())
+    assert f"{SPLIT_MARK}N: the schedule splits the batch into N sub-batches" in text
+    _, lines = _cells(page, "the fastest strategy per budget")
+    assert any(line[1].startswith(f"prefix {SPLIT_MARK}3") for line in lines)
+    publish([run_b], tmp_path / "plain")
+    assert "splits the batch into N" not in (tmp_path / "plain" / "pub" / "index.md").read_text()
+
+
+def test_a_winner_whose_arena_exceeds_the_budget_gets_the_fastest_that_fits_beside_it(results, tmp_path):
+    """QA: every winner of the quick suite was † (its arena in the caching allocator model exceeds the
+    budget), yet the 'fastest strategy per budget' table neither marked it nor said what fits."""
+    from harness.publish import ARENA_FLAG
+
+    _, _, _, run_b = results
+    frame = pd.read_csv(run_b / "rows.csv", dtype=str, keep_default_na=False)
+    first = frame["case_id"].iloc[0].rsplit("/", 4)[0]
+    at = frame[(frame["status"] == "ok") & frame["case_id"].str.startswith(first + "/")
+               & (frame["budget_label"] == "f1") & (frame["allocator"] == "caching")]
+    times = at.set_index("planner_label")["makespan_s"].astype(float)
+    winner, second = times.idxmin(), times.drop(times.idxmin()).idxmin()
+
+    def over(frame):
+        frame.loc[frame["allocator"] != "", "arena_fits_budget"] = "true"  # all fit, but the winner at f1
+        target = frame["planner_label"].eq(winner) & frame["budget_label"].eq("f1") \
+            & frame["case_id"].str.startswith(first + "/") & frame["allocator"].eq("caching")
+        frame.loc[target, "arena_fits_budget"] = "false"
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "over", over)
+    publish([run], tmp_path / "site")
+    header, lines = _cells(tmp_path / "site" / "pub" / "index.html", "the fastest strategy per budget")
+    assert header[-1] == f"fastest with its arena in the budget ({ARENA_FLAG} winners)"
+    f1 = next(line for line in lines if line[0].startswith("f1"))
+    ratio = times[second] / times[winner]
+    assert f1[1] == f"{winner} {ARENA_FLAG}" and f1[-1] == f"{second} ({ratio:.2f}x the winner's time)"
+    assert all(line[-1] == "-" for line in lines if not line[0].startswith("f1"))
+
+
+def test_the_page_explains_the_budget_labels_it_has_and_says_when_no_allocator_checked_the_traces(results,
+                                                                                                   tmp_path):
+    """QA: every page said 'pN budgets are ...' with only fN budgets, and a suite without allocators showed
+    no † at all, which read as 'fits'."""
+    from harness.publish import ARENA_FLAG
+
+    folder, _, _, run_b = results
+    publish([run_b], tmp_path / "site")
+    text = (tmp_path / "site" / "pub" / "index.md").read_text()
+    assert "fN budgets are the fraction N" in text and "pN budgets" not in text
+    assert "lists no allocator model" not in text
+    (tmp_path / "bare").mkdir()
+    run = support.run_yaml(tmp_path / "bare", support.SUITE.format(name="bare").replace(
+        "{fractions: [0, 0.5, 1.0]}", "{peak_fractions: [0.8, 1.0]}"))
+    publish([run], tmp_path / "bare-site")
+    text = (tmp_path / "bare-site" / "bare" / "index.md").read_text()
+    assert "pN budgets are the fraction N of the keep-all peak" in text and "fN budgets" not in text
+    assert f"The suite lists no allocator model, so no schedule's memory trace was placed: no {ARENA_FLAG}" in text
+
+
+def test_publish_refuses_what_would_mislead_and_publishes_a_run_given_twice_once(results, tmp_path):
+    """QA: rows of two suites in one rows.csv made a page titled after one, with the other's rows timed 'on'
+    the wrong device; a header-only rows.csv made '0 cases: .'; the same run twice made two pages."""
+    folder, _, run_a, run_b = results
+    mixed = _copy_with(run_b, tmp_path / "mixed", lambda f: pd.concat(
+        [f, f.head(2).assign(suite="other", case_id=lambda d: d["case_id"] + "/x")]))
+    with pytest.raises(ResultsError, match=r"mixed: rows.csv holds rows of the suites other, pub, and meta.json is "
+                                           r"suite pub's: publish one suite's run folder at a time"):
+        publish([mixed], tmp_path / "site")
+    empty = _copy_with(run_b, tmp_path / "empty", lambda f: f.head(0))
+    with pytest.raises(ResultsError, match="empty: rows.csv has no rows yet: nothing to publish"):
+        publish([empty], tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+    publish([run_b, run_b.parent / run_b.name, run_b], tmp_path / "site")
+    assert sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir()) == ["pub"]
+    index = (tmp_path / "site" / "index.md").read_text()
+    assert index.count("](pub/index.md)") == 1 and "simulated, run run-b" in index
+
+
+def test_plot_titles_stay_inside_the_figure():
+    """QA: a long model name pushed the title past the figure's left edge ('rchvision:resnet18...')."""
+    from harness.publish import ExecutorTable, Group, summarise, time_figure
+
+    rows = pd.DataFrame({
+        "model": "torchvision:a_model_with_a_rather_long_registered_name", "batch_size": 256,
+        "input_size": "3x224x224", "executor": "simulate", "planner_label": ["keep-all", "prefix"],
+        "budget_label": "f1", "budget_bytes": 2**30, "status": "ok", "makespan_s": [0.1, 0.12],
+        "ideal_s": 0.1, "budget_lower_bound_s": 0.1, "grad_error": math.nan, "sub_batches": 1,
+        "allocator": "", "arena_fits_budget": pd.array([pd.NA, pd.NA], dtype="boolean"), "time_iqr_s": math.nan,
+    })
+    group = Group(rows["model"].iloc[0], 256, "3x224x224", rows)
+    table = ExecutorTable(group, "simulate", rows, summarise(rows))
+    fig = time_figure(table)  # the other plots title themselves the same way (publish._wrap)
+    fig.canvas.draw()
+    title = fig.axes[0].title.get_window_extent()
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, (title, fig.bbox)

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.errors import MembudgetError
+from harness.errors import InfeasibleBudget, MembudgetError
 from harness.model import ModelError
 from harness.options import check_planner_options
 
@@ -241,6 +241,11 @@ def _plan(args: argparse.Namespace):
     check_planner_options(args.planner, planner, options)
     try:
         planned = plan_case(planner, profile, budget, options)
+    except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
+        need = exc.needed_bytes
+        raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
+                               + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else ""),
+                               need) from None
     except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
         raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine

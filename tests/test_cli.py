@@ -153,6 +153,7 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
 
 
 @pytest.mark.parametrize("argv,needle", [
+    (["--planner", "prefix", "--budget", "1KiB"], "planner prefix cannot plan for 1024 bytes: "),
     (["--planner", "prefix", "--budget", "1KiB"], "needs at least {min} bytes"),
     (["--planner", "keep-all", "--budget", "50%"], "needs at least {peak} bytes"),
     (["--planner", "nope", "--budget", "1GiB"], "unknown planner 'nope'; available: "),

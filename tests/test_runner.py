@@ -416,10 +416,12 @@ def test_a_run_folder_has_one_writer_at_a_time(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch):
-    """A planner that kills its worker process (a crash in native code, os._exit, the OS) under --jobs 2:
-    its cases are error rows that say so, every other case has its row, and no worker is left behind.
-    The dead worker broke the pool and the run with it (a BrokenProcessPool traceback, 14 of 56 rows)."""
+@pytest.mark.parametrize("jobs, limit", [(2, None), (1, 60)])
+def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch, jobs, limit):
+    """A planner that kills its worker process (a crash in native code, os._exit, the OS) under --jobs 2, or
+    --jobs 1 with a case time limit (which runs the cases in a worker too): its cases are error rows that
+    say so, every other case has its row, and no worker is left behind. The dead worker broke the pool and
+    the run with it (a BrokenProcessPool traceback, 14 of 56 rows)."""
     import multiprocessing
 
     from harness.workers import WORKER_DIED
@@ -427,7 +429,7 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_AT", "1")  # each worker process dies on its first killer plan
     text = support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[keep-all, killer]")
     suite = _suite(tmp_path, text.replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[0.5, 1.0]"))
-    rows = _rows(run_suite(suite, tmp_path / "r", jobs=2, progress=False).run_dir)
+    rows = _rows(run_suite(suite, tmp_path / "r", jobs=jobs, case_timeout=limit, progress=False).run_dir)
     assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
     killed = [r for r in rows if r["planner"] == "killer"]
     assert len(killed) == 4 and all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in killed)

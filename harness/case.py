@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import InfeasibleBudget
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
+from harness.schedules import checked_schedule
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -47,6 +48,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         raise KeyboardInterrupt from exc
     if isinstance(exc, InfeasibleBudget):
         return "infeasible", str(exc)
+    if isinstance(exc, SystemExit):
+        return "error", f"SystemExit: the plugin called sys.exit({exc.code!r})"
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
         return "oom", f"{type(exc).__name__}: {exc}".strip()
     return "error", f"{type(exc).__name__}: {exc}".strip()
@@ -74,7 +77,7 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except (Exception, SystemExit) as exc:  # a planner may refuse a toy chain; warming is best effort
+        except PLUGIN_FAILURES as exc:  # a planner may refuse a toy chain; warming is best effort
             if is_interrupt(exc):  # but a Ctrl-C inside a kernel still stops the run
                 raise KeyboardInterrupt from exc
 
@@ -139,22 +142,8 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
             fields.update(_memory_fields(planned.memory))
     else:
         schedule, planning = planner.plan(profile, budget, **options), budget
-    schedule = replace(_returned_schedule(planner, schedule, planning), duplex=duplex)
+    schedule = replace(checked_schedule(planner, schedule, planning), duplex=duplex)
     return Planned(schedule, planning, time.perf_counter() - started, fields)
-
-
-def _returned_schedule(planner: Any, schedule: Any, planning: int) -> Schedule:
-    """What ``planner`` returned for the chain budget ``planning``, checked: a ``Schedule`` whose
-    ``budget_bytes`` (the budget the executors enforce) is not above the one it was given, pinned
-    to it. A plugin's slip is a ``TypeError`` naming it, an ``error`` row."""
-    name = getattr(planner, "name", type(planner).__name__)
-    if not isinstance(schedule, Schedule):
-        raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
-                        "(a budget it cannot fit raises InfeasibleBudget)")
-    if schedule.budget_bytes > planning:
-        raise TypeError(f"planner {name} returned a schedule for {schedule.budget_bytes} bytes, above the "
-                        f"{planning} it was given (Schedule.budget_bytes is the budget the executors enforce)")
-    return replace(schedule, budget_bytes=int(planning))
 
 
 def saved_data_fields(schedule: Schedule, profile: Profile) -> dict[str, Any]:
@@ -202,7 +191,7 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         fields["status"] = "error"
         fields["message"] = f"the host ran out of memory while planning: {type(exc).__name__}: {exc}".strip()
         return CaseOutcome(fields)
-    except (Exception, SystemExit) as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
+    except PLUGIN_FAILURES as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
         fields["status"], fields["message"] = classify(exc)
         return CaseOutcome(fields)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate,
@@ -265,7 +254,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
             if problems:
                 fields.update(status="error", message=f"invalid schedule: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    except (Exception, SystemExit) as exc:  # one failing case is a row, never a lost suite
+    except PLUGIN_FAILURES as exc:  # one failing case is a row, never a lost suite
         fields["status"], fields["message"] = classify(exc)
         out.run = None
     return out

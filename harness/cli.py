@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.errors import InfeasibleBudget, MembudgetError
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError
 from harness.model import ModelError
 from harness.options import check_planner_options
 
@@ -131,13 +131,15 @@ def _output_file(path: str | None, flag: str) -> None:
     _output_folder(str(target.parent), flag, path)
 
 
-def _output_folder(path: str, flag: str, shown: str | None = None) -> None:
-    """Create an output folder (and its parents) unless part of its path is a file."""
+def _output_folder(path: str, flag: str, shown: str | None = None, create: bool = True) -> None:
+    """Create an output folder (and its parents) unless part of its path is a file; ``create=False``
+    only checks, for a command that makes it once its input is known to be good."""
     folder = Path(path)
     for part in (folder, *folder.parents):
         if part.exists() and not part.is_dir():
             raise MembudgetError(f"{flag} {shown or path}: {part} is a file, not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def _load_profile(path: str):
@@ -246,11 +248,16 @@ def _plan(args: argparse.Namespace):
         raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
                                + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else ""),
                                need) from None
-    except (ValueError, TypeError) as exc:  # a bad option value or name: the user's to fix
-        raise MembudgetError(f"planner {args.planner} with options {args.option or []}: {exc}") from None
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
-        raise MembudgetError(f"planner {args.planner} with options {args.option or []}: out of memory while "
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              "planning (a smaller table, e.g. fewer slots, may fit)") from None
+    except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}") from None
+    except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
+        from harness.case import classify
+
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}) failed: "
+                             f"{classify(exc)[1]}") from None
     schedule, plan_time = planned.schedule, planned.plan_time_s
     summary = {
         "model": profile.model, "batch_size": profile.batch_size, "planner": args.planner,
@@ -479,7 +486,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     """Turn result folders into Markdown and HTML pages with tables and plots."""
     from harness.publish import publish
 
-    _output_folder(args.output, "-o")
+    _output_folder(args.output, "-o", create=False)  # publish makes it once the runs are known to be good
     written = publish(args.results, args.output)
     if args.json:
         _json({"output": args.output, "files": [str(p) for p in written]})

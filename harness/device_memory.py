@@ -165,6 +165,7 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
 
 def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, options: dict[str, Any],
                duplex: bool) -> DevicePlan:
+    from harness.schedules import checked_schedule
     from harness.simulate.executor import simulate
 
     try:
@@ -174,6 +175,7 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
         raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
                                f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
                                needed_bytes=needed) from None
+    schedule = checked_schedule(planner, schedule, planning)  # before the simulator trusts its budget_bytes
     run = simulate(schedule, profile, duplex=duplex)
     if not run.feasible:
         return DevicePlan(schedule, planning, None)

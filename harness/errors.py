@@ -43,3 +43,9 @@ class UnknownOption(MembudgetError, ValueError):
 
 class ProfilingError(MembudgetError):
     """A model could not be profiled: the message says which model, what failed, and what to try."""
+
+
+# What a plugin's code can raise that is its own failure, not an interrupt: every exception but
+# KeyboardInterrupt (Ctrl-C, and SIGTERM as the command line raises it). A plugin that calls sys.exit, or
+# lets a GeneratorExit escape, fails its case (or is skipped); it never ends the run without a word.
+PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)

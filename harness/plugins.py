@@ -28,6 +28,7 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import pluggy
 
 from harness import hookspecs
-from harness.errors import PluginWarning, UnknownPlugin
+from harness.errors import PLUGIN_FAILURES, PluginWarning, UnknownPlugin
 
 KINDS = ("profiler", "planner", "executor", "allocator", "model")
 BUILTINS = "harness.builtins"  # the core's own hook implementations, loaded by name
@@ -72,6 +73,7 @@ class Registry:
         self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in KINDS}
         self._sources: dict[int, tuple[str, str]] = {}
         self._order: dict[int, int] = {}  # plugin object id -> when it was added: who registers first
+        self._entry_points: dict[int, str] = {}  # plugin object id -> the entry point that loaded it
         self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
         self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
         self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
@@ -79,23 +81,34 @@ class Registry:
     # -- loading
     def load(self) -> Registry:
         self._add(importlib.import_module(BUILTINS), "membudget", _version("membudget"))
-        only, blocked = _env_list("MEMBUDGET_PLUGINS"), set(_env_list("MEMBUDGET_BLOCK_PLUGINS") or [])
+        only = _env_list("MEMBUDGET_PLUGINS")
+        chosen = {_norm(n) for n in only} if only is not None else None
+        blocked = {_norm(n) for n in _env_list("MEMBUDGET_BLOCK_PLUGINS") or []}
+        seen: set[str] = set()
         for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
             dist = ep.dist.name if ep.dist else ep.name
-            names = {ep.name, dist}
-            if names & blocked or (only is not None and not names & set(only)):
+            names = {_norm(ep.name), _norm(dist)}
+            seen |= names
+            if names & blocked or (chosen is not None and not names & chosen):
                 continue
             module = None
             try:
                 module = ep.load()
                 self._add(module, dist, ep.dist.version if ep.dist else "")
-            except Exception as exc:  # a broken plugin must not take the others down with it
+                self._entry_points[id(module)] = ep.name
+            except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
                     self.pm.unregister(module)
-                self.failed[dist] = f"{type(exc).__name__}: {exc}"
-                self._problem(f"membudget plugin {dist} failed to load and is skipped "
-                              f"(MEMBUDGET_BLOCK_PLUGINS={dist} silences this): {type(exc).__name__}: {exc}")
+                why = f"{type(exc).__name__}: " + " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+                self.failed[dist] = why
+                self._problem(f"membudget plugin {dist}: its entry point {ep.name} failed to load and is skipped "
+                              f"(MEMBUDGET_BLOCK_PLUGINS={ep.name} silences this): {why}")
                 continue
+        for variable in ("MEMBUDGET_PLUGINS", "MEMBUDGET_BLOCK_PLUGINS"):
+            for name in _env_list(variable) or []:
+                if _norm(name) not in seen:
+                    self._problem(f"{variable} names {name!r}, which is no installed membudget plugin "
+                                  f"(entry points and distributions: {', '.join(sorted(seen)) or 'none'})")
         self._check_hook_names()
         self._collect()
         return self
@@ -105,7 +118,7 @@ class Registry:
         and never calls it, so a misspelt ``membudget_register_planner`` would register nothing in silence."""
         specs = [n for n in dir(hookspecs) if n.startswith("membudget_")]
         for name, caller in sorted(vars(self.pm.hook).items()):
-            if caller.has_spec() or not name.startswith("membudget_"):
+            if caller.has_spec():
                 continue
             for impl in caller.get_hookimpls():
                 plugin = self._sources.get(id(impl.plugin), (impl.plugin_name, ""))[0]
@@ -137,14 +150,15 @@ class Registry:
 
                 try:
                     impl.function(register=register)
-                except Exception as exc:  # what it registered before it raised is dropped with it
+                except PLUGIN_FAILURES as exc:  # what it registered before it raised is dropped with it
                     self._problem(f"membudget plugin {plugin}: its membudget_register_{kind}s hook raised "
                                   f"{type(exc).__name__}: {exc}; what it registers there is skipped")
                     continue
                 for entry in staged:
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
-                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin, entry.plugin))
+                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin, self._block_name(existing),
+                                             self._entry_points.get(id(impl.plugin), entry.plugin)))
                         continue
                     self._items[kind][entry.name] = entry
         self._models = None
@@ -153,6 +167,11 @@ class Registry:
         """When a hook implementation's plugin was added: the order names are claimed in (pluggy's own
         order puts a ``trylast`` implementation first)."""
         return self._order.get(id(impl.plugin), len(self._order))
+
+    def _block_name(self, entry: Registered) -> str | None:
+        """What ``MEMBUDGET_BLOCK_PLUGINS`` takes to leave out the plugin that registered ``entry``
+        (None for the core's own built-ins, which cannot be left out)."""
+        return None if entry.plugin == "membudget" else entry.plugin
 
     def _model_index(self) -> dict[str, Registered]:
         """Which factory answers to each model name: the first registered that lists it. Built on first
@@ -163,7 +182,7 @@ class Registry:
         for entry in self._items["model"].values():  # in the order they were registered
             try:
                 names = list(entry.obj.names())
-            except Exception as exc:
+            except PLUGIN_FAILURES as exc:
                 self._problem(f"membudget plugin {entry.plugin}: model factory {entry.name!r} could not list its "
                               f"models ({type(exc).__name__}: {exc}); it is skipped")
                 continue
@@ -171,7 +190,8 @@ class Registry:
                 owner = self._models.get(name)
                 if owner is not None and owner.plugin != entry.plugin:
                     self._problem(_clash("model", name, f"{owner.plugin} (factory {owner.name})",
-                                         f"{entry.plugin} (factory {entry.name})", entry.plugin))
+                                         f"{entry.plugin} (factory {entry.name})", self._block_name(owner),
+                                         entry.plugin))
                     continue
                 self._models.setdefault(name, entry)
         return self._models
@@ -221,9 +241,15 @@ class Registry:
         return sorted(self._model_index().items())
 
 
-def _clash(kind: str, name: str, first: str, second: str, second_plugin: str) -> str:
-    return (f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used "
-            f"(MEMBUDGET_BLOCK_PLUGINS={second_plugin} leaves the second out)")
+def _norm(name: str) -> str:
+    """A plugin name as pip compares them: case, '-', '_' and '.' do not count (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _clash(kind: str, name: str, first: str, second: str, first_block: str | None, second_block: str) -> str:
+    choice = (f"MEMBUDGET_BLOCK_PLUGINS={second_block} leaves the second out" if first_block is None else
+              f"MEMBUDGET_BLOCK_PLUGINS={first_block} or ={second_block} leaves one out")
+    return f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used ({choice})"
 
 
 def close_names(name: str, known: list[str], n: int = 5) -> list[str]:

@@ -156,9 +156,9 @@ def fmt_ratio(value: Any) -> str:
 
 
 def _slug(text: str) -> str:
-    from harness.results import slug
+    from harness.results import file_stem
 
-    return slug(text)
+    return file_stem(text)
 
 
 @dataclass(frozen=True)
@@ -758,8 +758,9 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
 def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
     profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
-    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler", "?")
-    device = meta.get("device", "?")
+    devices = [d for d in dict.fromkeys(frame["device"]) if d]
+    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler") or "".join(profilers) or "?"
+    device = meta.get("device") or " and ".join(devices) or "?"
     gpu = meta.get("environment", {}).get("cuda_device")
     names = executors(frame)
     measured = [e for e in names if is_measured(frame[frame["executor"] == e])]
@@ -789,7 +790,7 @@ HOW_TO_READ = (
 )
 SPLIT_NOTE = (
     "{mark}N: the schedule splits the batch into N sub-batches, running every forward and backward pass N "
-    "times on a part of it (vDNN++, moDNN); it can run below the minimum memory of the whole batch. A model "
+    "times on a part of it (vDNN+ and moDNN do); it can run below the minimum memory of the whole batch. A model "
     "with batch normalisation then normalises over the smaller parts, which is not quite the same training; "
     "the gradient check compares the same sub-batches and does not show it."
 )
@@ -930,15 +931,15 @@ def publish_run(run: RunFolder, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     meta = read_meta(run.path)
     frame = fill_common_columns(load_rows(run.path), run.path)
-    suite = meta.get("suite", run.suite)
+    suite = _suite_name(run, meta, frame)
     statistic = statistic_of(meta)
     device_budget = device_budget_of(meta)
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
     doc.para(what_ran(frame, meta))
     if not meta:
-        doc.para(f"{run.path.name} has no meta.json (a folder not written by membudget run): which suite, device "
-                 "and environment made these rows is unknown.", small=True)
+        doc.para(f"{run.path.name} has no meta.json (a folder not written by membudget run): the suite and device "
+                 "named here are its rows'; the run's sessions and environment are unknown.", small=True)
     for line in _meta_lines(meta, git_state()) if meta else []:
         doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()
@@ -1028,14 +1029,14 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     runs = list({run.path.resolve(): run for run in find_runs(results)}.values())  # a run given twice: once
     for run in runs:  # a folder that is not one run's rows is an error before anything is written
-        _check_publishable(run)
+        _check_one_suite_run(run)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     links = []
     used: set[str] = set()
     for run in runs:
         meta = read_meta(run.path)
-        name = meta.get("suite", run.suite)
+        name = _suite_name(run, meta, load_rows(run.path))
         folder = name if name not in used else f"{name}-{run.run_id}"
         used.add(folder)
         written += publish_run(run, out / folder)
@@ -1052,17 +1053,23 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     return written
 
 
-def _check_publishable(run: RunFolder) -> None:
-    """Refuse, naming the folder, what would make a page that misleads: not a results table, no rows,
-    rows of several suites (or of another suite than ``meta.json``'s)."""
+def _suite_name(run: RunFolder, meta: Mapping[str, Any], frame: pd.DataFrame) -> str:
+    """The suite a run's page is named after: meta.json's, else its rows' (one suite), else the folder's."""
+    return meta.get("suite") or (str(frame["suite"].iloc[0]) if len(frame) else "") or run.suite
+
+
+def _check_one_suite_run(run: RunFolder) -> None:
+    """Refuse, naming the folder, what would make a page or a comparison mislead: not a results table, no
+    rows, rows of several suites (or of another suite than ``meta.json``'s)."""
     check_results_table(run.path)
     meta = read_meta(run.path)
     suites = sorted(set(load_rows(run.path)["suite"]))
     if not suites:
-        raise ResultsError(f"{run.path}: rows.csv has no rows yet: nothing to publish")
+        raise ResultsError(f"{run.path}: rows.csv has no rows yet: nothing to publish or compare")
     if len(suites) > 1 or suites[0] != meta.get("suite", suites[0]):
-        raise ResultsError(f"{run.path}: rows.csv holds rows of the suites {', '.join(suites)}, and meta.json is "
-                           f"suite {meta.get('suite', '?')}'s: publish one suite's run folder at a time")
+        whose = f", and meta.json is suite {meta['suite']}'s" if "suite" in meta else ""
+        raise ResultsError(f"{run.path}: rows.csv holds rows of the suites {', '.join(suites)}{whose}: a run "
+                           "folder holds one suite's rows")
 
 
 # --------------------------------------------------------------------------- compare
@@ -1097,8 +1104,9 @@ def _one_run(path: str | Path) -> RunFolder:
     return runs[0]
 
 
-def _rows_by_case(run_dir: Path) -> pd.DataFrame:
-    check_results_table(run_dir)
+def _rows_by_case(run: RunFolder) -> pd.DataFrame:
+    _check_one_suite_run(run)
+    run_dir = run.path
     frame = load_rows(run_dir)
     twice = frame["case_id"][frame["case_id"].duplicated()]
     if not twice.empty:
@@ -1118,7 +1126,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     """
     tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = _one_run(a), _one_run(b)
-    fa, fb = _rows_by_case(run_a.path), _rows_by_case(run_b.path)
+    fa, fb = _rows_by_case(run_a), _rows_by_case(run_b)
     common = [c for c in fa.index if c in fb.index]
     cases, same, status_changed, beyond = [], 0, 0, []
     for case_id in common:

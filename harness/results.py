@@ -275,9 +275,21 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
 
 
+def file_stem(text: str, limit: int = 180) -> str:
+    """``slug(text)``, or, when that is longer than ``limit`` bytes (a case id or model that is a long
+    profile path), its start and a hash of the whole: file names stay under the 255 bytes file systems
+    allow and still differ."""
+    name = slug(text)
+    if len(name.encode()) <= limit:
+        return name
+    import hashlib
+
+    return f"{name[: limit - 17]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
 def profile_file(model: str, batch_size: int, input_label: str, dtype: str) -> str:
     """The file name of a workload's profile in a run folder's ``profiles/``."""
-    return f"{slug(model)}-b{batch_size}-{input_label}-{dtype}.json"
+    return file_stem(f"{model}-b{batch_size}-{input_label}-{dtype}") + ".json"
 
 
 class RunProfiles:

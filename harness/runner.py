@@ -38,12 +38,12 @@ import pandas as pd
 
 from harness.case import classify, run_case
 from harness.device_memory import arena_fits
-from harness.errors import MembudgetError
+from harness.errors import PLUGIN_FAILURES, MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
-from harness.results import (  # slug and profile_file: the run folder's file names, imported from here too
-    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, finished_case_ids, load_rows, profile_file,
-    read_meta, runs_of_suite, slug, write_meta, write_parquet,
+from harness.results import (
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, file_stem, finished_case_ids, load_rows,
+    profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import run_in_workers
@@ -154,7 +154,7 @@ def execute_unit(task: UnitTask) -> UnitResult:
                 "budget_bytes": budget, "makespan_s": run.makespan,
                 "events": [[e.label, e.stream, e.start, e.end] for e in run.timeline],
             }
-            common["timeline"] = f"{TIMELINES}/{slug(case.unit_id)}.json"
+            common["timeline"] = f"{TIMELINES}/{file_stem(case.unit_id)}.json"
     for row, c in zip(rows, task.cases):
         row.update(common)
         if c.allocator and run is not None and common["status"] == "ok" and run.trace:
@@ -167,7 +167,7 @@ def execute_unit(task: UnitTask) -> UnitResult:
                                                         task.device_budget),
                            placement_optimal=placement.optimal,
                            placement_lower_bound_bytes=placement.lower_bound_bytes)
-            except Exception as exc:
+            except PLUGIN_FAILURES as exc:  # an allocator's sys.exit too
                 status, message = classify(exc)
                 row.update(status=status, message=f"allocator {c.allocator}: {message}")
         row["finished_at"] = now()
@@ -215,7 +215,7 @@ class ProfileCache:
                 self.folder.mkdir(parents=True, exist_ok=True)
                 save(profile, path)
             return profile, bounds_of(profile), None
-        except Exception as exc:
+        except PLUGIN_FAILURES as exc:  # a profiler's sys.exit too
             status, message = classify(exc)
             return None, None, (status, f"profiling failed: {message}")
 
@@ -497,7 +497,7 @@ def _save_timeline(run_dir: Path, timeline: dict[str, Any]) -> None:
 
     folder = run_dir / TIMELINES
     folder.mkdir(exist_ok=True)
-    (folder / f"{slug(timeline['case_id'])}.json").write_text(json.dumps(timeline))
+    (folder / f"{file_stem(timeline['case_id'])}.json").write_text(json.dumps(timeline))
 
 
 class _progress:

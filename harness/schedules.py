@@ -15,9 +15,11 @@ prefetching during the last forward operations"): ``prefetch_lead``.
 from __future__ import annotations
 
 import functools
-
 import math
-from typing import Mapping
+from dataclasses import replace
+from typing import Any, Mapping
+
+import numpy as np
 
 from harness.errors import InfeasibleBudget
 from harness.model import Op, Profile, Schedule, Transfer, op_index, training_ops  # planners take op_index here
@@ -49,6 +51,24 @@ def _recompute_ops(n_stages: int, segments: tuple[tuple[int, int], ...], sub_bat
                 ops.extend(Op("R", j, sb) for j in range(last[i], i + 1))
             ops.append(Op("B", i, sb))
     return tuple(ops)
+
+
+def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
+    """What ``planner`` returned for the chain budget ``budget``, checked before anything runs it: a
+    ``Schedule`` whose ``budget_bytes`` (the budget the executors enforce) is an int not above the one
+    it was given, pinned to it. A plugin's slip is a ``TypeError`` naming the planner (an ``error`` row)."""
+    name = getattr(planner, "name", type(planner).__name__)
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
+                        "(a budget it cannot fit raises InfeasibleBudget)")
+    claimed = schedule.budget_bytes
+    if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
+        raise TypeError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a number of "
+                        f"bytes (the budget it was given: {budget})")
+    if claimed > budget:
+        raise TypeError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it was "
+                        "given (Schedule.budget_bytes is the budget the executors enforce)")
+    return replace(schedule, budget_bytes=int(budget))
 
 
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:

@@ -172,6 +172,18 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
     assert needle.format(min=min_memory(profile), peak=peak_memory(profile)) in err
 
 
+@pytest.mark.parametrize("slip, needle", [
+    ("exit", "planner sloppy (options []) failed: SystemExit: the plugin called sys.exit(3)"),
+    ("none", "planner sloppy (options []): planner sloppy returned NoneType, not a Schedule"),
+])
+def test_a_planners_slip_in_plan_is_one_line_naming_it(capsys, profile_file, monkeypatch, slip, needle):
+    """QA: a planner's sys.exit ended `membudget plan` with its own exit status and no word."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
+    _, path = profile_file
+    code, out, err = _run(capsys, "plan", str(path), "--planner", "sloppy", "--budget", "50%")
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--budget=1e400"], "budget: too large: '1e400'"),
     (["--budget=1e30"], "budget: too large: '1e30'"),

@@ -178,10 +178,11 @@ def test_a_hook_with_a_parameter_membudget_does_not_give_skips_that_plugin_only(
     sound = types.ModuleType("membudget_sound")
     sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
     _entry_points(monkeypatch, ("wrongsig", "membudget-wrongsig", wrong), ("sound", "membudget-sound", sound))
-    with pytest.warns(UserWarning, match=r"membudget plugin membudget-wrongsig failed to load and is skipped "
-                                         r"\(MEMBUDGET_BLOCK_PLUGINS=membudget-wrongsig silences this\): "
-                                         r"PluginValidationError: .*reg"):
+    with pytest.warns(UserWarning, match=r"membudget plugin membudget-wrongsig: its entry point wrongsig failed to "
+                                         r"load and is skipped \(MEMBUDGET_BLOCK_PLUGINS=wrongsig silences this\): "
+                                         r"PluginValidationError: .*reg") as caught:
         reg = Registry().load()
+    assert all("\n" not in str(w.message) for w in caught)  # one line, though pluggy's text has several
     assert "sound" in reg.names("planner") and "keep-all" in reg.names("planner")
     assert not reg.pm.is_registered(wrong)
 
@@ -215,6 +216,78 @@ def test_the_plugin_switches_take_distribution_or_entry_point_names(monkeypatch,
     _entry_points(monkeypatch, ("sound", "membudget-sound", sound))
     monkeypatch.setenv(variable, value)
     assert ("sound" in Registry().load().names("planner")) == loads
+
+
+def test_a_plugin_that_calls_sys_exit_is_skipped_not_the_end_of_the_command(monkeypatch) -> None:
+    """QA: sys.exit at a plugin's import, or in its hook, ended every command with no word."""
+    import types
+
+    def exits_on_import():
+        raise SystemExit(4)
+
+    in_hook = types.ModuleType("membudget_hookexit")
+
+    @hookimpl
+    def membudget_register_planners(register):
+        raise SystemExit("bye")
+
+    in_hook.membudget_register_planners = membudget_register_planners
+    sound = types.ModuleType("membudget_sound")
+    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("hookexit", "membudget-hookexit", in_hook), ("sound", "membudget-sound", sound))
+    import importlib.metadata
+
+    entries = importlib.metadata.entry_points(group="membudget")
+    entries.append(types.SimpleNamespace(name="importexit", dist=types.SimpleNamespace(name="membudget-x", version="1"),
+                                         load=exits_on_import))
+    with pytest.warns(UserWarning) as caught:
+        reg = Registry().load()
+    messages = " / ".join(str(w.message) for w in caught)
+    assert "entry point importexit failed to load and is skipped" in messages and "SystemExit: 4" in messages
+    assert "membudget-hookexit: its membudget_register_planners hook raised SystemExit: bye" in messages
+    assert "sound" in reg.names("planner") and "keep-all" in reg.names("planner")
+
+
+def test_a_hook_function_of_any_other_name_is_a_warning(monkeypatch) -> None:
+    """A @hookimpl named register_planners (no membudget_ prefix) was ignored in silence too."""
+    import types
+
+    typo = types.ModuleType("membudget_typo")
+    typo.register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("typo", "membudget-typo", typo))
+    with pytest.warns(UserWarning, match="register_planners is not a membudget hook, so it is never called "
+                                         ".did you mean membudget_register_planners.."):
+        Registry().load()
+
+
+def test_a_plugin_switch_that_names_no_installed_plugin_is_a_warning_and_names_compare_as_pip_does(
+        monkeypatch) -> None:
+    import types
+
+    sound = types.ModuleType("membudget_sound")
+    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("sound", "membudget-sound", sound))
+    monkeypatch.setenv("MEMBUDGET_PLUGINS", "membudget-sonud")
+    with pytest.warns(UserWarning, match="MEMBUDGET_PLUGINS names 'membudget-sonud', which is no installed "
+                                         "membudget plugin .entry points and distributions: membudget-sound, sound."):
+        assert "sound" not in Registry().load().names("planner")
+    monkeypatch.delenv("MEMBUDGET_PLUGINS")
+    monkeypatch.setenv("MEMBUDGET_BLOCK_PLUGINS", "Membudget_Sound")
+    assert "sound" not in Registry().load().names("planner")
+
+
+def test_a_clash_between_two_plugins_says_how_to_leave_out_either(monkeypatch) -> None:
+    """QA: the advice named only the second plugin, which was the genuine one when an impostor came first."""
+    import types
+
+    first, second = types.ModuleType("membudget_one"), types.ModuleType("membudget_two")
+    first.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    second.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
+    _entry_points(monkeypatch, ("one", "membudget-one", first), ("two", "membudget-two", second))
+    with pytest.warns(UserWarning, match=r"planner 'sound' is registered by membudget-one and by membudget-two: "
+                                         r"membudget-one's is used \(MEMBUDGET_BLOCK_PLUGINS=membudget-one or =two "
+                                         r"leaves one out\)"):
+        Registry().load()
 
 
 def _link_dependencies(site: Path) -> None:

@@ -624,11 +624,16 @@ def test_publish_refuses_what_would_mislead_and_publishes_a_run_given_twice_once
     mixed = _copy_with(run_b, tmp_path / "mixed", lambda f: pd.concat(
         [f, f.head(2).assign(suite="other", case_id=lambda d: d["case_id"] + "/x")]))
     with pytest.raises(ResultsError, match=r"mixed: rows.csv holds rows of the suites other, pub, and meta.json is "
-                                           r"suite pub's: publish one suite's run folder at a time"):
+                                           r"suite pub's: a run folder holds one suite's rows"):
         publish([mixed], tmp_path / "site")
+    for pair in ((run_a, mixed), (mixed, run_a)):  # compare refuses them as publish does
+        with pytest.raises(ResultsError, match="mixed: rows.csv holds rows of the suites other, pub"):
+            compare(*pair)
     empty = _copy_with(run_b, tmp_path / "empty", lambda f: f.head(0))
     with pytest.raises(ResultsError, match="empty: rows.csv has no rows yet: nothing to publish"):
         publish([empty], tmp_path / "site")
+    with pytest.raises(ResultsError, match="empty: rows.csv has no rows yet"):
+        compare(run_a, empty)
     assert not (tmp_path / "site").exists()
     publish([run_b, run_b.parent / run_b.name, run_b], tmp_path / "site")
     assert sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir()) == ["pub"]

@@ -108,3 +108,26 @@ def test_a_run_written_before_the_version_reads_as_format_1_and_resumes_into_the
     assert run_suite(suite, folder / "results", run_id="old", resume=True, progress=False).ran == 0
     assert read_meta(old)["format_version"] == FORMAT_VERSION
     shutil.rmtree(old)
+
+
+def test_file_names_of_long_models_fit_a_file_system_and_stay_distinct():
+    """QA: a profile path of 250 characters as the model (the file profiler) failed every case with
+    'OSError: File name too long' when the run cached its profile."""
+    from harness.results import file_stem, profile_file
+
+    assert profile_file("torchvision:resnet18", 32, "3x224x224", "float32") == \
+        "torchvision_resnet18-b32-3x224x224-float32.json"  # the names of existing run folders do not move
+    long = "/data/" + "a-very-deep-folder/" * 14
+    names = {profile_file(long + end, 32, "3x224x224", "float32") for end in ("x.json", "y.json")}
+    assert len(names) == 2 and all(len(n.encode()) <= 255 for n in names)
+    assert all(len(file_stem(long + end + "/b32/f0.5/simulate")) <= 180 for end in ("x", "y"))
+
+
+def test_a_folder_without_meta_json_is_published_under_its_rows_suite(run, tmp_path):
+    _, suite, run_dir = run
+    bare = tmp_path / "copied-rows"
+    bare.mkdir()
+    shutil.copy(run_dir / "rows.csv", bare / "rows.csv")
+    publish([bare], tmp_path / "site")
+    page = (tmp_path / "site" / suite.name / "index.md").read_text()
+    assert "copied-rows has no meta.json" in page and "profiles of synthetic" in page

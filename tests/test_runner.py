@@ -123,26 +123,28 @@ def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
     assert len(rows) == len(suite.cases())
 
 
+@pytest.mark.parametrize("budget_model", ["chain", "device"])
 @pytest.mark.parametrize("slip, words", [
-    ("exit", "SystemExit: 3"),
+    ("exit", "SystemExit: the plugin called sys.exit(3)"),
     ("none", "TypeError: planner sloppy returned NoneType, not a Schedule"),
     ("lie", "TypeError: planner sloppy returned a schedule for 1000000000000000 bytes, above the "),
     ("over", "invalid schedule: "),
 ])
-def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypatch, slip, words):
+def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypatch, slip, words, budget_model):
     """QA, a plugin author's slips: ``sys.exit`` in a plan ended the run with no row and no word; None gave
     'replace() should be called on dataclass instances'; a schedule claiming a larger budget ran as ok against
     that budget (the executors enforce Schedule.budget_bytes); a schedule over the budget, returned instead of
     raising InfeasibleBudget, read as an honest 'infeasible'. Each is an error row now, and the rest run."""
     monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
     suite = _suite(tmp_path, support.SUITE.format(name="slip").replace("[keep-all, prefix]", "[prefix, sloppy]")
-                   .replace("[0, 0.5, 1.0]", "[0, 0.5]"))
+                   .replace("[0, 0.5, 1.0]", "[0, 0.5]") + f"budget_model: {budget_model}\n")
     outcome = run_suite(suite, tmp_path / "r", progress=False)
     rows = _rows(outcome.run_dir)
     assert len(rows) == len(suite.cases()) and read_meta(outcome.run_dir)["status"] == "complete"
     sloppy = [r for r in rows if r["planner"] == "sloppy"]
     assert sloppy and all(r["status"] == "error" and words in r["message"] for r in sloppy), sloppy[0]["message"]
-    assert all(r["status"] == "ok" for r in rows if r["planner"] == "prefix")
+    prefix = [r["status"] for r in rows if r["planner"] == "prefix"]  # the others plan as before
+    assert set(prefix) == ({"ok"} if budget_model == "chain" else {"infeasible"})  # device: runtime bytes first
 
 
 def test_profiling_failure_fails_only_that_model(tmp_path):

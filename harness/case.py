@@ -250,7 +250,8 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
             from harness.validate import validate as check
 
             problems = check(schedule, profile, planned.planning_budget)
-            fields["valid"] = not problems
+            if run.feasible or problems:  # `valid` is the verdict on a schedule that ran (docs/results.md)
+                fields["valid"] = not problems
             if problems:
                 fields.update(status="error", message=f"invalid schedule: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

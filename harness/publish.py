@@ -158,7 +158,7 @@ def fmt_ratio(value: Any) -> str:
 def _slug(text: str) -> str:
     from harness.results import file_stem
 
-    return file_stem(text)
+    return file_stem(text, limit=200)  # plot names add up to 35 bytes around it
 
 
 @dataclass(frozen=True)
@@ -484,9 +484,9 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         line += [fmt_bytes(plan["kept_bytes"]), fmt_bytes(plan["offloaded_bytes"]), fmt_bytes(plan["recomputed_bytes"])]
         if fit_column:
             fits = [(t, p) for t, p in ran if not table.cells[p, budget].over_allocators]
+            lead = f" ({fits[0][0] / time_s:.2f}x the winner's time)" if fits and time_s > 0 else ""
             line.append("-" if not cell.over_allocators else "none" if not fits else
-                        f"{fits[0][1]}{_marks(table.cells[fits[0][1], budget])} "
-                        f"({fits[0][0] / time_s:.2f}x the winner's time)")
+                        f"{fits[0][1]}{_marks(table.cells[fits[0][1], budget])}{lead}")
         lines.append(line)
     headers = ["budget", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept", "offloaded", "recomputed"]
     return headers + ([f"fastest with its arena in the budget ({ARENA_FLAG} winners)"] if fit_column else []), \
@@ -906,7 +906,8 @@ def _layout_notes(frame: pd.DataFrame) -> list[str]:
                      "suites with allocators).")
     torch_rows = frame[(frame["executor"] == "torch") & (frame["status"] == "ok")]
     if len(torch_rows) and torch_rows["grad_error"].isna().all():
-        notes.append("These torch rows were written before the gradient check existed: their grad err is empty.")
+        notes.append("These torch rows have no gradient check (grad err is empty): the suite turned it off, or they "
+                     "were written before it existed.")
     if not does_what(frame):
         notes.append("These rows were written before the saved-data columns (kept_bytes, offloaded_bytes, "
                      "recomputed_bytes) existed, so the page has no 'fastest strategy per budget' table; the "

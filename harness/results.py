@@ -275,7 +275,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_")
 
 
-def file_stem(text: str, limit: int = 180) -> str:
+def file_stem(text: str, limit: int = 240) -> str:
     """``slug(text)``, or, when that is longer than ``limit`` bytes (a case id or model that is a long
     profile path), its start and a hash of the whole: file names stay under the 255 bytes file systems
     allow and still differ."""

@@ -62,6 +62,8 @@ def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
         raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
                         "(a budget it cannot fit raises InfeasibleBudget)")
     claimed = schedule.budget_bytes
+    if isinstance(claimed, float) and claimed.is_integer():
+        claimed = int(claimed)
     if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
         raise TypeError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a number of "
                         f"bytes (the budget it was given: {budget})")

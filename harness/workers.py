@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-import queue as queues
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -46,9 +45,10 @@ def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any
     """Yield ``execute(task)`` for every task, run in ``jobs`` worker processes, as each finishes.
 
     ``execute`` is a module-level function (the workers are spawned, so it is pickled by
-    name). A task whose worker dies, or that runs more than ``limit`` seconds (None: no
-    limit), yields ``fail(task, message)`` instead. At most ``2 * jobs`` tasks are submitted
-    ahead, so a long iterable of tasks is consumed as the pool goes.
+    name). A task whose worker dies, that runs more than ``limit`` seconds (None: no limit),
+    or that cannot be sent to a worker or back (it does not pickle) yields ``fail(task,
+    message)`` instead. At most ``2 * jobs`` tasks are submitted ahead, so a long iterable of
+    tasks is consumed as the pool goes.
     """
     watch = _Watch(jobs, execute, limit)
     pending: dict[Future, Any] = {}
@@ -66,37 +66,55 @@ def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any
         watch.stop()  # an interrupt must not keep the process waiting for its workers
 
 
+def _result(watch: _Watch, future: Future, task: Any, fail: Callable[[Any, str], Any]) -> Any:
+    """The finished ``future``'s result, or ``fail``'s when it could not travel; ``BrokenProcessPool`` goes through."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise
+    except Exception as exc:  # e.g. a plugin object that does not pickle: that case fails, not the run
+        return fail(task, f"could not run in a worker process: {type(exc).__name__}: {exc}")
+    finally:
+        watch.forget(future)
+
+
 def _collect_finished(watch: _Watch, pending: dict[Future, Any], fail: Callable[[Any, str], Any]) -> Iterator[Any]:
     """Yield the results of the units that finished; a broken pool sends them all to ``_recover``."""
     broken: dict[Future | None, Any] = {}
-    for future in watch.wait(pending):
+    done, abandoned = watch.wait(pending)
+    for future in done:
         task = pending.pop(future)
-        try:
-            yield future.result()
-        except BrokenProcessPool:
+        if isinstance(future.exception(), BrokenProcessPool):
             broken[future] = task
-    if broken:
+            continue
+        yield _result(watch, future, task, fail)
+    if broken or abandoned:
         yield from _recover(watch, broken, pending, fail)
 
 
 def _recover(watch: _Watch, broken: dict[Future | None, Any], pending: dict[Future, Any],
              fail: Callable[[Any, str], Any]) -> Iterator[Any]:
     """The pool is broken, and with it every unit it held: the units stopped for their time limit
-    fail, and the watch starts a new pool. When one was stopped, that explains the break and the
-    others go back into the new pool (into ``pending``); otherwise a worker died, and each other
-    unit runs again alone, so that the one that dies again fails (``WORKER_DIED``) by itself."""
+    fail, and the watch starts a new pool. When the watch killed a worker of this pool, that
+    explains the break and the others go back into the new pool (into ``pending``); otherwise a
+    worker died, and each other unit runs again alone, so that the one that dies again fails
+    (``WORKER_DIED``) by itself."""
     broken.update(pending)
     pending.clear()
+    killed = watch.killed
     watch.stop()
-    again = {future: task for future, task in broken.items() if not watch.stopped(future)}
+    stopped = {future for future in broken if watch.stopped(future)}
+    for future in broken:
+        watch.forget(future)
     for future, task in broken.items():
-        if future not in again:
+        if future in stopped:
             yield fail(task, timed_out(watch.limit))
+    again = [task for future, task in broken.items() if future not in stopped]
     watch.start()
-    if len(again) < len(broken):
-        pending.update({watch.submit(task): task for task in again.values()})
+    if killed:
+        pending.update({watch.submit(task): task for task in again})
     else:
-        for task in again.values():
+        for task in again:
             yield _run_alone(watch, task, fail)
 
 
@@ -105,16 +123,17 @@ def _run_alone(watch: _Watch, task: Any, fail: Callable[[Any, str], Any]) -> Any
     alone = _Watch(1, watch.execute, watch.limit)
     try:
         future = alone.submit(task)
-        alone.wait({future: task})
-        try:
-            return future.result()
-        except BrokenProcessPool:
+        done, _ = alone.wait({future: task})
+        if not done or isinstance(future.exception(), BrokenProcessPool):
             return fail(task, timed_out(alone.limit) if alone.stopped(future) else WORKER_DIED)
+        return _result(alone, future, task, fail)
     finally:
         alone.stop()
 
 
 # --------------------------------------------------------------------------- the pool and its clock
+
+KILL_GRACE_S = 30.0  # how long a killed worker's pool may take to break before its units are given up
 
 _started: Any = None  # in a worker: the queue its start reports go to
 
@@ -125,7 +144,7 @@ def _start_worker(started: Any) -> None:
 
 
 def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> Any:
-    """In a worker: say that unit ``token`` starts now, then run it."""
+    """In a worker: say that unit ``token`` starts now (written before it runs), then run it."""
     if _started is not None:
         _started.put((token, os.getpid(), time.monotonic()))  # one clock for every process of the machine
     return execute(task)
@@ -133,21 +152,24 @@ def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> 
 
 class _Watch:
     """A pool of spawned workers, and the clock that kills a unit's worker once the unit has run
-    ``limit`` seconds. ``start`` makes a new pool after ``stop``; the queue of start reports and
-    the record of stopped units outlive the pools."""
+    ``limit`` seconds. ``start`` makes a new pool (with its own queue of start reports: a worker
+    killed while writing to a queue could leave it locked) after ``stop``."""
 
     def __init__(self, jobs: int, execute: Callable[[Any], Any], limit: float | None) -> None:
         self.jobs, self.execute, self.limit = jobs, execute, limit
         self._context = multiprocessing.get_context("spawn")
-        self._reports = self._context.Queue() if limit is not None else None
-        self._tokens: dict[Future, int] = {}
+        self._tokens: dict[Future, int] = {}  # the units not yet collected
+        self._live: set[int] = set()  # their tokens: a start report of a collected unit is dropped
         self._started: dict[int, tuple[int, float]] = {}  # token -> (worker pid, start)
-        self._stopped: set[int] = set()
+        self._stopped: dict[int, float] = {}  # token -> when its worker was killed
         self._count = itertools.count()
         self.start()
 
     def start(self) -> None:
         """A new pool of ``jobs`` workers."""
+        # a SimpleQueue's put writes before it returns: the report is there before the unit runs
+        self._reports = self._context.SimpleQueue() if self.limit is not None else None
+        self.killed = False  # whether the watch killed a worker of this pool (which then breaks)
         self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context,
                                         initializer=_start_worker, initargs=(self._reports,))
 
@@ -156,24 +178,35 @@ class _Watch:
         token = next(self._count)
         future = self.pool.submit(_execute_reporting, self.execute, task, token)
         self._tokens[future] = token
+        self._live.add(token)
         return future
 
-    def wait(self, futures: Iterable[Future]) -> set[Future]:
-        """Wait until one of ``futures`` is done (a killed worker's unit is done: its pool broke);
-        kill the worker of each unit past the time limit meanwhile."""
+    def wait(self, futures: Iterable[Future]) -> tuple[set[Future], bool]:
+        """Wait until one of ``futures`` is done (a killed worker's unit is done: its pool broke),
+        killing the worker of each unit past the time limit meanwhile. Returns the done futures, and
+        True instead when a killed worker's pool has not broken within ``KILL_GRACE_S`` (a process
+        the kill cannot end at once, e.g. in the GPU driver): its units are then given up."""
         futures = list(futures)
         while True:
-            done, _ = wait(futures, timeout=self._until_next_deadline(futures), return_when=FIRST_COMPLETED)
+            done, _ = wait(futures, timeout=self._next_wake(futures), return_when=FIRST_COMPLETED)
             if done:
-                return done
-            self._kill_overdue(futures)
+                return done, False
+            if self._kill_overdue(futures):
+                return set(), True
 
     def stopped(self, future: Future | None) -> bool:
         """Whether ``future``'s unit was stopped for running past the time limit."""
         return future is not None and self._tokens.get(future) in self._stopped
 
+    def forget(self, future: Future | None) -> None:
+        """Drop what the watch keeps of a collected unit (its future holds the unit's rows)."""
+        token = self._tokens.pop(future, None) if future is not None else None
+        self._live.discard(token)
+        self._started.pop(token, None)
+        self._stopped.pop(token, None)
+
     def stop(self) -> None:
-        """Shut the pool down without waiting: queued units are cancelled and running workers terminated."""
+        """Shut the pool down without waiting: queued units are cancelled and running workers ended."""
         processes = list((getattr(self.pool, "_processes", None) or {}).values())  # CPython's; terminate() needs them
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
@@ -181,30 +214,46 @@ class _Watch:
                 process.terminate()
         for process in processes:
             process.join(timeout=5)
+            if process.is_alive():  # SIGTERM ignored or blocked
+                process.kill()
+                process.join(timeout=1)
+        if self._reports is not None:
+            self._reports.close()
 
     def _read_reports(self) -> None:
-        while True:
-            try:
-                token, pid, started = self._reports.get_nowait()
-            except queues.Empty:
-                return
-            self._started[token] = (pid, started)
+        while not self._reports.empty():
+            token, pid, started = self._reports.get()
+            if token in self._live:  # a unit can be collected before its report is read
+                self._started[token] = (pid, started)
 
-    def _until_next_deadline(self, futures: list[Future]) -> float | None:
+    def _next_wake(self, futures: list[Future]) -> float | None:
+        """Seconds until the next unit's deadline (a killed one's: the end of its grace), at most
+        ``POLL_S`` so that new start reports are read; None (no timeout) without a limit."""
         if self.limit is None:
             return None
         self._read_reports()
-        starts = [self._started[t][1] for t in map(self._tokens.get, futures) if t in self._started]
-        if not starts:
+        deadlines = []
+        for token in map(self._tokens.get, futures):
+            if token in self._stopped:
+                deadlines.append(self._stopped[token] + KILL_GRACE_S)
+            elif token in self._started:
+                deadlines.append(self._started[token][1] + self.limit)
+        if not deadlines:
             return POLL_S
-        return min(POLL_S, max(0.0, min(starts) + self.limit - time.monotonic()) + 0.01)
+        return min(POLL_S, max(0.0, min(deadlines) - time.monotonic()) + 0.01)
 
-    def _kill_overdue(self, futures: list[Future]) -> None:
+    def _kill_overdue(self, futures: list[Future]) -> bool:
+        """Kill the worker of each unit past the limit; True when a killed one outlived its grace."""
         now = time.monotonic()
         for token in map(self._tokens.get, futures):
-            if token in self._started and token not in self._stopped and now - self._started[token][1] >= self.limit:
-                self._stopped.add(token)
+            if token in self._stopped:
+                if now - self._stopped[token] >= KILL_GRACE_S:
+                    return True
+            elif token in self._started and now - self._started[token][1] >= self.limit:
+                self._stopped[token] = now
+                self.killed = True
                 try:
                     os.kill(self._started[token][0], signal.SIGKILL)
                 except ProcessLookupError:  # it finished, or died, a moment ago
                     pass
+        return False

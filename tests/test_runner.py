@@ -466,6 +466,52 @@ def test_a_case_past_the_time_limit_costs_its_case_only(tmp_path, jobs):
     assert not multiprocessing.active_children()
 
 
+def test_a_worker_the_kill_cannot_end_is_given_up_after_its_grace(tmp_path, monkeypatch):
+    """A worker stuck where SIGKILL does not end it at once (in the GPU driver) never breaks its pool: the
+    wait polled forever. After KILL_GRACE_S the unit is given up, the pool replaced, and the run goes on.
+    (Here the kill is signal 0, which ends nothing.)"""
+    import multiprocessing
+
+    import harness.workers
+    from harness.workers import timed_out
+
+    monkeypatch.setattr(harness.workers.signal, "SIGKILL", 0)
+    monkeypatch.setattr(harness.workers, "KILL_GRACE_S", 1.0)
+    suite = _suite(tmp_path, HANG_SUITE)
+    outcome = run_suite(suite, tmp_path / "r", jobs=2, case_timeout=2, progress=False)
+    rows = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    assert [r["message"] for r in rows if r["status"] != "ok"] == [timed_out(2)]
+    assert not multiprocessing.active_children()
+
+
+def test_the_watch_keeps_nothing_of_a_collected_unit(monkeypatch):
+    """Every unit's future (and with it its rows and timeline) was kept until the run ended."""
+    import harness.workers
+    from harness.workers import run_in_workers
+
+    watches = []
+    original = harness.workers._Watch.__init__
+
+    def keep(self, *args, **kwargs):
+        watches.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(harness.workers._Watch, "__init__", keep)
+    assert sorted(run_in_workers(range(6), 2, abs, lambda task, message: message, limit=30)) == list(range(6))
+    assert watches and all(not (w._tokens or w._live or w._started or w._stopped) for w in watches)
+
+
+def test_a_case_that_cannot_be_sent_to_a_worker_is_an_error_row(tmp_path):
+    """A plugin object that does not pickle ended the whole run under --jobs 2 (or any case time limit)."""
+    suite = _suite(tmp_path, support.SUITE.format(name="pickle").replace("[keep-all, prefix]", "[prefix, unpicklable]")
+                   .replace("[0, 0.5, 1.0]", "[1.0]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", jobs=2, progress=False).run_dir)
+    assert len(rows) == len(suite.cases())
+    assert {(r["planner"], r["status"]) for r in rows} == {("prefix", "ok"), ("unpicklable", "error")}
+    assert all("could not run in a worker process" in r["message"] for r in rows if r["planner"] == "unpicklable")
+
+
 def test_the_suite_sets_the_case_time_limit_and_resume_keeps_a_stopped_case(tmp_path):
     """``case_timeout_s`` in the suite is the limit when the caller gives none; a resumed run does not run
     a stopped case again (it would hang again: a GPU slice would spend itself on it), while a limit the

@@ -5,7 +5,7 @@ sizes and times that grow with the batch), a simple offloading planner ``prefix`
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
 (its first call is slow, like a Numba compile),
-``hang`` (never returns on one model), ``sloppy`` (a plugin author's slips), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
+``hang`` (never returns on one model), ``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
 Numba kernel reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer`` (SIGKILLs its own process on its
 Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
@@ -230,6 +230,16 @@ class Sloppy(Prefix):
         return super().plan(profile, budget_bytes, **options)
 
 
+class Unpicklable(Prefix):
+    """Like ``prefix``, but it holds a lambda: it cannot be sent to a worker process."""
+
+    name = "unpicklable"
+    description = "cannot be pickled (test plugin)"
+
+    def __init__(self):
+        self.key = lambda stage: stage
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -244,7 +254,7 @@ class Plugin:
     @hookimpl
     def membudget_register_planners(self, register):
         for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst(),
-                        Hang(), Sloppy()):
+                        Hang(), Sloppy(), Unpicklable()):
             register(planner)
 
 

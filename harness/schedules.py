@@ -55,8 +55,10 @@ def _recompute_ops(n_stages: int, segments: tuple[tuple[int, int], ...], sub_bat
 
 def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
     """What ``planner`` returned for the chain budget ``budget``, checked before anything runs it: a
-    ``Schedule`` whose ``budget_bytes`` (the budget the executors enforce) is an int not above the one
-    it was given, pinned to it. A plugin's slip is a ``TypeError`` naming the planner (an ``error`` row)."""
+    ``Schedule`` whose ``budget_bytes`` (the budget the executors enforce) is a whole number of bytes not
+    above the one it was given. A cap below it is the planner's to choose (vDNN++ caps memory at vDNN's
+    peak, papers/001 section 4.1) and is kept. A plugin's slip is a ``TypeError`` naming the planner (an
+    ``error`` row)."""
     name = getattr(planner, "name", type(planner).__name__)
     if not isinstance(schedule, Schedule):
         raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
@@ -70,7 +72,7 @@ def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
     if claimed > budget:
         raise TypeError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it was "
                         "given (Schedule.budget_bytes is the budget the executors enforce)")
-    return replace(schedule, budget_bytes=int(budget))
+    return replace(schedule, budget_bytes=int(claimed))
 
 
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:

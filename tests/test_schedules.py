@@ -115,3 +115,21 @@ def test_an_offload_set_refusal_reports_what_the_set_needs(profile: Profile, whe
     if not simulate(ordered_schedule(profile, budget, amounts, planner="t", prefetch_window=1), profile,
                     with_trace=False).feasible:
         check_refusal(exc, budget, "t")
+
+
+def test_a_planners_own_cap_below_the_budget_is_kept_and_one_above_it_refused():
+    """checked_schedule: vDNN++ caps memory at vDNN's peak (papers/001 section 4.1), below the budget it
+    was given; pinning the cap to the budget let its simulated peak grow with the budget (the quick
+    suite's vdnnpp rows: 597.60 MiB became 611-681 MiB). A cap above the budget is the planner's error."""
+    import pytest
+
+    from harness.schedules import checked_schedule, keep_all_schedule
+
+    class Planner:
+        name = "capped"
+
+    profile = eq10_chain()
+    peak = peak_memory(profile)
+    assert checked_schedule(Planner(), keep_all_schedule(profile, peak), 2 * peak).budget_bytes == peak
+    with pytest.raises(TypeError, match="planner capped returned a schedule for .* bytes, above the"):
+        checked_schedule(Planner(), keep_all_schedule(profile, peak + 1), peak)

@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError
 from harness.model import ModelError
@@ -619,24 +619,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative_float(text: str) -> float:
+def _float_where(text: str, ok: Callable[[float], bool], words: str) -> float:
+    """``text`` as a float that ``ok`` accepts; else argparse's error: "must be {words}, got '...'"."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan  # refused below, with the same words
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {words}, got {text!r}")
     return value
+
+
+def _non_negative_float(text: str) -> float:
+    return _float_where(text, lambda v: v >= 0, "a number >= 0")
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan  # refused below, with the same words
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
+    return _float_where(text, lambda v: 0 < v < math.inf, "a number of seconds > 0")
 
 
 def _percentage(text: str) -> float:

@@ -81,9 +81,10 @@ class Registry:
     # -- loading
     def load(self) -> Registry:
         self._add(importlib.import_module(BUILTINS), "membudget", _version("membudget"))
-        only = _env_list("MEMBUDGET_PLUGINS")
+        switches = {variable: _env_list(variable) for variable in ("MEMBUDGET_PLUGINS", "MEMBUDGET_BLOCK_PLUGINS")}
+        only = switches["MEMBUDGET_PLUGINS"]
         chosen = {_norm(n) for n in only} if only is not None else None
-        blocked = {_norm(n) for n in _env_list("MEMBUDGET_BLOCK_PLUGINS") or []}
+        blocked = {_norm(n) for n in switches["MEMBUDGET_BLOCK_PLUGINS"] or []}
         seen: set[str] = set()
         for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
             dist = ep.dist.name if ep.dist else ep.name
@@ -104,8 +105,8 @@ class Registry:
                 self._problem(f"membudget plugin {dist}: its entry point {ep.name} failed to load and is skipped "
                               f"(MEMBUDGET_BLOCK_PLUGINS={ep.name} silences this): {why}")
                 continue
-        for variable in ("MEMBUDGET_PLUGINS", "MEMBUDGET_BLOCK_PLUGINS"):
-            for name in _env_list(variable) or []:
+        for variable, names in switches.items():
+            for name in names or []:
                 if _norm(name) not in seen:
                     self._problem(f"{variable} names {name!r}, which is no installed membudget plugin "
                                   f"(entry points and distributions: {', '.join(sorted(seen)) or 'none'})")

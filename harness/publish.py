@@ -925,13 +925,13 @@ def device_budget_of(meta: Mapping[str, Any]) -> bool:
     return meta.get("spec", {}).get("budget_model") == "device"
 
 
-def publish_run(run: RunFolder, out: Path) -> list[Path]:
-    """Write the pages and plots of one run into ``out``; return the files written."""
+def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.DataFrame) -> list[Path]:
+    """Write the pages and plots of one run (its ``meta.json`` and rows, as ``_checked_run`` read them)
+    into ``out``; return the files written."""
     from harness.environment import git_state
 
     out.mkdir(parents=True, exist_ok=True)
-    meta = read_meta(run.path)
-    frame = fill_common_columns(load_rows(run.path), run.path)
+    frame = fill_common_columns(frame, run.path)
     suite = _suite_name(run, meta, frame)
     statistic = statistic_of(meta)
     device_budget = device_budget_of(meta)
@@ -1029,19 +1029,18 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """Publish the runs found in ``results`` into ``out_dir``; return every file written."""
     out = Path(out_dir)
     runs = list({run.path.resolve(): run for run in find_runs(results)}.values())  # a run given twice: once
-    for run in runs:  # a folder that is not one run's rows is an error before anything is written
-        _check_one_suite_run(run)
+    # a folder that is not one run's rows is an error before anything is written
+    loaded = [(run, *_checked_run(run)) for run in runs]
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     links = []
     used: set[str] = set()
-    for run in runs:
-        meta = read_meta(run.path)
-        name = _suite_name(run, meta, load_rows(run.path))
+    for run, meta, rows in loaded:
+        name = _suite_name(run, meta, rows)
         folder = name if name not in used else f"{name}-{run.run_id}"
         used.add(folder)
-        written += publish_run(run, out / folder)
-        kind = "measured" if is_measured(load_rows(run.path)) else "simulated"
+        written += publish_run(run, out / folder, meta, rows)
+        kind = "measured" if is_measured(rows) else "simulated"
         about = meta.get("spec", {}).get("description", "")
         links.append((f"{name}: {about + '; ' if about else ''}{kind}, run {run.run_id}", f"{folder}/index.html"))
     index = Doc("membudget results")
@@ -1059,18 +1058,21 @@ def _suite_name(run: RunFolder, meta: Mapping[str, Any], frame: pd.DataFrame) ->
     return meta.get("suite") or (str(frame["suite"].iloc[0]) if len(frame) else "") or run.suite
 
 
-def _check_one_suite_run(run: RunFolder) -> None:
-    """Refuse, naming the folder, what would make a page or a comparison mislead: not a results table, no
-    rows, rows of several suites (or of another suite than ``meta.json``'s)."""
+def _checked_run(run: RunFolder) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A run's ``meta.json`` and rows, read once; refuse, naming the folder, what would make a page or a
+    comparison mislead: not a results table, no rows, rows of several suites (or of another suite than
+    ``meta.json``'s)."""
     check_results_table(run.path)
     meta = read_meta(run.path)
-    suites = sorted(set(load_rows(run.path)["suite"]))
+    rows = load_rows(run.path)
+    suites = sorted(set(rows["suite"]))
     if not suites:
         raise ResultsError(f"{run.path}: rows.csv has no rows yet: nothing to publish or compare")
     if len(suites) > 1 or suites[0] != meta.get("suite", suites[0]):
         whose = f", and meta.json is suite {meta['suite']}'s" if "suite" in meta else ""
         raise ResultsError(f"{run.path}: rows.csv holds rows of the suites {', '.join(suites)}{whose}: a run "
                            "folder holds one suite's rows")
+    return meta, rows
 
 
 # --------------------------------------------------------------------------- compare
@@ -1106,12 +1108,10 @@ def _one_run(path: str | Path) -> RunFolder:
 
 
 def _rows_by_case(run: RunFolder) -> pd.DataFrame:
-    _check_one_suite_run(run)
-    run_dir = run.path
-    frame = load_rows(run_dir)
+    _, frame = _checked_run(run)
     twice = frame["case_id"][frame["case_id"].duplicated()]
     if not twice.empty:
-        raise ResultsError(f"{run_dir / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
+        raise ResultsError(f"{run.path / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
                            "a run has one row per case")
     return frame.set_index("case_id")
 

@@ -67,11 +67,9 @@ def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any
 
 
 def _result(watch: _Watch, future: Future, task: Any, fail: Callable[[Any, str], Any]) -> Any:
-    """The finished ``future``'s result, or ``fail``'s when it could not travel; ``BrokenProcessPool`` goes through."""
+    """The finished ``future``'s result (its pool did not break), or ``fail``'s when it could not travel."""
     try:
         return future.result()
-    except BrokenProcessPool:
-        raise
     except Exception as exc:  # e.g. a plugin object that does not pickle: that case fails, not the run
         return fail(task, f"could not run in a worker process: {type(exc).__name__}: {exc}")
     finally:
@@ -123,7 +121,7 @@ def _run_alone(watch: _Watch, task: Any, fail: Callable[[Any, str], Any]) -> Any
     alone = _Watch(1, watch.execute, watch.limit)
     try:
         future = alone.submit(task)
-        done, _ = alone.wait({future: task})
+        done, _ = alone.wait([future])
         if not done or isinstance(future.exception(), BrokenProcessPool):
             return fail(task, timed_out(alone.limit) if alone.stopped(future) else WORKER_DIED)
         return _result(alone, future, task, fail)
@@ -159,7 +157,6 @@ class _Watch:
         self.jobs, self.execute, self.limit = jobs, execute, limit
         self._context = multiprocessing.get_context("spawn")
         self._tokens: dict[Future, int] = {}  # the units not yet collected
-        self._live: set[int] = set()  # their tokens: a start report of a collected unit is dropped
         self._started: dict[int, tuple[int, float]] = {}  # token -> (worker pid, start)
         self._stopped: dict[int, float] = {}  # token -> when its worker was killed
         self._count = itertools.count()
@@ -178,7 +175,6 @@ class _Watch:
         token = next(self._count)
         future = self.pool.submit(_execute_reporting, self.execute, task, token)
         self._tokens[future] = token
-        self._live.add(token)
         return future
 
     def wait(self, futures: Iterable[Future]) -> tuple[set[Future], bool]:
@@ -201,7 +197,6 @@ class _Watch:
     def forget(self, future: Future | None) -> None:
         """Drop what the watch keeps of a collected unit (its future holds the unit's rows)."""
         token = self._tokens.pop(future, None) if future is not None else None
-        self._live.discard(token)
         self._started.pop(token, None)
         self._stopped.pop(token, None)
 
@@ -221,9 +216,10 @@ class _Watch:
             self._reports.close()
 
     def _read_reports(self) -> None:
+        live = set(self._tokens.values())  # a unit can be collected before its report is read
         while not self._reports.empty():
             token, pid, started = self._reports.get()
-            if token in self._live:  # a unit can be collected before its report is read
+            if token in live:
                 self._started[token] = (pid, started)
 
     def _next_wake(self, futures: list[Future]) -> float | None:

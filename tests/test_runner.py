@@ -499,7 +499,7 @@ def test_the_watch_keeps_nothing_of_a_collected_unit(monkeypatch):
 
     monkeypatch.setattr(harness.workers._Watch, "__init__", keep)
     assert sorted(run_in_workers(range(6), 2, abs, lambda task, message: message, limit=30)) == list(range(6))
-    assert watches and all(not (w._tokens or w._live or w._started or w._stopped) for w in watches)
+    assert watches and all(not (w._tokens or w._started or w._stopped) for w in watches)
 
 
 def test_a_case_that_cannot_be_sent_to_a_worker_is_an_error_row(tmp_path):

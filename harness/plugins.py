@@ -16,8 +16,8 @@ variables choose what loads:
 A plugin that fails never takes the others down: one that cannot be imported, whose hook
 functions do not match the hook specifications (a parameter pluggy cannot give), or whose hook
 raises, is skipped (nothing it registered in that hook is kept); a hook function whose name is
-no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest; a name (a planner's, a model's)
-that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
+no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest;
+a name (a planner's, a model's) that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
 entry points in the order Python lists them. Each such problem is a warning and a line of
 ``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
 """
@@ -100,7 +100,8 @@ class Registry:
             except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
                     self.pm.unregister(module)
-                why = f"{type(exc).__name__}: " + " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+                text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # pluggy's: several
+                why = f"{type(exc).__name__}: {text}"
                 self.failed[dist] = why
                 self._problem(f"membudget plugin {dist}: its entry point {ep.name} failed to load and is skipped "
                               f"(MEMBUDGET_BLOCK_PLUGINS={ep.name} silences this): {why}")
@@ -158,7 +159,8 @@ class Registry:
                 for entry in staged:
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
-                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin, self._block_name(existing),
+                        self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin,
+                                             self._block_name(existing),
                                              self._entry_points.get(id(impl.plugin), entry.plugin)))
                         continue
                     self._items[kind][entry.name] = entry

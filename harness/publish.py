@@ -381,7 +381,8 @@ def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = Fals
 def _marks(cell: Cell) -> str:
     """The marks after a strategy's time or name: ÷N sub-batches, † arena over the budget, ‡ trained differently."""
     return ((f" {SPLIT_MARK}{cell.sub_batches}" if cell.sub_batches > 1 else "")
-            + (f" {ARENA_FLAG}" if cell.over_allocators else "") + (f" {GRAD_FLAG}" if cell.trained_differently else ""))
+            + (f" {ARENA_FLAG}" if cell.over_allocators else "")
+            + (f" {GRAD_FLAG}" if cell.trained_differently else ""))
 
 
 def _failure(cell: Cell) -> str:

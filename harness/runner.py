@@ -15,7 +15,8 @@ case runs again.
 
 Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool
 (``harness.workers``: a worker that dies, or a unit past the case time limit
-``case_timeout_s``, costs that unit's rows only); ``ray`` runs each unit as a Ray task (one GPU per task whose executor needs one). Planning
+``case_timeout_s``, costs that unit's rows only); ``ray`` runs each unit as a Ray task
+(one GPU per task whose executor needs one). Planning
 time excludes Numba compilation: every process plans once on a tiny chain before it
 times a planner (docs/architecture.md, "Planning kernels").
 """

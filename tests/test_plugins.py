@@ -155,12 +155,14 @@ def test_a_hook_that_raises_skips_that_plugin_only() -> None:
 
 
 def _entry_points(monkeypatch, *modules: tuple[str, str, object]) -> None:
-    """Make ``importlib.metadata`` list these (entry point, distribution, module) as membudget plugins."""
+    """Make ``importlib.metadata`` list these (entry point, distribution, module) as membudget plugins; a
+    function in place of the module is the entry point's ``load`` (to fail as an import would)."""
     import importlib.metadata
     import types
 
     entries = [types.SimpleNamespace(name=name, dist=types.SimpleNamespace(name=dist, version="1.0"),
-                                     load=lambda m=module: m) for name, dist, module in modules]
+                                     load=module if isinstance(module, types.FunctionType) else lambda m=module: m)
+               for name, dist, module in modules]
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: entries)
 
 
@@ -168,16 +170,22 @@ class _Planner:
     name, description = "sound", "a planner of a sound plugin"
 
 
+def _plugin(name: str, hook: str = "membudget_register_planners", function=None):
+    """A plugin module whose hook function ``hook`` (any name) is ``function``, by default one that
+    registers the planner 'sound'."""
+    import types
+
+    module = types.ModuleType(name)
+    setattr(module, hook, hookimpl(function or (lambda register: register(_Planner()))))
+    return module
+
+
 def test_a_hook_with_a_parameter_membudget_does_not_give_skips_that_plugin_only(monkeypatch) -> None:
     """QA: ``def membudget_register_planners(reg)`` made every command a pluggy traceback until the plugin
     was uninstalled; now that plugin is skipped with one warning, and the others load."""
-    import types
-
-    wrong = types.ModuleType("membudget_wrongsig")
-    wrong.membudget_register_planners = hookimpl(lambda reg: None)
-    sound = types.ModuleType("membudget_sound")
-    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("wrongsig", "membudget-wrongsig", wrong), ("sound", "membudget-sound", sound))
+    wrong = _plugin("membudget_wrongsig", function=lambda reg: None)
+    _entry_points(monkeypatch, ("wrongsig", "membudget-wrongsig", wrong),
+                  ("sound", "membudget-sound", _plugin("membudget_sound")))
     with pytest.warns(UserWarning, match=r"membudget plugin membudget-wrongsig: its entry point wrongsig failed to "
                                          r"load and is skipped \(MEMBUDGET_BLOCK_PLUGINS=wrongsig silences this\): "
                                          r"PluginValidationError: .*reg") as caught:
@@ -190,11 +198,7 @@ def test_a_hook_with_a_parameter_membudget_does_not_give_skips_that_plugin_only(
 def test_a_misspelt_hook_name_is_a_warning_naming_the_hook(monkeypatch) -> None:
     """pluggy keeps a hook function with no specification and never calls it: the planner it registers
     was 'unknown' with no word why."""
-    import types
-
-    typo = types.ModuleType("membudget_typo")
-    typo.membudget_register_planner = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("typo", "membudget-typo", typo))
+    _entry_points(monkeypatch, ("typo", "membudget-typo", _plugin("membudget_typo", "membudget_register_planner")))
     with pytest.warns(UserWarning, match="membudget plugin membudget-typo: membudget_register_planner is not a "
                                          "membudget hook, so it is never called .did you mean "
                                          "membudget_register_planners.."):
@@ -209,37 +213,23 @@ def test_a_misspelt_hook_name_is_a_warning_naming_the_hook(monkeypatch) -> None:
 ])
 def test_the_plugin_switches_take_distribution_or_entry_point_names(monkeypatch, variable, value, loads) -> None:
     """The warnings name distributions (what pip lists), so the switches take those as well as entry points."""
-    import types
-
-    sound = types.ModuleType("membudget_sound")
-    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("sound", "membudget-sound", sound))
+    _entry_points(monkeypatch, ("sound", "membudget-sound", _plugin("membudget_sound")))
     monkeypatch.setenv(variable, value)
     assert ("sound" in Registry().load().names("planner")) == loads
 
 
 def test_a_plugin_that_calls_sys_exit_is_skipped_not_the_end_of_the_command(monkeypatch) -> None:
     """QA: sys.exit at a plugin's import, or in its hook, ended every command with no word."""
-    import types
-
     def exits_on_import():
         raise SystemExit(4)
 
-    in_hook = types.ModuleType("membudget_hookexit")
-
-    @hookimpl
-    def membudget_register_planners(register):
+    def exits_in_hook(register):
         raise SystemExit("bye")
 
-    in_hook.membudget_register_planners = membudget_register_planners
-    sound = types.ModuleType("membudget_sound")
-    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("hookexit", "membudget-hookexit", in_hook), ("sound", "membudget-sound", sound))
-    import importlib.metadata
-
-    entries = importlib.metadata.entry_points(group="membudget")
-    entries.append(types.SimpleNamespace(name="importexit", dist=types.SimpleNamespace(name="membudget-x", version="1"),
-                                         load=exits_on_import))
+    hook_exits = _plugin("membudget_hookexit", function=exits_in_hook)
+    _entry_points(monkeypatch, ("hookexit", "membudget-hookexit", hook_exits),
+                  ("sound", "membudget-sound", _plugin("membudget_sound")),
+                  ("importexit", "membudget-x", exits_on_import))
     with pytest.warns(UserWarning) as caught:
         reg = Registry().load()
     messages = " / ".join(str(w.message) for w in caught)
@@ -250,11 +240,7 @@ def test_a_plugin_that_calls_sys_exit_is_skipped_not_the_end_of_the_command(monk
 
 def test_a_hook_function_of_any_other_name_is_a_warning(monkeypatch) -> None:
     """A @hookimpl named register_planners (no membudget_ prefix) was ignored in silence too."""
-    import types
-
-    typo = types.ModuleType("membudget_typo")
-    typo.register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("typo", "membudget-typo", typo))
+    _entry_points(monkeypatch, ("typo", "membudget-typo", _plugin("membudget_typo", "register_planners")))
     with pytest.warns(UserWarning, match="register_planners is not a membudget hook, so it is never called "
                                          ".did you mean membudget_register_planners.."):
         Registry().load()
@@ -262,11 +248,7 @@ def test_a_hook_function_of_any_other_name_is_a_warning(monkeypatch) -> None:
 
 def test_a_plugin_switch_that_names_no_installed_plugin_is_a_warning_and_names_compare_as_pip_does(
         monkeypatch) -> None:
-    import types
-
-    sound = types.ModuleType("membudget_sound")
-    sound.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("sound", "membudget-sound", sound))
+    _entry_points(monkeypatch, ("sound", "membudget-sound", _plugin("membudget_sound")))
     monkeypatch.setenv("MEMBUDGET_PLUGINS", "membudget-sonud")
     with pytest.warns(UserWarning, match="MEMBUDGET_PLUGINS names 'membudget-sonud', which is no installed "
                                          "membudget plugin .entry points and distributions: membudget-sound, sound."):
@@ -278,12 +260,8 @@ def test_a_plugin_switch_that_names_no_installed_plugin_is_a_warning_and_names_c
 
 def test_a_clash_between_two_plugins_says_how_to_leave_out_either(monkeypatch) -> None:
     """QA: the advice named only the second plugin, which was the genuine one when an impostor came first."""
-    import types
-
-    first, second = types.ModuleType("membudget_one"), types.ModuleType("membudget_two")
-    first.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    second.membudget_register_planners = hookimpl(lambda register: register(_Planner()))
-    _entry_points(monkeypatch, ("one", "membudget-one", first), ("two", "membudget-two", second))
+    _entry_points(monkeypatch, ("one", "membudget-one", _plugin("membudget_one")),
+                  ("two", "membudget-two", _plugin("membudget_two")))
     with pytest.warns(UserWarning, match=r"planner 'sound' is registered by membudget-one and by membudget-two: "
                                          r"membudget-one's is used \(MEMBUDGET_BLOCK_PLUGINS=membudget-one or =two "
                                          r"leaves one out\)"):

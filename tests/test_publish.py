@@ -25,14 +25,9 @@ XHTML = "{http://www.w3.org/1999/xhtml}"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Two runs of a synthetic suite with allocators and a failing planner."""
-    support.install()
     folder = tmp_path_factory.mktemp("publish")
-    text = support.SUITE.format(name="pub").replace("[keep-all, prefix]", "[keep-all, prefix, boom]")
-    text += "allocators: [caching, first-fit]\n"
-    suite = load_suite(support.write_suite(folder, text))
-    first = run_suite(suite, folder / "results", run_id="run-a", progress=False)
-    second = run_suite(suite, folder / "results", run_id="run-b", progress=False)
-    return folder, suite, first.run_dir, second.run_dir
+    suite, (first, second) = support.runs_with_allocators(folder, "pub", "[caching, first-fit]", ("run-a", "run-b"))
+    return folder, suite, first, second
 
 
 def test_publish_writes_wellformed_pages_with_every_case_and_plots(results, tmp_path):

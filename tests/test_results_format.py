@@ -11,19 +11,15 @@ import pytest
 from harness.publish import compare, publish
 from harness.results import FORMAT_VERSION, ResultsError, load_rows, read_meta, read_rows_csv
 from harness.runner import run_suite
-from harness.suite import load_suite
 from tests import test_suite_support as support
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A finished run with allocator rows (flags true and false) and rows without allocators (flags empty)."""
-    support.install()
     folder = tmp_path_factory.mktemp("format")
-    text = support.SUITE.format(name="fmt").replace("[keep-all, prefix]", "[keep-all, prefix, boom]")
-    text += "allocators: [caching]\n"
-    suite = load_suite(support.write_suite(folder, text))
-    return folder, suite, run_suite(suite, folder / "results", run_id="a", progress=False).run_dir
+    suite, (run_dir,) = support.runs_with_allocators(folder, "fmt", "[caching]", ("a",))
+    return folder, suite, run_dir
 
 
 def test_a_run_says_its_format_version(run):

@@ -292,6 +292,18 @@ def write_suite(folder: Path, text: str | None = None, name: str = "synth", file
     return path
 
 
+def runs_with_allocators(folder: Path, name: str, allocators: str, run_ids: tuple[str, ...]):
+    """The synthetic suite with a failing planner (``boom``) beside keep-all and prefix and the allocators
+    ``allocators`` (YAML list text), run once per run id in ``folder/results``: (suite, run folders)."""
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    install()
+    text = SUITE.format(name=name).replace("[keep-all, prefix]", "[keep-all, prefix, boom]")
+    suite = load_suite(write_suite(folder, text + f"allocators: {allocators}\n"))
+    return suite, [run_suite(suite, Path(folder) / "results", run_id=r, progress=False).run_dir for r in run_ids]
+
+
 def run_yaml(folder: Path, text: str) -> Path:
     """Run the suite ``text`` (YAML, indented as in a test) in ``folder``, quietly; return its run folder."""
     import textwrap

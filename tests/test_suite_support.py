@@ -4,10 +4,11 @@ The plugin brings a ``synthetic`` profiler with ``synthetic:chainN`` models (N s
 sizes and times that grow with the batch), a simple offloading planner ``prefix``
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
-(its first call is slow, like a Numba compile),
-``hang`` (never returns on one model), ``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda), ``interrupter`` (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a
-Numba kernel reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer`` (SIGKILLs its own process on its
-Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
+(its first call is slow, like a Numba compile), ``hang`` (never returns on one model),
+``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda), ``interrupter``
+(Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a Numba kernel
+reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer``
+(SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
 """
 

@@ -688,9 +688,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt as exc:
-        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        # the flag too: compiled code (Numba) can re-raise the handler's Terminated as another exception
+        terminated = isinstance(exc, Terminated) or Terminated.received
+        how = "terminated" if terminated else "interrupted"
         print(f"membudget: {how}; finished cases are saved (resume with --resume)", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        return 143 if terminated else 130
     except _user_errors() as exc:
         message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
         print(f"membudget: error: {message}", file=sys.stderr)
@@ -720,13 +722,17 @@ def _plugin_warnings_in_one_line() -> None:
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``timeout``, ``kill``, a batch scheduler), stopping the command as Ctrl-C does."""
 
+    received = False  # set by the handler: whether this process was sent SIGTERM
+
 
 def _stop_on_sigterm() -> Any:
     """Make SIGTERM stop the command like Ctrl-C, so a run's meta.json says interrupted; return the old handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    Terminated.received = False
 
     def stop(signum: int, frame: Any) -> None:
+        Terminated.received = True
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, stop)

@@ -74,6 +74,7 @@ class Registry:
         self._sources: dict[int, tuple[str, str]] = {}
         self._order: dict[int, int] = {}  # plugin object id -> when it was added: who registers first
         self._entry_points: dict[int, str] = {}  # plugin object id -> the entry point that loaded it
+        self._blockable: set[str] = set()  # the distributions loaded from entry points: the switches name them
         self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
         self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
         self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
@@ -97,6 +98,7 @@ class Registry:
                 module = ep.load()
                 self._add(module, dist, ep.dist.version if ep.dist else "")
                 self._entry_points[id(module)] = ep.name
+                self._blockable.add(dist)
             except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
                     self.pm.unregister(module)
@@ -160,8 +162,8 @@ class Registry:
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
                         self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin,
-                                             self._block_name(existing),
-                                             self._entry_points.get(id(impl.plugin), entry.plugin)))
+                                             self._block_name(existing.plugin),
+                                             self._entry_points.get(id(impl.plugin))))
                         continue
                     self._items[kind][entry.name] = entry
         self._models = None
@@ -171,10 +173,10 @@ class Registry:
         order puts a ``trylast`` implementation first)."""
         return self._order.get(id(impl.plugin), len(self._order))
 
-    def _block_name(self, entry: Registered) -> str | None:
-        """What ``MEMBUDGET_BLOCK_PLUGINS`` takes to leave out the plugin that registered ``entry``
-        (None for the core's own built-ins, which cannot be left out)."""
-        return None if entry.plugin == "membudget" else entry.plugin
+    def _block_name(self, plugin: str) -> str | None:
+        """What ``MEMBUDGET_BLOCK_PLUGINS`` takes to leave out ``plugin``: None for the core's own
+        built-ins and for a plugin added by hand (``add_plugin``), which no switch leaves out."""
+        return plugin if plugin in self._blockable else None
 
     def _model_index(self) -> dict[str, Registered]:
         """Which factory answers to each model name: the first registered that lists it. Built on first
@@ -193,8 +195,8 @@ class Registry:
                 owner = self._models.get(name)
                 if owner is not None and owner.plugin != entry.plugin:
                     self._problem(_clash("model", name, f"{owner.plugin} (factory {owner.name})",
-                                         f"{entry.plugin} (factory {entry.name})", self._block_name(owner),
-                                         entry.plugin))
+                                         f"{entry.plugin} (factory {entry.name})", self._block_name(owner.plugin),
+                                         self._block_name(entry.plugin)))
                     continue
                 self._models.setdefault(name, entry)
         return self._models
@@ -249,10 +251,17 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _clash(kind: str, name: str, first: str, second: str, first_block: str | None, second_block: str) -> str:
-    choice = (f"MEMBUDGET_BLOCK_PLUGINS={second_block} leaves the second out" if first_block is None else
-              f"MEMBUDGET_BLOCK_PLUGINS={first_block} or ={second_block} leaves one out")
-    return f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used ({choice})"
+def _clash(kind: str, name: str, first: str, second: str, first_block: str | None,
+           second_block: str | None) -> str:
+    """The warning for two plugins registering one name; a ``*_block`` is what MEMBUDGET_BLOCK_PLUGINS
+    takes to leave that plugin out (None: nothing does, as for the core or a plugin added by hand)."""
+    if first_block and second_block:
+        choice = f" (MEMBUDGET_BLOCK_PLUGINS={first_block} or ={second_block} leaves one out)"
+    elif first_block or second_block:
+        choice = f" (MEMBUDGET_BLOCK_PLUGINS={first_block or second_block} leaves the {'first' if first_block else 'second'} out)"
+    else:
+        choice = ""
+    return f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used{choice}"
 
 
 def close_names(name: str, known: list[str], n: int = 5) -> list[str]:

@@ -445,7 +445,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"membudget: note: {note}", file=sys.stderr)
     outcome = run_suite(suite, args.output, run_id=args.run_id, resume=args.resume, backend=args.backend,
                         jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite,
-                        case_timeout=args.case_timeout)
+                        case_timeout=args.case_timeout, retry=args.retry)
     order = {c.case_id: k for k, c in enumerate(suite.cases())}
     frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
     counts = frame["status"].value_counts().to_dict()
@@ -582,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("suite", help="suite YAML, e.g. suites/quick.yaml")
     p.add_argument("-o", "--output", default="results", metavar="RESULTS_DIR")
     p.add_argument("--resume", action="store_true", help="continue the latest (or --run-id) run: skip finished cases")
+    p.add_argument("--retry", action="append", default=[], metavar="STATUS",
+                   help="with --resume: run again the cases whose rows are STATUS (error, oom or infeasible; "
+                        "repeat for several)")
     p.add_argument("--run-id", help="name of the run folder (default: the start time)")
     p.add_argument("--overwrite", action="store_true", help="replace the run folder --run-id if it exists")
     p.add_argument("--backend", choices=("local", "ray"), default="local")

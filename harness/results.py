@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -197,15 +197,16 @@ def finished_case_ids(run_dir: Path) -> set[str]:
     return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV) if not is_interrupt_row(row)}
 
 
-def drop_interrupt_rows(run_dir: Path) -> set[str]:
-    """Remove the rows that record an interrupt from a run's ``rows.csv`` (atomically); return their case ids.
+def drop_rows(run_dir: Path, which: Callable[[Mapping[str, Any]], bool] = is_interrupt_row) -> set[str]:
+    """Remove the rows that record an interrupt (or those ``which`` picks) from a run's ``rows.csv``,
+    atomically; return their case ids.
 
     The file is rewritten beside itself and renamed over it, so a crash leaves the old
-    file or the new one. Nothing is written when no row records an interrupt.
+    file or the new one. Nothing is written when no row is picked.
     """
     path = Path(run_dir) / ROWS_CSV
     rows = read_rows_csv(path)
-    stale = {row["case_id"] for row in rows if is_interrupt_row(row)}
+    stale = {row["case_id"] for row in rows if which(row)}
     if not stale:
         return stale
     header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))

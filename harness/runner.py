@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 import pandas as pd
 
@@ -43,13 +43,14 @@ from harness.errors import PLUGIN_FAILURES, MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
-    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_interrupt_rows, file_stem, finished_case_ids, load_rows,
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, load_rows,
     profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import run_in_workers
 
 BACKENDS = ("local", "ray")
+RETRIABLE = ("error", "oom", "infeasible")  # the row statuses --retry runs again
 
 
 def new_run_id() -> str:
@@ -225,16 +226,22 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 
 
 def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend: str, jobs: int,
-                     case_timeout: float | None) -> None:
+                     case_timeout: float | None, retry: Collection[str]) -> None:
     """Refuse what would misbehave, before anything is written: a run id that is a path, a
     contradiction, no workers, a time limit that is not a positive number of seconds or that the
-    backend cannot keep, a backend that is not installed."""
+    backend cannot keep, a backend that is not installed, a retry of no earlier run or of no failure."""
     if run_id is not None and not RUN_ID.match(run_id):
         raise MembudgetError(f"--run-id {run_id!r}: a run id is one plain folder name (letters, digits and "
                              f"._=+-, starting with a letter or digit), e.g. nightly-2024-01-31")
     if resume and overwrite:
         raise MembudgetError("--resume or --overwrite, not both: resume keeps the finished cases, "
                              "overwrite deletes them")
+    wrong = [status for status in retry if status not in RETRIABLE]
+    if wrong:
+        raise MembudgetError(f"--retry {wrong[0]!r}: the statuses a case can be run again for are "
+                             f"{', '.join(RETRIABLE)}")
+    if retry and not resume:
+        raise MembudgetError("--retry runs again the failed cases of an earlier run: add --resume")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise MembudgetError(f"--jobs {jobs!r}: the number of workers is a whole number >= 1")
     if backend not in BACKENDS:
@@ -387,6 +394,7 @@ def run_suite(
     progress: bool = True,
     overwrite: bool = False,
     case_timeout: float | None = None,
+    retry: Collection[str] = (),
     on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> RunOutcome:
     """Run every case of ``suite`` not yet in the run folder; return the folder and all its rows.
@@ -399,11 +407,13 @@ def run_suite(
     ``KeyboardInterrupt`` (or any failure once the run folder exists) stops the run after
     marking it interrupted; every finished case is already on disk. A run id that is not one
     plain folder name, ``resume`` with ``overwrite``, ``jobs < 1`` or the ``ray`` backend
-    without Ray is a ``MembudgetError`` before anything is written.
+    without Ray is a ``MembudgetError`` before anything is written. ``retry`` (statuses of
+    ``RETRIABLE``, with ``resume`` only) runs again this suite's cases whose rows have those
+    statuses: their rows are removed first, so each case keeps one row.
     """
     if case_timeout is None:
         case_timeout = suite.spec.case_timeout_s
-    _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout)
+    _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout, retry)
     root = Path(results_root)
     run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     lock = RunLock(run_dir)
@@ -414,13 +424,13 @@ def run_suite(
             except OSError as exc:  # rmtree names the file inside, relative to the folder
                 raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
         return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, case_timeout, progress,
-                       on_rows)
+                       retry, on_rows)
     finally:
         lock.release()
 
 
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
-            jobs: int, case_timeout: float | None, progress: bool,
+            jobs: int, case_timeout: float | None, progress: bool, retry: Collection[str],
             on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
@@ -431,9 +441,13 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
                      f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
     if resuming:
-        rerun = drop_interrupt_rows(run_dir)
+        rerun = drop_rows(run_dir)
         if rerun:
             notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
+        if retry:  # only this suite's: the GPU suite's parts share a run folder
+            ours = {c.case_id for c in cases}
+            again = drop_rows(run_dir, lambda row: row["status"] in retry and row["case_id"] in ours)
+            notes.append(f"{len(again)} case(s) with status {' or '.join(dict.fromkeys(retry))} run again (--retry)")
     finished = finished_case_ids(run_dir) if resuming else set()
     done = finished & {c.case_id for c in cases}
     if len(finished) > len(done):  # e.g. the GPU suite's parts, which share one run folder
@@ -447,7 +461,8 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     from harness.plugins import registry
 
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
-               "jobs": jobs, "case_timeout_s": case_timeout, "cases_to_run": n_todo, "cases_already_done": len(done)}
+               "jobs": jobs, "case_timeout_s": case_timeout, "cases_to_run": n_todo, "cases_already_done": len(done),
+               "retry": list(dict.fromkeys(retry))}
     if meta and _as_json(meta.get("spec")) != _as_json(suite.raw):  # keep the specs the earlier rows ran
         meta.setdefault("earlier_specs", []).append({"source": meta.get("source"), "spec": meta.get("spec")})
         notes.append(f"the suite differs from the one {run_dir} ran before; meta.json keeps that one under "

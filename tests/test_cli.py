@@ -281,6 +281,9 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
     (["--run-id", "x", "--resume", "--overwrite"], "--resume or --overwrite, not both"),
     (["--case-timeout", "5", "--backend", "ray"], "a case time limit (case_timeout_s, --case-timeout) needs "
                                                   "--backend local"),
+    (["--retry", "error"], "--retry runs again the failed cases of an earlier run: add --resume"),
+    (["--resume", "--retry", "eror"], "--retry 'eror': the statuses a case can be run again for are error, oom, "
+                                      "infeasible"),
 ])
 def test_run_refuses_bad_arguments_in_one_line_before_writing(capsys, tmp_path, argv, needle):
     suite = support.write_suite(tmp_path)

@@ -526,6 +526,49 @@ def test_the_suite_sets_the_case_time_limit_and_resume_keeps_a_stopped_case(tmp_
     assert read_meta(again.run_dir)["sessions"][-1]["case_timeout_s"] == 60
 
 
+
+def test_resume_with_retry_runs_the_failed_cases_again_once_each(tmp_path, monkeypatch):
+    """A case that failed (its planner raised; a time limit too short; a GPU run out of memory before a
+    fix) kept its row on --resume, and retrying it meant editing rows.csv by hand."""
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path, support.SUITE.format(name="retry").replace("[keep-all, prefix]", "[keep-all, boom]"))
+    first = run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    statuses = {r["case_id"]: r["status"] for r in _rows(first.run_dir)}
+    failed = {case for case, status in statuses.items() if status == "error"}
+    assert failed and "infeasible" in statuses.values()
+    with pytest.raises(MembudgetError, match="add --resume"):
+        run_suite(suite, tmp_path / "r", run_id="y", retry=["error"], progress=False)
+    with pytest.raises(MembudgetError, match="'ok': the statuses a case can be run again for are error, oom, "
+                                             "infeasible"):
+        run_suite(suite, tmp_path / "r", run_id="x", resume=True, retry=["ok"], progress=False)
+    assert not (tmp_path / "r" / "retry" / "y").exists()
+
+    monkeypatch.setattr(support.Boom, "plan", support.Prefix.plan)  # the planner is fixed
+    again = run_suite(suite, tmp_path / "r", run_id="x", resume=True, retry=["error"], progress=False)
+    rows = _rows(again.run_dir)
+    assert again.ran == len(failed) and len(rows) == len(statuses) == len({r["case_id"] for r in rows})
+    assert {r["case_id"] for r in rows if r["status"] == "error"} == set()
+    assert {r["case_id"]: r["status"] for r in rows if r["case_id"] not in failed} == \
+        {c: s for c, s in statuses.items() if c not in failed}  # the infeasible rows were not asked for
+    assert f"{len(failed)} case(s) with status error run again (--retry)" in again.notes
+    assert read_meta(again.run_dir)["sessions"][-1]["retry"] == ["error"]
+
+
+def test_retry_leaves_the_failed_rows_of_another_part_of_a_shared_run_alone(tmp_path):
+    """The GPU suite's parts share one run folder: retrying one part must not delete another's rows,
+    which this suite cannot run again."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    boom = _suite(tmp_path / "a", support.SUITE.format(name="shared").replace("[keep-all, prefix]", "[boom]"))
+    run_suite(boom, tmp_path / "r", run_id="x", progress=False)
+    other = _suite(tmp_path / "b", support.SUITE.format(name="shared").replace("[keep-all, prefix]", "[keep-all]"))
+    outcome = run_suite(other, tmp_path / "r", run_id="x", resume=True, retry=["error", "infeasible"],
+                        progress=False)
+    rows = _rows(outcome.run_dir)
+    assert len(rows) == len(boom.cases()) + len(other.cases())
+    assert sum(r["status"] == "error" for r in rows) == sum(r["status"] == "error" for r in rows
+                                                               if r["planner"] == "boom") > 0
+
 @pytest.mark.parametrize("limit, backend, words", [
     (0, "local", "a number of seconds > 0"), (-1.5, "local", "a number of seconds > 0"),
     (float("inf"), "local", "a number of seconds > 0"), (True, "local", "a number of seconds > 0"),

@@ -34,7 +34,7 @@ PART = """
 PLANNED = """\
     #!/usr/bin/env bash
     mkdir -p "$PLANNED_DIR" "$OUT"
-    echo "$PLANNED_SECONDS $PLANNED_TOX" >"$PLANNED_DIR/called"
+    echo "$PLANNED_SECONDS $GPU_PYTHON" >"$PLANNED_DIR/called"
     echo '{"complete": true, "rows": [{"planner": "keep-all", "status": "ok"}]}' >"$PLANNED_DIR/summary.json"
     echo "keep-all  arena 1.00 GiB" | tee "$OUT/planned.txt"
 """
@@ -100,7 +100,8 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
     assert f"suite:a.yaml:r1: {6 - done} of 6 cases to run" in second.stdout, second.stdout
     ids = _case_ids(run_a)
     assert len(ids) == len(set(ids)) == 6
-    assert (work / "results" / "gpu-planned" / "r1" / "called").read_text().split()[1] == "0"  # env built once
+    assert (work / "results" / "gpu-planned" / "r1" / "called").read_text().split()[1] == \
+        ".tox/gpu-suite/bin/python"  # the session's environment, built once
     assert len(_case_ids(parts)) == 4 and json.loads((parts / "meta.json").read_text())["status"] == "complete"
     names = _archive(env)
     for folder in ("results/cpu-a/r1", "results/gpu-planned/r1", "results/cpu-parts/r1"):

@@ -86,7 +86,7 @@ def checkout(tmp_path: Path, scripts: tuple[str, ...], suites: dict[str, str]) -
     SLICE_TEST_CASE_SLEEP is set, and $OUT."""
     work = tmp_path / "checkout"
     (work / "benchmarks" / "gpu").mkdir(parents=True)
-    for name in scripts:
+    for name in (*scripts, "env.sh"):
         shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
     for name, text in suites.items():
         (work / name).write_text(textwrap.dedent(text))
@@ -116,7 +116,7 @@ def checkout(tmp_path: Path, scripts: tuple[str, ...], suites: dict[str, str]) -
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TOX_CALLS": str(tmp_path / "tox-calls")}
     for name in ("SESSION_SECONDS", "SESSION_JOBS", "SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP",
-                 "PLANNED_DIR"):
+                 "PLANNED_DIR", "GPU_PYTHON", "GPU_ENV_CHECK"):
         env.pop(name, None)
     return work, env
 
@@ -131,7 +131,7 @@ def test_a_slice_stopped_at_its_deadline_packs_its_run_and_the_next_one_resumes_
     assert first.returncode == 0, first.stdout + first.stderr
     assert re.search(r"^slice: \d+ s for the suite$", first.stdout, re.M), first.stdout
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["cpu-slice.tgz", "cuda-tests.txt", "run.txt", "summary.json", "summary.md", "tox.txt"]
+    assert files == ["cpu-slice.tgz", "cuda-tests.txt", "env.txt", "run.txt", "summary.json", "summary.md"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files) and len(files) <= 8
     assert "CUDA tests not run" not in (out / "cuda-tests.txt").read_text()  # the slice that starts the run
     assert "interrupted" in (out / "run.txt").read_text()

@@ -5,25 +5,22 @@
 # benchmarks/gpu/planned_placement.py: rows.csv and summary.json under PLANNED_DIR (default $OUT;
 # benchmarks/gpu/session.sh: results/gpu-planned/published), written after every run; a second
 # call on the same folder runs only the schedules without a row. Arena vs the caching
-# allocator's reserved bytes is printed for each schedule. The logs go to $OUT (tox.txt,
+# allocator's reserved bytes is printed for each schedule. The logs go to $OUT (env.txt,
 # planned-tests.txt, planned.txt); their tails are printed. Everything ends within
 # PLANNED_SECONDS (default 540) of the start, inside the device tool's 600 s per call. The GPU
-# tests run in the call that starts the folder (PLANNED_TESTS=1 always, 0 never); PLANNED_TOX=0
-# when the caller has just built the environment.
+# tests run in the call that starts the folder (PLANNED_TESTS=1 always, 0 never). The offline Python is
+# benchmarks/gpu/env.sh's, or GPU_PYTHON when the caller has just made it.
 set -uo pipefail
 out=${OUT:-/tmp/planned-out}
 dest=${PLANNED_DIR:-$out}
 deadline=$((SECONDS + ${PLANNED_SECONDS:-540} - 10))
 mkdir -p "$out" "$dest"
 export PYTHONUNBUFFERED=1
-if [[ ${PLANNED_TOX:-1} != 0 ]]; then
-    command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
-    if ! tox -e gpu-suite -q -- --help >"$out/tox.txt" 2>&1; then
-        tail -30 "$out/tox.txt"
-        exit 1
-    fi
+py=${GPU_PYTHON:-}
+if [[ -z $py ]] && ! py=$(bash benchmarks/gpu/env.sh "$out/env.txt"); then
+    tail -30 "$out/env.txt"
+    exit 1
 fi
-py=.tox/gpu-suite/bin/python
 tests=${PLANNED_TESTS:-}
 [[ -z $tests ]] && { [[ -s $dest/summary.json ]] && tests=0 || tests=1; }
 left=$((deadline - SECONDS - 120))  # the tests leave at least two minutes to the runs

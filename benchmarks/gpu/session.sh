@@ -69,14 +69,14 @@ trap finish EXIT
 if command -v nvidia-smi >/dev/null; then
     say "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1)"
 fi
-command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
 mkdir -p "$work/0-env"
-if ! tox -e gpu-suite -q -- --help >"$work/0-env/tox.txt" 2>&1; then
-    tail -30 "$work/0-env/tox.txt" | tee -a "$log"
-    say "the gpu-suite environment did not build: no job ran"
+if ! py=$(bash benchmarks/gpu/env.sh "$work/0-env/env.txt"); then
+    tail -30 "$work/0-env/env.txt" | tee -a "$log"
+    say "no Python could run the GPU suite (benchmarks/gpu/env.sh): no job ran"
     exit 1
 fi
-py=.tox/gpu-suite/bin/python
+say "python: $py"
+export GPU_PYTHON=$py  # slice.sh and planned_placement.sh use it instead of building their own
 
 n=0
 for job in $jobs; do
@@ -113,7 +113,7 @@ for job in $jobs; do
         say "$job: $todo of $total cases to run, $left s left"
         tests=0
         ((n == 1)) && tests=${SLICE_TESTS:-}
-        OUT="$job_out" SLICE_SECONDS=$left SLICE_TOX=0 SLICE_TESTS=$tests \
+        OUT="$job_out" SLICE_SECONDS=$left SLICE_TESTS=$tests \
             bash benchmarks/gpu/slice.sh "$path" "$run" 2>&1 | tee -a "$log"
         [[ -d $run_dir ]] && touched+=("$run_dir")
         echo "$run_dir" >"$job_out/run"
@@ -146,7 +146,7 @@ for job in $jobs; do
         fi
         left=$((deadline - SECONDS))
         say "$job: $left s left"
-        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$left PLANNED_TOX=0 \
+        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$left \
             bash benchmarks/gpu/planned_placement.sh 2>&1 | tee -a "$log"
         [[ -d $path ]] && touched+=("$path")
         pack

@@ -4,7 +4,7 @@
 # runs the CUDA tests, the suite (resuming RUN_ID, default "published"), packs the run folder
 # into $OUT/<suite>.tgz for the session to commit and writes a summary beside it
 # (benchmarks/gpu/summary.py: the checks of issue #16 and each planner's measured throughput
-# against keep-all). Under $OUT: tox.txt, cuda-tests.txt, run.txt (the logs), <suite>.tgz,
+# against keep-all). Under $OUT: env.txt, cuda-tests.txt, run.txt (the logs), <suite>.tgz,
 # summary.md, summary.json. Printed: the tails of the logs and the summary's checks.
 #
 # The device tool kills a command after 600 s (or sooner, when the session's device time runs
@@ -21,16 +21,13 @@ out=${OUT:-/tmp/slice-out}
 deadline=$((SECONDS + ${SLICE_SECONDS:-540} - 30))  # 30 s kept for the archive and the summary
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# builds the offline environment and installs the checkout into it (commands_pre), runs nothing;
-# SLICE_TOX=0 when the caller (benchmarks/gpu/session.sh) has just done so
-if [[ ${SLICE_TOX:-1} != 0 ]]; then
-    command -v tox >/dev/null || python -m pip install -q tox >/dev/null 2>&1 || true
-    if ! tox -e gpu-suite -q -- --help >"$out/tox.txt" 2>&1; then
-        tail -30 "$out/tox.txt"
-        exit 1
-    fi
+# the offline Python (benchmarks/gpu/env.sh), unless the caller (benchmarks/gpu/session.sh) has just
+# made it and gives it as GPU_PYTHON
+py=${GPU_PYTHON:-}
+if [[ -z $py ]] && ! py=$(bash benchmarks/gpu/env.sh "$out/env.txt"); then
+    tail -30 "$out/env.txt"
+    exit 1
 fi
-py=.tox/gpu-suite/bin/python
 name=$($py -c "from harness.suite import load_suite; print(load_suite('$suite').name)") || exit 1
 run_dir="results/$name/$run_id"
 tests=${SLICE_TESTS:-}

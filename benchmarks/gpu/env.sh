@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The offline Python of the GPU scripts (session.sh, slice.sh, planned_placement.sh):
+#   py=$(bash benchmarks/gpu/env.sh LOG) || exit 1
+# prints the Python to run membudget with on the GPU machine, its build's output in LOG.
+#   1. tox -e gpu-suite (tox.ini: the machine's torch linked in, the checkout and the bundled
+#      plugins installed with no network): .tox/gpu-suite/bin/python.
+#   2. When that cannot be had (no tox on the machine and none to install offline, a tox older than
+#      tox.ini's `requires`, a failed build): the machine's own python3, the one that imports torch,
+#      gets the same editable installs (--no-deps --no-build-isolation --no-index, the plugins of
+#      tox.ini's [base] list, in its order) and is printed. The machine is lent for the session,
+#      so its Python is ours to install into.
+# Exits 1 (LOG says why) when neither gives a Python whose torch sees a CUDA GPU;
+# GPU_ENV_CHECK=0 leaves that check out (the CPU rehearsals in tests/).
+set -uo pipefail
+log=${1:-/dev/null}
+: >"$log"
+cuda_check="import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'torch sees no CUDA GPU')"
+
+command -v tox >/dev/null || python3 -m pip install -q tox >/dev/null 2>&1 || true
+if command -v tox >/dev/null; then
+    if tox -e gpu-suite -q -- --help >>"$log" 2>&1; then
+        echo .tox/gpu-suite/bin/python
+        exit 0
+    fi
+    echo "gpu env: tox -e gpu-suite failed (above): installing into the machine's python3 instead" >>"$log"
+else
+    echo "gpu env: no tox on this machine: installing into the machine's python3" >>"$log"
+fi
+py=$(command -v python3) || { echo "gpu env: no python3 on PATH" >>"$log"; exit 1; }
+if [[ ${GPU_ENV_CHECK:-1} != 0 ]] && ! "$py" -c "$cuda_check" >>"$log" 2>&1; then
+    echo "gpu env: $py cannot run the GPU suite (above)" >>"$log"
+    exit 1
+fi
+mapfile -t plugins < <("$py" -c "import configparser; c = configparser.ConfigParser(interpolation=None); \
+c.read('tox.ini'); print(c['base']['plugins'])" 2>>"$log" | sed 's/^ *-e *//; /^ *$/d')
+if ((${#plugins[@]} == 0)); then
+    echo "gpu env: tox.ini lists no plugins under [base]" >>"$log"
+    exit 1
+fi
+editable=(-e .)
+for p in "${plugins[@]}"; do editable+=(-e "$p"); done
+if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-deps --no-build-isolation --no-index "${editable[@]}" >>"$log" 2>&1; then
+    echo "gpu env: pip could not install the checkout into $py (above)" >>"$log"
+    exit 1
+fi
+echo "gpu env: $py has the checkout and ${#plugins[@]} plugins" >>"$log"
+echo "$py"

@@ -1,0 +1,99 @@
+"""benchmarks/gpu/env.sh rehearsed on the CPU: the Python every GPU script runs membudget with.
+
+The GPU machine has no network. Its tox built the gpu-suite environment in the 2026-11-22 run,
+but a machine without tox, or with a tox older than tox.ini's ``requires`` (which tox would then
+try to download), must not cost the session: the script then installs the checkout and the
+bundled plugins into the machine's own python3, offline. Stand-ins for tox and python3 record
+what they are asked; nothing is installed.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+# python3 of the GPU machine: `-m pip install tox` fails (no network), any other pip call is
+# logged and succeeds, everything else runs on this Python
+PYTHON3 = """\
+    #!/usr/bin/env bash
+    if [[ $1 == -m && $2 == pip ]]; then
+        if [[ " $* " == *" tox "* ]]; then echo "ERROR: No matching distribution found for tox" >&2; exit 1; fi
+        echo "$*" >>"$PIP_CALLS"
+        exit 0
+    fi
+    exec 'PYTHON' "$@"
+"""
+FAILING_TOX = """\
+    #!/usr/bin/env bash
+    echo "tox: provisioning tox>=4 needs the network" >&2
+    exit 1
+"""
+
+
+def _machine(tmp_path: Path, tox: bool) -> tuple[Path, dict[str, str]]:
+    """A checkout with env.sh and tox.ini, and a PATH whose python3 is the stand-in (and whose tox,
+    when ``tox``, fails as an old tox would offline)."""
+    work = tmp_path / "checkout"
+    (work / "benchmarks" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu" / "env.sh", work / "benchmarks" / "gpu" / "env.sh")
+    shutil.copy(ROOT / "tox.ini", work / "tox.ini")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(textwrap.dedent(PYTHON3).replace("PYTHON", sys.executable))
+    if tox:
+        (bin_dir / "tox").write_text(textwrap.dedent(FAILING_TOX))
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_ENV_CHECK", "GPU_PYTHON")}
+    env.update(PATH=os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]), PIP_CALLS=str(tmp_path / "pip-calls"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               CUDA_VISIBLE_DEVICES="")
+    return work, env
+
+
+def _env_sh(work: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "benchmarks/gpu/env.sh", "env.txt"], cwd=work, env={**env, **extra},
+                          capture_output=True, text=True, timeout=120)
+
+
+def _tox_plugins() -> list[str]:
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "tox.ini")
+    return [line.strip()[len("-e "):].strip() for line in config["base"]["plugins"].splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("tox", [True, False], ids=["tox-fails", "no-tox"])
+def test_without_a_working_tox_the_machines_python3_gets_the_checkout_and_every_plugin_offline(tmp_path, tox):
+    if not tox and shutil.which("tox", path="/usr/bin:/bin"):
+        pytest.skip("a tox in /usr/bin or /bin: the PATH cannot leave it out")
+    work, env = _machine(tmp_path, tox)
+    done = _env_sh(work, env, GPU_ENV_CHECK="0")
+    log = (work / "env.txt").read_text()
+    assert done.returncode == 0, done.stderr + log
+    assert done.stdout.strip() == str(tmp_path / "bin" / "python3")  # the one line the scripts read
+    assert ("tox -e gpu-suite failed" if tox else "no tox on this machine") in log
+    plugins = _tox_plugins()
+    assert len(plugins) >= 10 and f"has the checkout and {len(plugins)} plugins" in log
+    [pip] = (tmp_path / "pip-calls").read_text().splitlines()
+    editable = " ".join(f"-e {p}" for p in ["."] + plugins)  # tox.ini's order: a plugin after what it builds on
+    assert pip == f"-m pip install -q --no-deps --no-build-isolation --no-index {editable}"
+
+
+def test_a_python3_whose_torch_sees_no_gpu_is_refused_with_the_reason(tmp_path):
+    pytest.importorskip("torch")
+    work, env = _machine(tmp_path, tox=True)
+    done = _env_sh(work, env)
+    log = (work / "env.txt").read_text()
+    assert done.returncode == 1 and done.stdout == ""
+    assert "torch sees no CUDA GPU" in log and "cannot run the GPU suite" in log
+    assert not (tmp_path / "pip-calls").exists()  # nothing installed into a Python that cannot use it

@@ -74,7 +74,6 @@ class Registry:
         self._sources: dict[int, tuple[str, str]] = {}
         self._order: dict[int, int] = {}  # plugin object id -> when it was added: who registers first
         self._entry_points: dict[int, str] = {}  # plugin object id -> the entry point that loaded it
-        self._blockable: set[str] = set()  # the distributions loaded from entry points: the switches name them
         self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
         self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
         self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
@@ -98,7 +97,6 @@ class Registry:
                 module = ep.load()
                 self._add(module, dist, ep.dist.version if ep.dist else "")
                 self._entry_points[id(module)] = ep.name
-                self._blockable.add(dist)
             except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
                     self.pm.unregister(module)
@@ -176,7 +174,8 @@ class Registry:
     def _block_name(self, plugin: str) -> str | None:
         """What ``MEMBUDGET_BLOCK_PLUGINS`` takes to leave out ``plugin``: None for the core's own
         built-ins and for a plugin added by hand (``add_plugin``), which no switch leaves out."""
-        return plugin if plugin in self._blockable else None
+        from_entry_points = {self._sources[plugin_id][0] for plugin_id in self._entry_points}
+        return plugin if plugin in from_entry_points else None
 
     def _model_index(self) -> dict[str, Registered]:
         """Which factory answers to each model name: the first registered that lists it. Built on first
@@ -258,7 +257,8 @@ def _clash(kind: str, name: str, first: str, second: str, first_block: str | Non
     if first_block and second_block:
         choice = f" (MEMBUDGET_BLOCK_PLUGINS={first_block} or ={second_block} leaves one out)"
     elif first_block or second_block:
-        choice = f" (MEMBUDGET_BLOCK_PLUGINS={first_block or second_block} leaves the {'first' if first_block else 'second'} out)"
+        which = "first" if first_block else "second"
+        choice = f" (MEMBUDGET_BLOCK_PLUGINS={first_block or second_block} leaves the {which} out)"
     else:
         choice = ""
     return f"{kind} {name!r} is registered by {first} and by {second}: {first}'s is used{choice}"

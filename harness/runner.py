@@ -440,16 +440,16 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         notes.append(f"{run_dir} does not exist yet: started it" if run_dir.name == run_id else
                      f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
+    ids = {c.case_id for c in cases}
     if resuming:
         rerun = drop_rows(run_dir)
         if rerun:
             notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
         if retry:  # only this suite's: the GPU suite's parts share a run folder
-            ours = {c.case_id for c in cases}
-            again = drop_rows(run_dir, lambda row: row["status"] in retry and row["case_id"] in ours)
+            again = drop_rows(run_dir, lambda row: row["status"] in retry and row["case_id"] in ids)
             notes.append(f"{len(again)} case(s) with status {' or '.join(dict.fromkeys(retry))} run again (--retry)")
     finished = finished_case_ids(run_dir) if resuming else set()
-    done = finished & {c.case_id for c in cases}
+    done = finished & ids
     if len(finished) > len(done):  # e.g. the GPU suite's parts, which share one run folder
         notes.append(f"{len(finished) - len(done)} row(s) of {run_dir} are cases this suite does not have "
                      "(run from another suite file or an earlier version of this one); they are kept")

@@ -101,13 +101,14 @@ def _recover(watch: _Watch, broken: dict[Future | None, Any], pending: dict[Futu
     pending.clear()
     killed = watch.killed
     watch.stop()
-    stopped = {future for future in broken if watch.stopped(future)}
-    for future in broken:
-        watch.forget(future)
+    again = []
     for future, task in broken.items():
-        if future in stopped:
+        stopped = watch.stopped(future)
+        watch.forget(future)
+        if stopped:
             yield fail(task, timed_out(watch.limit))
-    again = [task for future, task in broken.items() if future not in stopped]
+        else:
+            again.append(task)
     watch.start()
     if killed:
         pending.update({watch.submit(task): task for task in again})

@@ -10,10 +10,16 @@
 #      tox.ini's [base] list, in its order) and is printed. The machine is lent for the session,
 #      so its Python is ours to install into.
 # Exits 1 (LOG says why) when neither gives a Python whose torch sees a CUDA GPU;
-# GPU_ENV_CHECK=0 leaves that check out (the CPU rehearsals in tests/).
+# GPU_ENV_CHECK=0 leaves that check out (the CPU rehearsals in tests/). GPU_PYTHON, when set, is
+# printed as it is: the Python a caller (session.sh) has just made this way.
 set -uo pipefail
 log=${1:-/dev/null}
 : >"$log"
+if [[ -n ${GPU_PYTHON:-} ]]; then
+    echo "gpu env: $GPU_PYTHON, made by the caller (GPU_PYTHON)" >>"$log"
+    echo "$GPU_PYTHON"
+    exit 0
+fi
 cuda_check="import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'torch sees no CUDA GPU')"
 
 command -v tox >/dev/null || python3 -m pip install -q tox >/dev/null 2>&1 || true

@@ -16,11 +16,7 @@ dest=${PLANNED_DIR:-$out}
 deadline=$((SECONDS + ${PLANNED_SECONDS:-540} - 10))
 mkdir -p "$out" "$dest"
 export PYTHONUNBUFFERED=1
-py=${GPU_PYTHON:-}
-if [[ -z $py ]] && ! py=$(bash benchmarks/gpu/env.sh "$out/env.txt"); then
-    tail -30 "$out/env.txt"
-    exit 1
-fi
+py=$(bash benchmarks/gpu/env.sh "$out/env.txt") || { tail -30 "$out/env.txt"; exit 1; }
 tests=${PLANNED_TESTS:-}
 [[ -z $tests ]] && { [[ -s $dest/summary.json ]] && tests=0 || tests=1; }
 left=$((deadline - SECONDS - 120))  # the tests leave at least two minutes to the runs

@@ -76,7 +76,7 @@ if ! py=$(bash benchmarks/gpu/env.sh "$work/0-env/env.txt"); then
     exit 1
 fi
 say "python: $py"
-export GPU_PYTHON=$py  # slice.sh and planned_placement.sh use it instead of building their own
+export GPU_PYTHON=$py  # env.sh gives it to slice.sh and planned_placement.sh instead of building again
 
 n=0
 for job in $jobs; do

@@ -21,13 +21,8 @@ out=${OUT:-/tmp/slice-out}
 deadline=$((SECONDS + ${SLICE_SECONDS:-540} - 30))  # 30 s kept for the archive and the summary
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# the offline Python (benchmarks/gpu/env.sh), unless the caller (benchmarks/gpu/session.sh) has just
-# made it and gives it as GPU_PYTHON
-py=${GPU_PYTHON:-}
-if [[ -z $py ]] && ! py=$(bash benchmarks/gpu/env.sh "$out/env.txt"); then
-    tail -30 "$out/env.txt"
-    exit 1
-fi
+# the offline Python (benchmarks/gpu/env.sh; GPU_PYTHON when benchmarks/gpu/session.sh has just made it)
+py=$(bash benchmarks/gpu/env.sh "$out/env.txt") || { tail -30 "$out/env.txt"; exit 1; }
 name=$($py -c "from harness.suite import load_suite; print(load_suite('$suite').name)") || exit 1
 run_dir="results/$name/$run_id"
 tests=${SLICE_TESTS:-}

@@ -243,7 +243,8 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
             if run.trace:
                 from harness.device_memory import device_memory
 
-                fields.update(_memory_fields(device_memory(run.trace, profile.runtime_bytes)))
+                fields.update(_memory_fields(device_memory(run.trace, profile.runtime_bytes,
+                                                           schedule.device_budget_bytes)))
         # an infeasible run of a schedule the planner returned (it did not raise InfeasibleBudget) is the
         # planner's error when the validator finds why: over the budget, or out of dependency order
         if validate and (run.feasible or run.status == "infeasible"):

@@ -22,11 +22,19 @@ threshold), one device and one stream:
 - ``free_block`` / ``try_merge_blocks``: a freed block merges with its free neighbours
   of the same segment and returns to its pool; segments are never returned to the device
   during an iteration (``cudaFree`` happens only on an out-of-memory retry or
-  ``empty_cache``), so the reserved bytes only grow.
+  ``empty_cache``), so without a cap the reserved bytes only grow.
 
 The arena is the total reserved segment bytes (``torch.cuda.max_memory_reserved``), with
 the segments laid out one after another in the order they were created; a block's offset
 is its segment's base plus its place in the segment.
+
+Under a cap (``set_per_process_memory_fraction``), ``reserved_under_cap`` replays the
+out-of-memory path of ``malloc``: when a new segment would take the reserved bytes past the
+cap, ``alloc_block`` fails; ``release_available_cached_blocks`` does nothing with
+``max_split_size`` unlimited; ``release_cached_blocks`` frees every cached block that is a
+whole segment (no ``prev``, no ``next``) in both pools, and the segment is tried again; if
+it still does not fit, the request is out of memory. So a capped process can train in less
+than the uncapped arena: what a capped run needs is ``min_cap``.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from harness.allocators._common import event_order, make_placement
 from harness.allocators.trace import as_int_trace
 from harness.model import MemoryBlock, Placement
 
-__all__ = ["CachingAllocator", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE", "K_SMALL_SIZE",
+__all__ = ["CachingAllocator", "reserved_under_cap", "min_cap", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE", "K_SMALL_SIZE",
            "K_SMALL_BUFFER", "K_LARGE_BUFFER", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE"]
 
 K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
@@ -81,6 +89,7 @@ class _Block:
 @dataclass
 class _State:
     reserved: int = 0
+    top: int = 0  # the next segment's base: segments released under a cap leave their addresses unused
     segments: list[tuple[int, int, bool]] = field(default_factory=list)  # (base, size, small)
     pools: dict[bool, list[tuple[int, int, int]]] = field(default_factory=lambda: {True: [], False: []})
     blocks: dict[int, _Block] = field(default_factory=dict)  # pool key id -> block
@@ -133,7 +142,9 @@ class CachingAllocator:
         return make_placement(self.name, t, offsets, arena_bytes=st.reserved, notes=notes)
 
     @staticmethod
-    def _malloc(st: _State, requested: int) -> _Block:
+    def _malloc(st: _State, requested: int, cap: int | None = None) -> _Block | None:
+        """The block serving ``requested`` bytes; None when a new segment would pass ``cap``
+        even after the cached whole segments are released (out of memory)."""
         size = round_size(requested)
         small = size <= K_SMALL_SIZE
         pool = st.pools[small]
@@ -143,9 +154,14 @@ class CachingAllocator:
             st.pool_remove(block)
         else:
             seg = allocation_size(size)
-            block = _Block(st.reserved, seg, small)
-            st.segments.append((st.reserved, seg, small))
+            if cap is not None and st.reserved + seg > cap:
+                CachingAllocator._release_cached_blocks(st)
+                if st.reserved + seg > cap:
+                    return None
+            block = _Block(st.top, seg, small)
+            st.segments.append((st.top, seg, small))
             st.reserved += seg
+            st.top += seg
         remaining = block.size - size
         split = remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE
         if split:
@@ -176,3 +192,51 @@ class CachingAllocator:
             if block.next is not None:
                 block.next.prev = block
         st.pool_insert(block)
+
+    @staticmethod
+    def _release_cached_blocks(st: _State) -> None:
+        """``release_cached_blocks``: ``cudaFree`` every free block that is a whole segment."""
+        for small in (True, False):
+            for key in list(st.pools[small]):
+                block = st.blocks[key[2]]
+                if block.prev is None and block.next is None:
+                    st.pool_remove(block)
+                    st.segments.remove((block.addr, block.size, small))
+                    st.reserved -= block.size
+
+
+def reserved_under_cap(trace: Sequence[MemoryBlock], cap_bytes: int) -> int | None:
+    """The peak reserved bytes of ``trace`` replayed under a cap of ``cap_bytes`` (module
+    docstring: the out-of-memory retry), or None when some request is out of memory."""
+    t = as_int_trace(trace)
+    st = _State()
+    live: dict[int, _Block] = {}
+    peak = 0
+    for code in event_order(t):
+        code = int(code)
+        if code >= 0:
+            block = CachingAllocator._malloc(st, int(t.size[code]), cap_bytes)
+            if block is None:
+                return None
+            live[code] = block
+            peak = max(peak, st.reserved)
+        else:
+            CachingAllocator._free(st, live.pop(~code))
+    return peak
+
+
+def min_cap(trace: Sequence[MemoryBlock]) -> int:
+    """The smallest cap (to ``K_ROUND_LARGE``) under which ``trace`` is served without running
+    out of memory: bisected between the trace's max-live bytes and the uncapped arena, which
+    always serves it. Returns a cap found to serve it (the replay is not monotone in the cap
+    in every case, so a bisection step that fits is checked, never assumed)."""
+    placement = CachingAllocator().place(trace)
+    hi = placement.arena_bytes
+    lo = placement.max_live_bytes - 1  # below max-live nothing serves the trace
+    while hi - lo > K_ROUND_LARGE:
+        mid = (lo + hi) // 2
+        if reserved_under_cap(trace, mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return hi

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import re
 import warnings
@@ -40,6 +41,8 @@ from harness.errors import PLUGIN_FAILURES, PluginWarning, UnknownPlugin
 
 KINDS = ("profiler", "planner", "executor", "allocator", "model")
 BUILTINS = "harness.builtins"  # the core's own hook implementations, loaded by name
+
+_TORCH_PROFILERS = ("analytic", "torch")  # registered only where torch imports (harness.profilers)
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,10 @@ class Registry:
         try:
             return self._items[kind][name].obj
         except KeyError:
-            raise UnknownPlugin(kind, name, self.names(kind)) from None
+            hint = None
+            if kind == "profiler" and name in _TORCH_PROFILERS and importlib.util.find_spec("torch") is None:
+                hint = "it needs PyTorch, not installed here: pip install 'membudget[torch]'"
+            raise UnknownPlugin(kind, name, self.names(kind), hint=hint) from None
 
     def profiler(self, name: str) -> Any:
         return self.get("profiler", name)

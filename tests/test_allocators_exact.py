@@ -78,6 +78,16 @@ def test_exact_allocator_placement_and_notes():
     assert p.optimal is True and p.arena_bytes == 12 and p.notes.startswith("optimal")
 
 
+def test_the_notes_report_the_time_limit_of_the_call():
+    """``place(time_limit=...)`` (``membudget place --option time_limit=...``) overrides the
+    allocator's own limit, and an answer not proved optimal says which limit it had."""
+    rng = np.random.default_rng(3)
+    lower = rng.integers(0, 200, 150)
+    t = IntTrace(lower, lower + rng.integers(1, 60, 150), rng.integers(1000, 64000, 150))
+    p = ExactAllocator(time_limit_s=10.0).place(t, time_limit=0.01)
+    assert p.notes.startswith("optimal") if p.optimal else p.notes.startswith("best found in 0.01 s")
+
+
 # --------------------------------------------------------------------------- papers/001 section 6.1
 
 

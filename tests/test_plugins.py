@@ -33,6 +33,19 @@ def test_unknown_name_lists_the_choices() -> None:
     assert "unknown planner 'gredy'" in str(err.value) and "keep-all" in str(err.value)
 
 
+def test_a_profiler_missing_for_want_of_torch_says_how_to_install_it(monkeypatch) -> None:
+    """Without PyTorch only the ``file`` profiler registers: asking for ``analytic`` says why."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    reg = Registry().load()
+    assert reg.names("profiler") == ["file"]
+    with pytest.raises(UnknownPlugin, match=r"unknown profiler 'analytic'; it needs PyTorch, not installed here: "
+                                            r"pip install 'membudget\[torch\]'"):
+        reg.profiler("analytic")
+    with pytest.raises(UnknownPlugin, match="available: file"):
+        reg.profiler("measured")
+
+
 def test_environment_chooses_which_entry_points_load(monkeypatch) -> None:
     monkeypatch.setenv("MEMBUDGET_PLUGINS", "")
     assert "greedy" not in Registry().load().names("planner")

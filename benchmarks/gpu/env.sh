@@ -5,7 +5,8 @@
 #   1. tox -e gpu-suite (tox.ini: the machine's torch linked in, the checkout and the bundled
 #      plugins installed with no network): .tox/gpu-suite/bin/python.
 #   2. When that cannot be had (no tox on the machine and none to install offline, a tox older than
-#      tox.ini's `requires`, a failed build): the machine's own python3, the one that imports torch,
+#      tox.ini's `requires`, a failed build): the machine's own python3 (the first on PATH; on the
+#      GPU image the one that holds PyTorch: the device tool's KINDS.md),
 #      gets the same editable installs (--no-deps --no-build-isolation --no-index, the plugins of
 #      tox.ini's [base] list, in its order) and is printed. The machine is lent for the session,
 #      so its Python is ours to install into.

@@ -221,6 +221,7 @@ class ExactAllocator:
         --option time_limit=5``). The placement carries CP-SAT's proved lower bound.
         """
         t = as_int_trace(trace)
+        limit = self.time_limit_s if time_limit is None else time_limit
         if time_limit is None:
             res = self.solve(t)
         else:
@@ -232,7 +233,7 @@ class ExactAllocator:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
         else:
             notes = (
-                f"best found in {self.time_limit_s:g} s: lower bound {res.lower_bound_bytes} bytes, "
+                f"best found in {limit:g} s: lower bound {res.lower_bound_bytes} bytes, "
                 f"gap {100 * res.gap:.2f}%"
             )
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,

@@ -18,9 +18,9 @@ less than that. What it does not see is set aside here, in one place:
   before it gives up on a request: the arena is the peak reserved under the cap
   (``reserved_under_cap``), and a trace that cannot be served under it needs ``min_cap``.
   Without the cap the model reserves more: on the committed H100 smoke run it predicted 3 of
-  the 6 offloading rows that ran at 9.56 GiB to overflow; under the cap it predicts them to
-  fit and still predicts each of the 12 real out-of-memory rows it can replan
-  (``tests/test_device_memory.py``).
+  the 9 rows that ran (and replan unchanged) to overflow, vdnn-all/dyn/plus at 9.56 GiB; under
+  the cap it predicts all 9 to fit and still predicts each of the 12 real out-of-memory rows it
+  can replan to overflow (``tests/test_device_memory.py``).
 
 So a schedule's predicted reservation under a device budget B is the caching allocator's
 peak under the cap B - ``runtime_bytes``, plus ``runtime_bytes`` (``DeviceMemory``; when the
@@ -77,12 +77,14 @@ def device_memory(trace: Trace, runtime_bytes: int = 0, budget: int | None = Non
     None: uncapped, the reservation of a process with the whole device (as a profiler's
     calibration iteration runs)."""
     from harness.allocators.caching import CachingAllocator, min_cap, reserved_under_cap
+    from harness.allocators.trace import as_int_trace
 
+    trace = as_int_trace(trace)  # once, for every replay below
     placement = CachingAllocator().place(trace)
     arena = placement.arena_bytes
     if budget is not None and arena + runtime_bytes > budget:
         capped = reserved_under_cap(trace, max(0, budget - int(runtime_bytes)))
-        arena = capped if capped is not None else min_cap(trace)
+        arena = capped if capped is not None else min_cap(trace, placement)
     return DeviceMemory(placement.max_live_bytes, int(runtime_bytes), arena - placement.max_live_bytes)
 
 

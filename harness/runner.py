@@ -43,7 +43,8 @@ from harness.errors import PLUGIN_FAILURES, MembudgetError
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
-    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, load_rows,
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, is_interrupt_row,
+    load_rows,
     profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
@@ -442,11 +443,20 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     cases = suite.cases()
     ids = {c.case_id for c in cases}
     if resuming:
-        rerun = drop_rows(run_dir)
-        if rerun:
-            notes.append(f"{len(rerun)} case(s) recorded as errors by an interrupt run again")
-        if retry:  # only this suite's: the GPU suite's parts share a run folder
-            again = drop_rows(run_dir, lambda row: row["status"] in retry and row["case_id"] in ids)
+        again: set[str] = set()
+
+        def stale(row: dict[str, Any]) -> bool:  # interrupts, and with --retry this suite's failed cases
+            if is_interrupt_row(row):  # (only this suite's: the GPU suite's parts share a run folder)
+                return True
+            if row["status"] in retry and row["case_id"] in ids:
+                again.add(row["case_id"])
+                return True
+            return False
+
+        interrupted = drop_rows(run_dir, stale) - again
+        if interrupted:
+            notes.append(f"{len(interrupted)} case(s) recorded as errors by an interrupt run again")
+        if retry:
             notes.append(f"{len(again)} case(s) with status {' or '.join(dict.fromkeys(retry))} run again (--retry)")
     finished = finished_case_ids(run_dir) if resuming else set()
     done = finished & ids

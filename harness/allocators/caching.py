@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from harness.allocators._common import event_order, make_placement
-from harness.allocators.trace import as_int_trace
+from harness.allocators.trace import IntTrace, as_int_trace
 from harness.model import MemoryBlock, Placement
 
 __all__ = ["CachingAllocator", "reserved_under_cap", "min_cap", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE", "K_SMALL_SIZE",
@@ -123,17 +123,7 @@ class CachingAllocator:
     def place(self, trace: Sequence[MemoryBlock]) -> Placement:
         """Replay ``trace`` (allocations and frees in time order) and report where each block landed."""
         t = as_int_trace(trace)
-        offsets = np.zeros(len(t), dtype=np.int64)
-        st = _State()
-        live: dict[int, _Block] = {}
-        for code in event_order(t):
-            code = int(code)
-            if code >= 0:
-                b = self._malloc(st, int(t.size[code]))
-                live[code] = b
-                offsets[code] = b.addr
-            else:
-                self._free(st, live.pop(~code))
+        st, offsets, _ = _replay(t)
         small_segments = sum(1 for s in st.segments if s[2])
         notes = (
             f"{len(st.segments)} segments ({small_segments} small, {len(st.segments) - small_segments} large), "
@@ -205,37 +195,47 @@ class CachingAllocator:
                     st.reserved -= block.size
 
 
-def reserved_under_cap(trace: Sequence[MemoryBlock], cap_bytes: int) -> int | None:
-    """The peak reserved bytes of ``trace`` replayed under a cap of ``cap_bytes`` (module
-    docstring: the out-of-memory retry), or None when some request is out of memory."""
-    t = as_int_trace(trace)
+def _replay(t: IntTrace, cap: int | None = None) -> tuple[_State, np.ndarray, int] | None:
+    """Replay ``t`` through the model: its final state, each block's offset and the peak reserved
+    bytes; None when, under ``cap``, a request is out of memory."""
+    offsets = np.zeros(len(t), dtype=np.int64)
     st = _State()
     live: dict[int, _Block] = {}
     peak = 0
     for code in event_order(t):
         code = int(code)
         if code >= 0:
-            block = CachingAllocator._malloc(st, int(t.size[code]), cap_bytes)
+            block = CachingAllocator._malloc(st, int(t.size[code]), cap)
             if block is None:
                 return None
             live[code] = block
+            offsets[code] = block.addr
             peak = max(peak, st.reserved)
         else:
             CachingAllocator._free(st, live.pop(~code))
-    return peak
+    return st, offsets, peak
 
 
-def min_cap(trace: Sequence[MemoryBlock]) -> int:
+def reserved_under_cap(trace: Sequence[MemoryBlock] | IntTrace, cap_bytes: int) -> int | None:
+    """The peak reserved bytes of ``trace`` replayed under a cap of ``cap_bytes`` (module
+    docstring: the out-of-memory retry), or None when some request is out of memory."""
+    replayed = _replay(as_int_trace(trace), cap_bytes)
+    return None if replayed is None else replayed[2]
+
+
+def min_cap(trace: Sequence[MemoryBlock] | IntTrace, uncapped: Placement | None = None) -> int:
     """The smallest cap (to ``K_ROUND_LARGE``) under which ``trace`` is served without running
     out of memory: bisected between the trace's max-live bytes and the uncapped arena, which
-    always serves it. Returns a cap found to serve it (the replay is not monotone in the cap
-    in every case, so a bisection step that fits is checked, never assumed)."""
-    placement = CachingAllocator().place(trace)
+    always serves it (``uncapped``: the trace's ``CachingAllocator().place``, when the caller has
+    it). Returns a cap found to serve it (the replay is not monotone in the cap in every case,
+    so a bisection step that fits is checked, never assumed)."""
+    t = as_int_trace(trace)
+    placement = uncapped if uncapped is not None else CachingAllocator().place(t)
     hi = placement.arena_bytes
     lo = placement.max_live_bytes - 1  # below max-live nothing serves the trace
     while hi - lo > K_ROUND_LARGE:
         mid = (lo + hi) // 2
-        if reserved_under_cap(trace, mid) is None:
+        if _replay(t, mid) is None:
             lo = mid
         else:
             hi = mid

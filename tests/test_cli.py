@@ -334,7 +334,6 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_meta_says_interrupted(capsys, tm
     assert code == 0 and json.loads(out)["already_done"] == 3 and read_meta(run_dir)["status"] == "complete"
 
 
-
 def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(capsys, tmp_path, monkeypatch):
     """A Numba kernel hands the handler's exception back as a SystemError, and the case re-raises a plain
     KeyboardInterrupt from it: the command said "interrupted" and exited 130, as for Ctrl-C."""
@@ -357,6 +356,7 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     monkeypatch.setattr(support.Killer, "calls", 0)
     code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r2"), "--no-progress")
     assert code == 130 and err.strip() == "membudget: interrupted; finished cases are saved (resume with --resume)"
+
 
 def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
     """infeasible and oom rows are results; an error row is a case the harness could not run."""

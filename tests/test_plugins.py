@@ -282,7 +282,6 @@ def test_a_clash_between_two_plugins_says_how_to_leave_out_either(monkeypatch) -
         Registry().load()
 
 
-
 def test_a_clash_with_a_plugin_added_by_hand_names_only_the_switch_that_works(monkeypatch) -> None:
     """A plugin given to ``add_plugin`` (a notebook's, a test's) is loaded by no entry point, so no
     MEMBUDGET_BLOCK_PLUGINS value leaves it out: the advice named "local" as if one did."""
@@ -296,6 +295,7 @@ def test_a_clash_with_a_plugin_added_by_hand_names_only_the_switch_that_works(mo
     registry.add_plugin(_plugin("first_by_hand"), plugin="mine")
     with pytest.warns(UserWarning, match=r"registered by mine and by theirs: mine's is used$"):
         registry.add_plugin(_plugin("second_by_hand"), plugin="theirs")
+
 
 def _link_dependencies(site: Path) -> None:
     """Make the core's third-party dependencies importable in a bare venv, without our own dists.

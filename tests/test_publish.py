@@ -432,7 +432,6 @@ def test_find_runs_resolves_roots_suites_and_runs(results, tmp_path):
         find_runs([tmp_path / "nope"])
 
 
-
 def test_the_latest_run_is_the_last_started_not_the_last_by_name(results, tmp_path):
     """``published`` sorts after timestamps by name; resume and publish must still take the newest run."""
     import shutil

@@ -342,7 +342,6 @@ def test_process_pool_gives_the_same_rows(tmp_path):
     assert _comparable(one) == _comparable(two)
 
 
-
 def test_a_full_disk_leaves_the_old_parquet_and_reports_the_first_error(tmp_path, monkeypatch):
     """rows.parquet is written beside and renamed: a disk that fills mid-write left it torn and unreadable.
     Its failure never hides the error that stopped the run (rows.csv's), which named no file."""
@@ -526,7 +525,6 @@ def test_the_suite_sets_the_case_time_limit_and_resume_keeps_a_stopped_case(tmp_
     assert read_meta(again.run_dir)["sessions"][-1]["case_timeout_s"] == 60
 
 
-
 def test_resume_with_retry_runs_the_failed_cases_again_once_each(tmp_path, monkeypatch):
     """A case that failed (its planner raised; a time limit too short; a GPU run out of memory before a
     fix) kept its row on --resume, and retrying it meant editing rows.csv by hand."""
@@ -568,6 +566,7 @@ def test_retry_leaves_the_failed_rows_of_another_part_of_a_shared_run_alone(tmp_
     assert len(rows) == len(boom.cases()) + len(other.cases())
     assert sum(r["status"] == "error" for r in rows) == sum(r["status"] == "error" for r in rows
                                                                if r["planner"] == "boom") > 0
+
 
 @pytest.mark.parametrize("limit, backend, words", [
     (0, "local", "a number of seconds > 0"), (-1.5, "local", "a number of seconds > 0"),

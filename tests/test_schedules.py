@@ -7,12 +7,16 @@ data back before the backward pass starts if memory allows.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.bounds import peak_memory
 from harness.model import Profile, Stage
-from harness.schedules import best_ordered_schedule, offload_set_refusal, ordered_schedule, unconstrained_peak
+from harness.schedules import (
+    best_ordered_schedule, checked_schedule, keep_all_schedule, offload_set_refusal, ordered_schedule,
+    unconstrained_peak,
+)
 from harness.simulate.executor import simulate
 from harness.testing import budgets, chains, check_refusal
 from harness.validate import check_structure, validate
@@ -121,10 +125,6 @@ def test_a_planners_own_cap_below_the_budget_is_kept_and_one_above_it_refused():
     """checked_schedule: vDNN++ caps memory at vDNN's peak (papers/001 section 4.1), below the budget it
     was given; pinning the cap to the budget let its simulated peak grow with the budget (the quick
     suite's vdnnpp rows: 597.60 MiB became 611-681 MiB). A cap above the budget is the planner's error."""
-    import pytest
-
-    from harness.schedules import checked_schedule, keep_all_schedule
-
     class Planner:
         name = "capped"
 

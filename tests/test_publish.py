@@ -22,6 +22,12 @@ PNG = b"\x89PNG\r\n\x1a\n"
 XHTML = "{http://www.w3.org/1999/xhtml}"
 
 
+@pytest.fixture(autouse=True)
+def _plugin():
+    """The test plugin, for the tests that run its suites again (tests/conftest.py removes it after each)."""
+    support.install()
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Two runs of a synthetic suite with allocators and a failing planner."""

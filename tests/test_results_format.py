@@ -14,6 +14,12 @@ from harness.runner import run_suite
 from tests import test_suite_support as support
 
 
+@pytest.fixture(autouse=True)
+def _plugin():
+    """The test plugin, for the tests that run its suites again (tests/conftest.py removes it after each)."""
+    support.install()
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A finished run with allocator rows (flags true and false) and rows without allocators (flags empty)."""

@@ -8,6 +8,8 @@
   which is no dependency of ``b`` on ``a``'s contents. A plugin loaded by name (the
   registry's ``BUILTINS``, entry points, ``harness.lazy.Lazy``) is no import statement:
   that is the inversion the stack is built on.
+- Every import runs up the layer table of docs/architecture.md, "The stack": a module imports
+  only from its own row and the rows above it, and every module has a row.
 """
 
 from __future__ import annotations
@@ -101,10 +103,16 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 # --------------------------------------------------------------------------- the import graph
 
 
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (any import statement, at any depth of the
-    file), resolved to the most specific module; package-parent edges left out."""
-    modules = {name: path for name, path in zip(module_names(package_dir), sorted(package_dir.rglob("*.py")))}
+def package_modules(*package_dirs: Path) -> dict[str, Path]:
+    """Every module of the packages, by dotted name, with its file."""
+    return {name: path for package_dir in package_dirs
+            for name, path in zip(module_names(package_dir), sorted(package_dir.rglob("*.py")))}
+
+
+def import_graph(*package_dirs: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the packages it imports (any import statement, at any depth of
+    the file), resolved to the most specific module; package-parent edges left out."""
+    modules = package_modules(*package_dirs)
 
     def known(dotted: str) -> str | None:
         while dotted and dotted not in modules:
@@ -219,3 +227,83 @@ def test_the_import_graph_counts_function_level_imports_and_no_package_parent(tm
     graph = import_graph(p)
     assert graph == {"p": {"p.a"}, "p.a": set(), "p.b": {"p.a", "p.c"}, "p.c": {"p.b"}}
     assert cycles(graph) == [["p.b", "p.c"]]
+
+
+# --------------------------------------------------------------------------- the layers
+
+
+def stack_layers(architecture: str) -> list[tuple[str, list[str]]]:
+    """The table of docs/architecture.md's "The stack", top (the model) first: each layer's name
+    and the paths of its "where" column (a file, or a folder ending in ``/``; ``plugins/*`` is
+    every bundled plugin package)."""
+    section = architecture.split("\n## The stack\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][2:]  # past header, rule
+    layers = []
+    for row in rows:
+        name, where = [cell.strip() for cell in row.strip("|").split(" | ")[:2]]
+        layers.append((name, [p for p in where.split("`")[1::2] if p.startswith(("harness/", "plugins/"))]))
+    return layers
+
+
+def layer_of_modules(layers: list[tuple[str, list[str]]], modules: dict[str, Path]) -> dict[str, int]:
+    """Module -> its layer's position in the table; the most specific path wins (a file in a
+    folder that another row names)."""
+    placed: dict[str, tuple[int, int]] = {}  # module -> (path length that placed it, layer)
+    for position, (_, paths) in enumerate(layers):
+        for where in paths:
+            for name, path in modules.items():
+                relative = path.relative_to(ROOT).as_posix()
+                if where == "plugins/*":
+                    hit, specificity = relative.startswith("plugins/"), 1
+                elif where.endswith("/"):
+                    hit, specificity = relative.startswith(where), len(where)
+                else:
+                    hit, specificity = relative == where, len(where)
+                if hit and specificity > placed.get(name, (0, -1))[0]:
+                    placed[name] = (specificity, position)
+    return {name: position for name, (_, position) in placed.items()}
+
+
+def layer_violations(graph: dict[str, set[str]], layer: dict[str, int],
+                     names: list[str]) -> list[str]:
+    """Every import of a module from a layer below its own, as 'a (layer) -> b (layer)'."""
+    return sorted(f"{a} ({names[layer[a]]}) -> {b} ({names[layer[b]]})"
+                  for a, targets in graph.items() if a in layer
+                  for b in targets if b in layer and layer[b] > layer[a])
+
+
+def test_every_import_runs_up_the_stack_of_docs_architecture():
+    """docs/architecture.md: "a module imports only its own layer and the layers above it in this
+    table". Every module of harness/ and of the bundled plugins has a row, and no import statement
+    (a function-level one included) reaches a layer below its module's. The package ``harness``
+    itself re-exports the model and ``hookimpl`` (hooks and registry): it sits with the lowest
+    layer it imports from."""
+    layers = stack_layers((ROOT / "docs" / "architecture.md").read_text())
+    names = [name for name, _ in layers]
+    assert names[0] == "model" and names[-1] == "runner, CLI" and len(names) >= 10
+    graph = import_graph(ROOT / "harness", *PLUGIN_DIRS)
+    modules = package_modules(ROOT / "harness", *PLUGIN_DIRS)
+    layer = layer_of_modules(layers, modules)
+    layer["harness"] = max(layer[t] for t in graph["harness"])
+    assert layer["harness.model"] == 0 and layer["harness.memory"] == 1
+    assert layer["membudget_greedy"] == layer["harness.planners.torch_peers"] == names.index("the core's plugins")
+    unplaced = sorted(set(modules) - set(layer))
+    assert not unplaced, "modules in no row of docs/architecture.md's stack table: " + ", ".join(unplaced)
+    violations = layer_violations(graph, layer, names)
+    assert not violations, "imports that run down the stack:\n  " + "\n  ".join(violations)
+
+
+def test_the_layer_check_finds_an_import_down_the_stack(tmp_path):
+    table = ("intro\n\n## The stack\n\ntext\n\n| layer | where | what |\n| --- | --- | --- |\n"
+             "| low | `harness/a.py` | |\n| mid | `harness/sub/`, `docs/x.md` | |\n"
+             "| top | `harness/sub/c.py` (the file wins over its folder), `plugins/*` | |\n\n## Next\n")
+    layers = stack_layers(table)
+    assert layers == [("low", ["harness/a.py"]), ("mid", ["harness/sub/"]), ("top", ["harness/sub/c.py", "plugins/*"])]
+    modules = {"harness.a": ROOT / "harness/a.py", "harness.sub.b": ROOT / "harness/sub/b.py",
+               "harness.sub.c": ROOT / "harness/sub/c.py", "membudget_x": ROOT / "plugins/x/membudget_x/__init__.py"}
+    layer = layer_of_modules(layers, modules)
+    assert layer == {"harness.a": 0, "harness.sub.b": 1, "harness.sub.c": 2, "membudget_x": 2}
+    graph = {"harness.a": {"harness.sub.b"}, "harness.sub.b": {"harness.a", "harness.sub.c"},
+             "harness.sub.c": {"harness.sub.b"}, "membudget_x": {"harness.sub.c", "harness.a"}}
+    assert layer_violations(graph, layer, ["low", "mid", "top"]) == [
+        "harness.a (low) -> harness.sub.b (mid)", "harness.sub.b (mid) -> harness.sub.c (top)"]

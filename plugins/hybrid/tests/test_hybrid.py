@@ -24,7 +24,6 @@ from harness.bounds import min_memory, peak_memory
 from harness.errors import InfeasibleBudget
 from harness.memory import segment_phase_needs, stage_memory
 from harness.model import Profile, Stage
-from harness.planners.torch_peers import TorchCheckpoint
 from harness.simulate.executor import makespan, simulate
 from harness.testing import PlannerConformance, budgets, chains, registered_by_entry_point
 from harness.validate import validate

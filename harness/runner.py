@@ -16,7 +16,8 @@ case runs again.
 Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool
 (``harness.workers``: a worker that dies, or a unit past the case time limit
 ``case_timeout_s``, costs that unit's rows only); ``ray`` runs each unit as a Ray task
-(one GPU per task whose executor needs one). Planning
+(one GPU per task whose executor needs one; under a case time limit the task runs its unit
+in a worker process of its own, which the same clock stops). Planning
 time excludes Numba compilation: every process plans once on a tiny chain before it
 times a planner (docs/architecture.md, "Planning kernels").
 """
@@ -252,9 +253,6 @@ def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend:
                 or case_timeout == float("inf"):
             raise MembudgetError(f"case time limit {case_timeout!r} (case_timeout_s, --case-timeout): a number "
                                  "of seconds > 0")
-        if backend == "ray":
-            raise MembudgetError("a case time limit (case_timeout_s, --case-timeout) needs --backend local "
-                                 "(--jobs N for parallel workers): the ray backend cannot stop a case")
     if backend == "ray":
         _import_ray()
 
@@ -354,7 +352,14 @@ def _failed(task: UnitTask, message: str) -> UnitResult:
     return execute_unit(replace(task, profile=None, profile_error=("error", message)))
 
 
-def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
+def _execute_unit_limited(task: UnitTask, limit: float) -> UnitResult:
+    """A Ray task's unit under the case time limit: run in a worker process of this task's own,
+    which ``harness.workers`` kills once the unit has run ``limit`` seconds (its rows are then
+    ``error`` rows, as on the local backend). Ray's own cancel would lose the unit's rows."""
+    return list(run_in_workers([task], 1, execute_unit, _failed, limit))[0]
+
+
+def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Iterator[UnitResult]:
     ray = _import_ray()
     started = False
     if not ray.is_initialized():
@@ -365,8 +370,10 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int) -> Iterator[UnitResult]:
             signal.signal(signal.SIGTERM, handler)  # Ray's own aborted the process: exit 134, meta "running"
         started = True
     try:
-        remote = ray.remote(execute_unit)
-        pending = [remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t) for t in tasks]
+        remote = ray.remote(execute_unit if limit is None else _execute_unit_limited)
+        arguments = () if limit is None else (limit,)
+        pending = [remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t, *arguments)
+                   for t in tasks]
         while pending:  # a wait without a timeout blocks in C++, where Ctrl-C never reaches Python
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             if done:
@@ -490,7 +497,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
         tasks = _tasks(suite, todo_units, cache, run_dir.name)
-        results = _run_ray(tasks, jobs) if backend == "ray" else _run_local(tasks, jobs, case_timeout)
+        results = _run_ray(tasks, jobs, case_timeout) if backend == "ray" else _run_local(tasks, jobs, case_timeout)
         with _progress(progress, n_todo, suite.name) as advance:
             for result in results:
                 if result.timeline is not None:

@@ -279,8 +279,6 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
 @pytest.mark.parametrize("argv,needle", [
     (["--run-id", "../../escape"], "--run-id '../../escape': a run id is one plain folder name"),
     (["--run-id", "x", "--resume", "--overwrite"], "--resume or --overwrite, not both"),
-    (["--case-timeout", "5", "--backend", "ray"], "a case time limit (case_timeout_s, --case-timeout) needs "
-                                                  "--backend local"),
     (["--retry", "error"], "--retry runs again the failed cases of an earlier run: add --resume"),
     (["--resume", "--retry", "eror"], "--retry 'eror': the statuses a case can be run again for are error, oom, "
                                       "infeasible"),

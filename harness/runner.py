@@ -49,7 +49,7 @@ from harness.results import (
     profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
-from harness.workers import run_in_workers
+from harness.workers import WORKER_DIED, run_in_workers
 
 BACKENDS = ("local", "ray")
 RETRIABLE = ("error", "oom", "infeasible")  # the row statuses --retry runs again
@@ -370,14 +370,16 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Itera
             signal.signal(signal.SIGTERM, handler)  # Ray's own aborted the process: exit 134, meta "running"
         started = True
     try:
-        remote = ray.remote(execute_unit if limit is None else _execute_unit_limited)
+        # a unit whose worker dies runs once more (as the local pool runs it again alone), then fails
+        remote = ray.remote(max_retries=1)(execute_unit if limit is None else _execute_unit_limited)
         arguments = () if limit is None else (limit,)
-        pending = [remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t, *arguments)
-                   for t in tasks]
+        task_of = {remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t, *arguments): t
+                   for t in tasks}
+        pending = list(task_of)
         while pending:  # a wait without a timeout blocks in C++, where Ctrl-C never reaches Python
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             if done:
-                yield ray.get(done[0])
+                yield _ray_result(ray, done[0], task_of.pop(done[0]))
     except BaseException:
         for ref in pending if "pending" in locals() else []:
             ray.cancel(ref, force=True)
@@ -385,6 +387,17 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Itera
     finally:
         if started:
             ray.shutdown()
+
+
+def _ray_result(ray: Any, ref: Any, task: UnitTask) -> UnitResult:
+    """The finished Ray task's result, or its unit's ``error`` rows when its worker died (twice) or
+    the unit could not travel to a worker or back: that case fails, not the run."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.WorkerCrashedError:
+        return _failed(task, WORKER_DIED)
+    except ray.exceptions.RayError as exc:
+        return _failed(task, f"could not run as a Ray task: {type(exc).__name__}: {str(exc).splitlines()[0]}")
 
 
 def _as_json(value: Any) -> str:

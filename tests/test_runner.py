@@ -438,6 +438,30 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch, jobs, lim
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
+def test_on_ray_a_worker_that_dies_costs_its_case_only(tmp_path):
+    """The same killer planner on the ray backend without a time limit: Ray runs a unit whose worker
+    died once more, then its cases are error rows saying so and every other case has its row. Before,
+    Ray's WorkerCrashedError ended the run."""
+    from harness.workers import WORKER_DIED
+
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    text = support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[keep-all, killer]")
+    suite = _suite(tmp_path, text.replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[0.5, 1.0]"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "MEMBUDGET_TEST_KILL_AT": "1"}})
+    try:
+        outcome = run_suite(suite, tmp_path / "r", backend="ray", jobs=2, progress=False)
+    finally:
+        ray.shutdown()
+    rows = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    killed = [r for r in rows if r["planner"] == "killer"]
+    assert len(killed) == 4 and all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in killed)
+    assert all(r["status"] in ("ok", "infeasible") for r in rows if r["planner"] == "keep-all")
+    assert read_meta(outcome.run_dir)["status"] == "complete"
+
+
 HANG_SUITE = support.SUITE.format(name="hang").replace("[keep-all, prefix]", "[keep-all, hang]").replace(
     "[0, 0.5, 1.0]", "[1.0]")
 

@@ -353,3 +353,26 @@ def test_the_gpu_suite_parts_cover_the_whole_table_once():
     ids = [c.case_id for p in parts for c in p.cases()]
     assert len(ids) == len(set(ids)) and set(ids) == {c.case_id for c in whole.cases()}
     assert all(p.spec.budget_model == "device" for p in (*parts, whole))
+
+
+def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
+    """docs/cli.md's annotated suite is what a user copies: every key it shows is a suite key with the
+    meaning its comment gives. Two lines need files of their own and are left out: ``include:`` (given a
+    base.yaml here) and a model's ``profiler: file`` (a profile JSON path as the model)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in example.splitlines() if not line.lstrip().startswith("profiler: file")]
+    assert len(lines) == len(example.splitlines()) - 1
+    (tmp_path / "base.yaml").write_text("seeds: [7]\n")
+    (tmp_path / "example.yaml").write_text("\n".join(lines) + "\n")
+    suite = load_suite(tmp_path / "example.yaml")
+    spec = suite.spec
+    assert (suite.name, spec.description, spec.dtype, spec.budget_model, spec.case_timeout_s) == (
+        "quick", "a minute on the CPU", "float32", "chain", 600)
+    assert spec.seeds == [0]  # this file's keys replace the included ones
+    cases = suite.cases()
+    assert {c.planner for c in cases} == {"keep-all", "greedy", "dynprog", "modnn"}
+    assert {c.allocator_name for c in cases} == {"caching", "bestfit", "minisearch"}
+    assert not any(c.planner == "keep-all" and c.budget.label in ("f0", "f0.25") for c in cases)  # excludes
+    assert any(c.planner == "keep-all" and c.budget.label == "f0.5" for c in cases)
+    assert {c.dtype for c in cases} == {"bfloat16"}  # the model's dtype wins over the suite's

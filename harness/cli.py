@@ -178,7 +178,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(*columns, box=None, show_edge=False)
     for e in entries:
         table.add_row(*(e[c] for c in columns))
-    Console(width=160).print(table)
+    Console(width=160, markup=False).print(table)  # markup off: names and labels hold [ ]
     return 0
 
 
@@ -457,7 +457,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_status(counts)
     from rich.console import Console
 
-    console = Console(width=200)
+    console = Console(width=200, markup=False)  # a label such as dynprog[slots=500] is text, not markup
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     console.print(f"{len(frame)} rows ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
@@ -507,7 +507,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return status
     from rich.console import Console
 
-    console = Console(width=200)
+    console = Console(width=200, markup=False)  # case ids hold labels such as dynprog[slots=500]
     console.print(f"A: {result['a']}\nB: {result['b']}")
     console.print(compare_table(result, show_all=args.all))
     s = result["summary"]

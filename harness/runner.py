@@ -560,7 +560,7 @@ class _progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("[bold]{task.fields[title]}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("{task.fields[what]}"),
+                             TimeElapsedColumn(), TextColumn("{task.fields[what]}", markup=False),
                              console=Console(stderr=True), transient=True)
         self._bar.__enter__()
         task = self._bar.add_task("run", total=self.total, title=self.title, what="")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import math
 import subprocess
 import sys
@@ -437,6 +438,25 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
     assert code == 2 and "no results here" in err
+
+
+def test_run_and_compare_print_labels_with_their_options(capsys, tmp_path):
+    """A planner's label carries its options in brackets (``prefix[depth=3]``); rich read them as
+    markup and printed ``prefix``, so two configurations of one planner looked the same in the run
+    table and in compare's case ids."""
+    text = support.SUITE.format(name="synth").replace("[keep-all, prefix]", "[prefix, {name: prefix, depth: 3}]")
+    suite = support.write_suite(tmp_path, text)
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--no-progress")
+    assert code == 0
+    planners = {line.split()[2] for line in out.splitlines() if line.lstrip().startswith("synthetic:")}
+    assert planners == {"prefix", "prefix[depth=3]"}
+    shutil.copytree(tmp_path / "r" / "synth" / "a", tmp_path / "r" / "synth" / "b")
+    rows = (tmp_path / "r" / "synth" / "b" / "rows.csv").read_text().splitlines()
+    (tmp_path / "r" / "synth" / "b" / "rows.csv").write_text("\n".join(rows[:-1]) + "\n")  # its last case gone
+    gone = read_rows_csv(tmp_path / "r" / "synth" / "a" / "rows.csv")[-1]["case_id"]
+    assert "prefix[depth=3]" in gone or "prefix/" in gone
+    code, out, _ = _run(capsys, "compare", str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b"))
+    assert code == 1 and gone in out
 
 
 def test_compare_exits_1_when_runs_differ_beyond_the_tolerance(capsys, tmp_path):

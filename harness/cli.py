@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError, raised_at
 from harness.model import ModelError
 from harness.options import check_planner_options
 
@@ -252,7 +252,8 @@ def _plan(args: argparse.Namespace):
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              "planning (a smaller table, e.g. fewer slots, may fit)") from None
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}") from None
+        where = "" if isinstance(exc, MembudgetError) else raised_at(exc)
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}{where}") from None
     except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
         from harness.case import classify
 

@@ -49,3 +49,19 @@ class ProfilingError(MembudgetError):
 # KeyboardInterrupt (Ctrl-C, and SIGTERM as the command line raises it). A plugin that calls sys.exit, or
 # lets a GeneratorExit escape, fails its case (or is skipped); it never ends the run without a word.
 PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where ``exc`` was raised, as `` (at module:line in function)``: the innermost frame outside
+    Python's standard library, named by module so that a row's message reads the same on every
+    machine. A plugin's slip (a ``KeyError`` in its planner) then names its line. Empty when no
+    frame of the traceback qualifies."""
+    import sys
+    import traceback
+
+    where = ""
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        if module and module.split(".")[0] not in sys.stdlib_module_names:
+            where = f" (at {module}:{line} in {frame.f_code.co_name})"
+    return where

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -115,7 +116,10 @@ def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
     by_planner = {}
     for row in rows:
         by_planner.setdefault(row["planner"], set()).add((row["status"], row["message"]))
-    assert by_planner["boom"] == {("error", "RuntimeError: boom goes the planner")}
+    # a plugin's slip names its line (the innermost frame outside the standard library), by module
+    [(status, message)] = by_planner["boom"]
+    assert status == "error" and re.fullmatch(r"RuntimeError: boom goes the planner \(at tests\.test_suite_support:"
+                                              r"\d+ in plan\)", message), message
     # a planner that exhausts the host is not the budget failing on the device: `oom` is kept for that
     assert by_planner["oom"] == {("error", "the host ran out of memory while planning: MemoryError: cannot allocate "
                                            "the planning table")}
@@ -147,13 +151,33 @@ def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypa
     assert set(prefix) == ({"ok"} if budget_model == "chain" else {"infeasible"})  # device: runtime bytes first
 
 
+def test_where_an_error_was_raised_skips_the_standard_library():
+    """``raised_at`` names the innermost frame outside the standard library: a plugin that feeds
+    ``json.loads`` bad text is told its own line, not the json module's."""
+    import json as json_module
+
+    from harness.errors import raised_at
+
+    def plugin_code():
+        return json_module.loads("{not json")
+
+    try:
+        plugin_code()
+    except ValueError as exc:
+        where = raised_at(exc)
+    line = plugin_code.__code__.co_firstlineno + 1
+    assert where == f" (at tests.test_runner:{line} in plugin_code)"
+    assert raised_at(ValueError("never raised")) == ""
+
+
 def test_profiling_failure_fails_only_that_model(tmp_path):
     text = support.SUITE.format(name="prof").replace("models:\n", "models:\n  - {model: synthetic:broken, batch_sizes: [4]}\n")
     rows = _rows(run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False).run_dir)
     broken = [r for r in rows if r["model"] == "synthetic:broken"]
     assert len(broken) == 6 and len(rows) == 24
-    assert all(r["status"] == "error" and r["message"] == "profiling failed: RuntimeError: profiler crashed"
-               for r in broken)
+    assert all(r["status"] == "error" and re.fullmatch(r"profiling failed: RuntimeError: profiler crashed \(at "
+                                                       r"tests\.test_suite_support:\d+ in profile\)", r["message"])
+               for r in broken), broken[0]["message"]
     assert {r["status"] for r in rows if r["model"] != "synthetic:broken"} == {"ok", "infeasible"}
 
 

@@ -211,7 +211,7 @@ class Hang(Prefix):
 
 class Sloppy(Prefix):
     """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
-    returns None, ``lie`` returns keep-all claiming a budget of a petabyte, ``over`` returns keep-all at
+    returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte, ``over`` returns keep-all at
     the given budget (too small for it) instead of raising ``InfeasibleBudget``."""
 
     name = "sloppy"
@@ -226,6 +226,8 @@ class Sloppy(Prefix):
             sys.exit(3)
         if slip == "none":
             return None
+        if slip == "key":
+            return {}["x"]  # a slip in the plugin's own code: a KeyError from its line
         if slip in ("lie", "over"):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
         return super().plan(profile, budget_bytes, **options)

@@ -391,7 +391,9 @@ def _cell(col: str, value: Any) -> str:
         return f"{value:.3f}"
     if col == "status" and value != "ok":
         return f"[red]{value}[/red]"
-    return str(value)
+    from rich.markup import escape
+
+    return escape(str(value))  # a label such as dynprog[slots=500] is text, not markup
 
 
 def run_table(frame) -> Any:
@@ -458,7 +460,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_status(counts)
     from rich.console import Console
 
-    console = Console(width=200, markup=False)  # a label such as dynprog[slots=500] is text, not markup
+    console = Console(width=200)
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     console.print(f"{len(frame)} rows ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")

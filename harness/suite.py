@@ -33,10 +33,12 @@ that is not installed is skipped and the run records that it was.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import math
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
@@ -219,6 +221,16 @@ class Budgets(_Strict):
     fractions: list[float] | None = None
     peak_fractions: list[float] | None = None
     bytes_: list[Annotated[Any, BeforeValidator(_byte_quantity)]] | None = Field(default=None, alias="bytes")
+
+    @field_validator("fractions", "peak_fractions", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: Any) -> Any:
+        of = "the span min..peak" if info.field_name == "fractions" else "the keep-all peak"
+        for k, item in enumerate(value if isinstance(value, list) else []):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                percent = " (a suite writes 0.5, not 50%)" if str(item).strip().endswith("%") else ""
+                raise ValueError(f"[{k}]: a fraction of {of} is a number within 0..1{percent}, got {item!r}")
+        return value
 
     @field_validator("fractions")
     @classmethod
@@ -566,6 +578,41 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _keys_beside(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a suite allows where ``loc``'s last key stands (the fields of the model that holds it)."""
+    model: type[BaseModel] = SuiteSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        held = _model_in(field.annotation) if field is not None else None
+        if held is None:
+            return []
+        model = held
+    keys = [f.alias or n for n, f in model.model_fields.items()]
+    return [*keys, "include"] if model is SuiteSpec else keys
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (through list[...], Optional, Annotated), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """The message for a key no suite model has: the closest allowed key when one is near."""
+    keys = _keys_beside(loc)
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6) if loc else []
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    allowed = f"the keys here are {', '.join(keys)}; " if keys and not near else ""
+    return f"unknown field ({hint}{allowed}the suite format is in docs/cli.md, \"Suites\")"
+
+
 def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
     lines = []
     first: tuple[str, int, str] | None = None
@@ -583,7 +630,7 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
         if err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the suite format in harness/suite.py)"
+            msg = _unknown_key(loc)
         elif err["type"].startswith("too_short") and "input" in err:
             msg = "must not be empty: the grid would have no cases"
         name = _field_name(loc)

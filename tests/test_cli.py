@@ -447,12 +447,13 @@ def test_run_and_compare_print_labels_with_their_options(capsys, tmp_path):
     """A planner's label carries its options in brackets (``prefix[depth=3]``); rich read them as
     markup and printed ``prefix``, so two configurations of one planner looked the same in the run
     table and in compare's case ids."""
-    text = support.SUITE.format(name="synth").replace("[keep-all, prefix]", "[prefix, {name: prefix, depth: 3}]")
+    text = support.SUITE.format(name="synth").replace("[keep-all, prefix]", "[keep-all, prefix, {name: prefix, depth: 3}]")
     suite = support.write_suite(tmp_path, text)
     code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--no-progress")
     assert code == 0
     planners = {line.split()[2] for line in out.splitlines() if line.lstrip().startswith("synthetic:")}
-    assert planners == {"prefix", "prefix[depth=3]"}
+    assert planners == {"keep-all", "prefix", "prefix[depth=3]"}
+    assert " infeasible " in out and "[red]" not in out  # the status colour is still markup
     shutil.copytree(tmp_path / "r" / "synth" / "a", tmp_path / "r" / "synth" / "b")
     rows = (tmp_path / "r" / "synth" / "b" / "rows.csv").read_text().splitlines()
     (tmp_path / "r" / "synth" / "b" / "rows.csv").write_text("\n".join(rows[:-1]) + "\n")  # its last case gone

@@ -111,6 +111,10 @@ def test_byte_budgets_parse_units(tmp_path):
     ("{fractions: [0, 1]}", "{peak_fractions: [0.5, 0]}", "budgets:", "budgets.peak_fractions[1]",
      "a fraction of the keep-all peak is a number in (0, 1], got 0"),
     ("{fractions: [0, 1]}", "{peak_fractions: [1.5]}", "budgets:", "budgets.peak_fractions[0]", "(0, 1]"),
+    ("{fractions: [0, 1]}", "{fractions: [0, 50%]}", "budgets:", "budgets.fractions[1]",
+     "a fraction of the span min..peak is a number within 0..1 (a suite writes 0.5, not 50%), got '50%'"),
+    ("{fractions: [0, 1]}", "{peak_fractions: [true]}", "budgets:", "budgets.peak_fractions[0]",
+     "a fraction of the keep-all peak is a number within 0..1, got True"),
     ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),
 ])
 def test_wrong_types_name_file_line_and_field(tmp_path, old, new, needle, field, words):
@@ -376,3 +380,24 @@ def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
     assert not any(c.planner == "keep-all" and c.budget.label in ("f0", "f0.25") for c in cases)  # excludes
     assert any(c.planner == "keep-all" and c.budget.label == "f0.5" for c in cases)
     assert {c.dtype for c in cases} == {"bfloat16"}  # the model's dtype wins over the suite's
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("planners:", "planner:", "planner: unknown field (did you mean 'planners'?"),
+    ("    batch_sizes: [2]", "    batch_size: [2]", "models[0].batch_size: unknown field (did you mean 'batch_sizes'?"),
+    ("{fractions:", "{fraction:", "budgets.fraction: unknown field (did you mean 'fractions'?"),
+    ("budgets:", "colour: red\nbudgets:", "colour: unknown field (the keys here are name, description, "),
+])
+def test_a_misspelt_suite_key_is_named_with_the_key_it_resembles(tmp_path, old, new, message):
+    """A typo'd key said 'unknown field' and pointed at harness/suite.py: it now names the closest key of
+    that place (its model's fields), or lists them, and points at docs/cli.md; the line is the key's."""
+    install()
+    text = SUITE.format(name="t")
+    assert old in text
+    text = text.replace(old, new, 1)
+    line = 1 + next(k for k, l in enumerate(text.splitlines()) if new.strip().splitlines()[0] in l)
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text))
+    first = str(exc.value).splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'synth.yaml'}:{line}: {message}"), first
+    assert first.endswith('the suite format is in docs/cli.md, "Suites")')

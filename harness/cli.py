@@ -296,6 +296,8 @@ def _print_report(report: dict[str, Any]) -> None:
             value = f"{value:.6g} s"
         elif isinstance(value, float):
             value = f"{value:.6g}"
+        elif isinstance(value, list) and key.endswith("_stages"):  # the stages' indices, not a count (rows.csv's)
+            value = "[" + ", ".join(str(v) for v in value) + "]"
         elif isinstance(value, list):
             value = ", ".join(str(v) for v in value) or "-"
         pairs.append((key, value))

@@ -40,7 +40,9 @@ class Planner(Protocol):
     A planner raises ``harness.errors.InfeasibleBudget`` when it cannot fit the budget, with
     ``needed_bytes`` an int above the budget (``harness.testing`` checks it). Its
     options are the keyword parameters of ``plan`` plus the names in an optional
-    ``extra_options`` attribute; unknown ones are refused (``harness.options``).
+    ``extra_options`` attribute; unknown ones are refused (``harness.options``). A ``plan``
+    that takes ``**options`` and has no ``extra_options`` is taken at its word: every
+    option reaches it, a misspelt one too.
     """
 
     name: str

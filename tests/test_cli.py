@@ -279,7 +279,7 @@ def test_run_reports_a_malformed_suite(capsys, tmp_path):
     suite = support.write_suite(tmp_path, support.SUITE.format(name="x").replace("prefix]", "prefx]"))
     code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"))
     assert code == 2 and out == ""
-    assert f"{suite}:10: planners[1].name: unknown planner 'prefx'; available:" in err
+    assert f"{suite}:10: planners[1].name: unknown planner 'prefx'; did you mean 'prefix'? available:" in err
 
 
 @pytest.mark.parametrize("argv,needle", [

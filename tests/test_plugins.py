@@ -30,7 +30,11 @@ def test_builtins_register_through_the_hooks() -> None:
 def test_unknown_name_lists_the_choices() -> None:
     with pytest.raises(UnknownPlugin) as err:
         registry().planner("gredy")
-    assert "unknown planner 'gredy'" in str(err.value) and "keep-all" in str(err.value)
+    assert "unknown planner 'gredy'; did you mean 'greedy'? available: " in str(err.value)
+    assert "keep-all" in str(err.value)
+    with pytest.raises(UnknownPlugin) as err:
+        registry().planner("zzzzzz")  # nothing close: the choices alone
+    assert "unknown planner 'zzzzzz'; available: " in str(err.value)
 
 
 def test_a_profiler_missing_for_want_of_torch_says_how_to_install_it(monkeypatch) -> None:

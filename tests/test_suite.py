@@ -131,17 +131,18 @@ def test_missing_field_is_named(tmp_path):
     assert "device: required field is missing" in str(_error(path))
 
 
-@pytest.mark.parametrize("old,new,kind,bad,field", [
-    ("planners: [keep-all, prefix]", "planners: [keep-all, prefixx]", "planner", "prefixx", "planners[1].name"),
-    ("profiler: synthetic", "profiler: analytik", "profiler", "analytik", "profiler"),
-    ("models:\n", "executors: [simulat]\nmodels:\n", "executor", "simulat", "executors[0].name"),
-    ("models:\n", "allocators: [cachin]\nmodels:\n", "allocator", "cachin", "allocators[0].name"),
+@pytest.mark.parametrize("old,new,kind,bad,field,meant", [
+    ("planners: [keep-all, prefix]", "planners: [keep-all, prefixx]", "planner", "prefixx", "planners[1].name",
+     "prefix"),
+    ("profiler: synthetic", "profiler: analytik", "profiler", "analytik", "profiler", "analytic"),
+    ("models:\n", "executors: [simulat]\nmodels:\n", "executor", "simulat", "executors[0].name", "simulate"),
+    ("models:\n", "allocators: [cachin]\nmodels:\n", "allocator", "cachin", "allocators[0].name", "caching"),
 ])
-def test_unknown_plugins_name_the_choices(tmp_path, old, new, kind, bad, field):
+def test_unknown_plugins_name_the_choices(tmp_path, old, new, kind, bad, field, meant):
     path = _suite(tmp_path, BASE.replace(old, new))
     err = _error(path)
     line = _line_of(path, bad)
-    assert f"{path}:{line}: {field}: unknown {kind} {bad!r}; available: " in str(err), str(err)
+    assert f"{path}:{line}: {field}: unknown {kind} {bad!r}; did you mean {meant!r}? available: " in str(err), str(err)
     from harness.plugins import registry
 
     assert err.choices == registry().names(kind) and err.choices

@@ -756,6 +756,24 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
     ]
 
 
+def plugins_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
+    """Which plugin, at which version, brought each planner, executor and allocator of the rows
+    (``meta.json``'s ``environment.plugins``): a third party's strategy is compared with the bundled
+    ones, and the reader sees whose code each row ran. None without that record."""
+    brought = {(e.get("kind"), e.get("name")): f"{e.get('plugin')} {e.get('version')}"
+               for e in meta.get("environment", {}).get("plugins", []) or []}
+    if not brought:
+        return None
+    parts = []
+    for kind in ("planner", "executor", "allocator"):
+        names = [n for n in dict.fromkeys(frame[kind].fillna("")) if n] if kind in frame else []
+        described = [f"{n} ({brought[(kind, n.split('[')[0])]})" if (kind, n.split("[")[0]) in brought else n
+                     for n in names]
+        if described:
+            parts.append(f"{kind}s " + ", ".join(described))
+    return ("Plugins (distribution and version): " + "; ".join(parts) + ".") if parts else None
+
+
 def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
     profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
@@ -944,6 +962,9 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
                  "named here are its rows'; the run's sessions and environment are unknown.", small=True)
     for line in _meta_lines(meta, git_state()) if meta else []:
         doc.para(line, small=True)
+    provenance = plugins_line(meta, frame)
+    if provenance:
+        doc.para(provenance, small=True)
     counts = frame["status"].value_counts().to_dict()
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
              + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic) + " " + budget_words(frame))

@@ -112,6 +112,8 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise MembudgetError(f"--option {pair!r}: write KEY=VALUE, e.g. --option slots=500")
+        if key.strip() in out:  # argparse keeps both: the last would win without a word
+            raise MembudgetError(f"--option {key.strip()} is given twice: give each option once")
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:

@@ -162,6 +162,8 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
     (["--planner", "nope", "--budget", "1GiB"], "unknown planner 'nope'; available: "),
     (["--planner", "prefix", "--budget", "lots"], "budget: not a byte quantity: 'lots'"),
     (["--planner", "prefix", "--budget", "1GiB", "--option", "slots"], "--option 'slots': write KEY=VALUE"),
+    (["--planner", "prefix", "--budget", "1GiB", "--option", "depth=3", "--option", "depth=2"],
+     "--option depth is given twice: give each option once"),
     (["--planner", "keep-all", "--budget", "50%", "--option", "slots=5"],
      "planner 'keep-all' has no option 'slots'; it takes no options"),
     (["--planner", "torch-checkpoint", "--budget", "peak", "--option", "every=xyz"],

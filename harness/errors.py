@@ -41,6 +41,15 @@ class UnknownOption(MembudgetError, ValueError):
     """A planner was given an option its ``plan`` does not take (a typo would otherwise be ignored)."""
 
 
+class PlanContractError(MembudgetError, TypeError):
+    """A planner returned what the ``Planner`` contract forbids (no ``Schedule``, a schedule for a
+    budget larger than it was given): the message names the planner (``harness.schedules``)."""
+
+
+class OptionValueError(MembudgetError, ValueError):
+    """A planner's option has a value it cannot take: the message names the planner and the option."""
+
+
 class ProfilingError(MembudgetError):
     """A model could not be profiled: the message says which model, what failed, and what to try."""
 
@@ -51,17 +60,29 @@ class ProfilingError(MembudgetError):
 PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
 
 
+# the libraries a plugin calls into: a failure inside one is reported at the caller's line, via the library's
+LIBRARIES = frozenset({"numpy", "numba", "llvmlite", "pandas", "pyarrow", "pydantic", "pydantic_core", "pluggy",
+                       "yaml", "rich", "scipy", "torch", "torchvision", "transformers", "ray", "ortools"})
+
+
 def raised_at(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as `` (at module:line in function)``: the innermost frame outside
-    Python's standard library, named by module so that a row's message reads the same on every
-    machine. A plugin's slip (a ``KeyError`` in its planner) then names its line. Empty when no
-    frame of the traceback qualifies."""
+    """Where ``exc`` was raised, as `` (at module:line in function)``, named by module so that a row's
+    message reads the same on every machine: the innermost frame of the traceback outside Python's
+    standard library and outside the libraries of ``LIBRARIES``, so a plugin's slip names its line,
+    followed by ``via`` the innermost library frame when the error came from inside one (a pandas
+    ``KeyError``). Empty when no frame qualifies."""
     import sys
     import traceback
 
-    where = ""
+    own = inner = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         module = str(frame.f_globals.get("__name__", ""))
-        if module and module.split(".")[0] not in sys.stdlib_module_names:
-            where = f" (at {module}:{line} in {frame.f_code.co_name})"
-    return where
+        top = module.split(".")[0]
+        if not module or top in sys.stdlib_module_names:
+            continue
+        inner = f"{module}:{line} in {frame.f_code.co_name}"
+        if top not in LIBRARIES:
+            own = inner
+    if own is None:
+        return f" (at {inner})" if inner else ""
+    return f" (at {own})" if own == inner else f" (at {own}, via {inner})"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Mapping
 
-from harness.errors import UnknownOption
+from harness.errors import OptionValueError, UnknownOption
 from harness.lazy import resolve
 
 _FIXED = 2  # profile, budget_bytes
@@ -58,8 +58,8 @@ def check_planner_options(name: str, planner: Any, options: Mapping[str, Any]) -
 
 
 def int_option(planner: str, name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int of at least ``minimum``, else a ``ValueError`` naming the planner's option
+    """``value`` as an int of at least ``minimum``, else an ``OptionValueError`` (a ``ValueError``) naming the planner's option
     (a bool, a float such as 1.5, a string or a list is refused rather than coerced or compared)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{planner}: option {name} must be an integer >= {minimum}, got {value!r}")
+        raise OptionValueError(f"{planner}: option {name} must be an integer >= {minimum}, got {value!r}")
     return value

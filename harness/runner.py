@@ -369,19 +369,25 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Itera
         if handler is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handler)  # Ray's own aborted the process: exit 134, meta "running"
         started = True
+    task_of: dict[Any, UnitTask] = {}
     try:
         # a unit whose worker dies runs once more (as the local pool runs it again alone), then fails
         remote = ray.remote(max_retries=1)(execute_unit if limit is None else _execute_unit_limited)
         arguments = () if limit is None else (limit,)
-        task_of = {remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(t) else 0).remote(t, *arguments): t
-                   for t in tasks}
+        for task in tasks:
+            try:
+                ref = remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(task) else 0).remote(task, *arguments)
+            except Exception as exc:  # it does not serialise (a plugin holding a lock): that case fails
+                yield _failed(task, f"could not run as a Ray task: {type(exc).__name__}: {exc}")
+                continue
+            task_of[ref] = task
         pending = list(task_of)
         while pending:  # a wait without a timeout blocks in C++, where Ctrl-C never reaches Python
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             if done:
                 yield _ray_result(ray, done[0], task_of.pop(done[0]))
     except BaseException:
-        for ref in pending if "pending" in locals() else []:
+        for ref in task_of:  # the ones not collected yet
             ray.cancel(ref, force=True)
         raise
     finally:
@@ -390,14 +396,18 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Itera
 
 
 def _ray_result(ray: Any, ref: Any, task: UnitTask) -> UnitResult:
-    """The finished Ray task's result, or its unit's ``error`` rows when its worker died (twice) or
-    the unit could not travel to a worker or back: that case fails, not the run."""
+    """The finished Ray task's result; its unit's ``error`` rows when its worker died (twice, or was
+    killed by Ray's memory monitor) or the unit raised in the worker (what ``execute_unit`` does not
+    turn into rows itself: the harness's own failure, or a result that does not travel back). Any other
+    Ray error (the cluster failing) stops the run: no case of it could run."""
     try:
         return ray.get(ref)
-    except ray.exceptions.WorkerCrashedError:
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError):
         return _failed(task, WORKER_DIED)
-    except ray.exceptions.RayError as exc:
-        return _failed(task, f"could not run as a Ray task: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        first = (str(cause).splitlines() or [""])[0]
+        return _failed(task, f"could not run as a Ray task: {type(cause).__name__}: {first}")
 
 
 def _as_json(value: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from harness.errors import InfeasibleBudget
+from harness.errors import InfeasibleBudget, PlanContractError
 from harness.model import Op, Profile, Schedule, Transfer, op_index, training_ops  # planners take op_index here
 from harness.units import format_bytes
 
@@ -57,20 +57,20 @@ def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
     """What ``planner`` returned for the chain budget ``budget``, checked before anything runs it: a
     ``Schedule`` whose ``budget_bytes`` (the budget the executors enforce) is a whole number of bytes not
     above the one it was given. A cap below it is the planner's to choose (vDNN++ caps memory at vDNN's
-    peak, papers/001 section 4.1) and is kept. A plugin's slip is a ``TypeError`` naming the planner (an
-    ``error`` row)."""
+    peak, papers/001 section 4.1) and is kept. A plugin's slip is a ``PlanContractError`` (a ``TypeError``)
+    naming the planner (an ``error`` row)."""
     name = getattr(planner, "name", type(planner).__name__)
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
+        raise PlanContractError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
                         "(a budget it cannot fit raises InfeasibleBudget)")
     claimed = schedule.budget_bytes
     if isinstance(claimed, float) and claimed.is_integer():
         claimed = int(claimed)
     if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
-        raise TypeError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a number of "
+        raise PlanContractError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a number of "
                         f"bytes (the budget it was given: {budget})")
     if claimed > budget:
-        raise TypeError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it was "
+        raise PlanContractError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it was "
                         "given (Schedule.budget_bytes is the budget the executors enforce)")
     return replace(schedule, budget_bytes=int(claimed))
 

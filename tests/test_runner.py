@@ -130,8 +130,8 @@ def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
 @pytest.mark.parametrize("budget_model", ["chain", "device"])
 @pytest.mark.parametrize("slip, words", [
     ("exit", "SystemExit: the plugin called sys.exit(3)"),
-    ("none", "TypeError: planner sloppy returned NoneType, not a Schedule"),
-    ("lie", "TypeError: planner sloppy returned a schedule for 1000000000000000 bytes, above the "),
+    ("none", "PlanContractError: planner sloppy returned NoneType, not a Schedule"),
+    ("lie", "PlanContractError: planner sloppy returned a schedule for 1000000000000000 bytes, above the "),
     ("over", "invalid schedule: "),
 ])
 def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypatch, slip, words, budget_model):
@@ -152,9 +152,12 @@ def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypa
 
 
 def test_where_an_error_was_raised_skips_the_standard_library():
-    """``raised_at`` names the innermost frame outside the standard library: a plugin that feeds
-    ``json.loads`` bad text is told its own line, not the json module's."""
+    """``raised_at`` names the innermost frame outside the standard library and the libraries: a plugin
+    that feeds ``json.loads`` bad text is told its own line, not the json module's; one whose pandas
+    lookup fails is told its own line, via pandas'."""
     import json as json_module
+
+    import pandas as pd
 
     from harness.errors import raised_at
 
@@ -168,6 +171,16 @@ def test_where_an_error_was_raised_skips_the_standard_library():
     line = plugin_code.__code__.co_firstlineno + 1
     assert where == f" (at tests.test_runner:{line} in plugin_code)"
     assert raised_at(ValueError("never raised")) == ""
+
+    def plugin_code_with_pandas():  # a KeyError raised deep inside pandas: the plugin's line, via pandas'
+        return pd.Series([1.0], index=["a"])["x"]
+
+    try:
+        plugin_code_with_pandas()
+    except KeyError as exc:
+        where = raised_at(exc)
+    line = plugin_code_with_pandas.__code__.co_firstlineno + 1
+    assert where.startswith(f" (at tests.test_runner:{line} in plugin_code_with_pandas, via pandas."), where
 
 
 def test_profiling_failure_fails_only_that_model(tmp_path):
@@ -483,6 +496,28 @@ def test_on_ray_a_worker_that_dies_costs_its_case_only(tmp_path):
     killed = [r for r in rows if r["planner"] == "killer"]
     assert len(killed) == 4 and all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in killed)
     assert all(r["status"] in ("ok", "infeasible") for r in rows if r["planner"] == "keep-all")
+    assert read_meta(outcome.run_dir)["status"] == "complete"
+
+
+@pytest.mark.slow
+def test_on_ray_a_case_that_cannot_be_sent_costs_its_case_only(tmp_path):
+    """A planner that does not serialise (it holds a lock) on the ray backend: Ray refused it at
+    submission, outside the loop that turns failures into rows, and the run ended there. Its cases are
+    error rows now, and the others run."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    suite = _suite(tmp_path, support.SUITE.format(name="pickle").replace("[keep-all, prefix]", "[prefix, unpicklable]")
+                   .replace("[1, 2]", "[1]"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    try:
+        outcome = run_suite(suite, tmp_path / "r", backend="ray", jobs=2, progress=False)
+    finally:
+        ray.shutdown()
+    rows = _rows(outcome.run_dir)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    assert {(r["planner"], r["status"]) for r in rows} == {("prefix", "ok"), ("unpicklable", "error")}
+    assert all(r["message"].startswith("could not run as a Ray task: ") and "lock" in r["message"]
+               for r in rows if r["planner"] == "unpicklable")
     assert read_meta(outcome.run_dir)["status"] == "complete"
 
 

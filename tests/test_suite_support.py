@@ -5,7 +5,7 @@ sizes and times that grow with the batch), a simple offloading planner ``prefix`
 (papers/004's eager, ordered, no-wait schedule of the first activations, like GREEDY),
 and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slow-first``
 (its first call is slow, like a Numba compile), ``hang`` (never returns on one model),
-``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda), ``interrupter``
+``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda and a lock), ``interrupter``
 (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a Numba kernel
 reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer``
 (SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
@@ -234,13 +234,17 @@ class Sloppy(Prefix):
 
 
 class Unpicklable(Prefix):
-    """Like ``prefix``, but it holds a lambda: it cannot be sent to a worker process."""
+    """Like ``prefix``, but it holds a lambda (pickle refuses it) and a lock (cloudpickle, Ray's, refuses
+    that): it cannot be sent to a worker process or a Ray task."""
 
     name = "unpicklable"
     description = "cannot be pickled (test plugin)"
 
     def __init__(self):
+        import threading
+
         self.key = lambda stage: stage
+        self.lock = threading.Lock()
 
 
 class Plugin:

@@ -382,6 +382,8 @@ UNIT_KEY = ["model", "batch_size", "input_size", "planner_label", "budget_label"
 
 
 def _cell(col: str, value: Any) -> str:
+    from rich.markup import escape
+
     from harness.units import format_bytes
 
     value = _clean(value)
@@ -395,8 +397,6 @@ def _cell(col: str, value: Any) -> str:
         return f"{value:.3f}"
     if col == "status" and value != "ok":
         return f"[red]{value}[/red]"
-    from rich.markup import escape
-
     return escape(str(value))  # a label such as dynprog[slots=500] is text, not markup
 
 
@@ -410,7 +410,9 @@ def run_table(frame) -> Any:
     columns = list(RUN_TABLE)
     if frame["executor"].nunique() > 1:  # else the rows of one case look like duplicates
         columns.insert(4, ("executor", "executor"))
-    table = Table(*[t for t, _ in columns], *[f"arena {a}" for a in allocators], box=None, show_edge=False)
+    from rich.markup import escape
+
+    table = Table(*[t for t, _ in columns], *[escape(f"arena {a}") for a in allocators], box=None, show_edge=False)
     for _, row in lines.iterrows():
         cells = [_cell(col, row.get(col)) for _, col in columns]  # a run from before a column existed lacks it
         key = tuple(row[k] for k in UNIT_KEY)
@@ -471,7 +473,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in failure_lines(frame):
         console.print(line, markup=False, highlight=False)
     for note in outcome.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False, highlight=False)
     console.print(f"rows: {outcome.run_dir / 'rows.csv'}")
     return _run_status(counts)
 

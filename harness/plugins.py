@@ -224,9 +224,8 @@ class Registry:
             hint = None
             if kind == "profiler" and name in _TORCH_PROFILERS and importlib.util.find_spec("torch") is None:
                 hint = "it needs PyTorch, not installed here: pip install 'membudget[torch]'"
-            elif close_names(name, self.names(kind), n=1):
-                hint = (f"did you mean {close_names(name, self.names(kind), n=1)[0]!r}? available: "
-                        + ", ".join(sorted(self.names(kind))))
+            elif close := close_names(name, self.names(kind), n=1):
+                hint = f"did you mean {close[0]!r}? available: " + ", ".join(sorted(self.names(kind)))
             raise UnknownPlugin(kind, name, self.names(kind), hint=hint) from None
 
     def profiler(self, name: str) -> Any:

@@ -758,17 +758,22 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
 
 def plugins_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
     """Which plugin, at which version, brought each planner, executor and allocator of the rows
-    (``meta.json``'s ``environment.plugins``): a third party's strategy is compared with the bundled
-    ones, and the reader sees whose code each row ran. None without that record."""
-    brought = {(e.get("kind"), e.get("name")): f"{e.get('plugin')} {e.get('version')}"
+    (``meta.json``'s ``environment.plugins``, written by the run's latest session): a third party's
+    strategy is compared with the bundled ones, and the reader sees whose code ran. An allocator's
+    custom ``label:`` is traced to its name through the suite's entries. None without that record."""
+    brought = {(e.get("kind"), e.get("name")): f"{e.get('plugin') or '?'} {e.get('version') or '?'}"
                for e in meta.get("environment", {}).get("plugins", []) or []}
     if not brought:
         return None
+    labelled = {e["label"]: e.get("name") for e in meta.get("spec", {}).get("allocators", []) or []
+                if isinstance(e, dict) and e.get("label")}
     parts = []
     for kind in ("planner", "executor", "allocator"):
-        names = [n for n in dict.fromkeys(frame[kind].fillna("")) if n] if kind in frame else []
-        described = [f"{n} ({brought[(kind, n.split('[')[0])]})" if (kind, n.split("[")[0]) in brought else n
-                     for n in names]
+        described = []
+        for shown in (n for n in dict.fromkeys(frame[kind].fillna("")) if n) if kind in frame else ():
+            name = labelled.get(shown, shown) if kind == "allocator" else shown
+            name = name.split("[")[0]  # a label with options: name[key=value]
+            described.append(f"{shown} ({brought[(kind, name)]})" if (kind, name) in brought else shown)
         if described:
             parts.append(f"{kind}s " + ", ".join(described))
     return ("Plugins (distribution and version): " + "; ".join(parts) + ".") if parts else None

@@ -225,11 +225,12 @@ class Budgets(_Strict):
     @field_validator("fractions", "peak_fractions", mode="before")
     @classmethod
     def _numbers(cls, value: Any, info: Any) -> Any:
-        of = "the span min..peak" if info.field_name == "fractions" else "the keep-all peak"
+        of = "the span min..peak is a number within 0..1" if info.field_name == "fractions" else \
+            "the keep-all peak is a number in (0, 1]"
         for k, item in enumerate(value if isinstance(value, list) else []):
             if isinstance(item, bool) or not isinstance(item, (int, float)):
                 percent = " (a suite writes 0.5, not 50%)" if str(item).strip().endswith("%") else ""
-                raise ValueError(f"[{k}]: a fraction of {of} is a number within 0..1{percent}, got {item!r}")
+                raise ValueError(f"[{k}]: a fraction of {of}{percent}, got {item!r}")
         return value
 
     @field_validator("fractions")

@@ -36,20 +36,25 @@ def results(tmp_path_factory):
     return folder, suite, first, second
 
 
-def test_a_page_says_which_plugin_and_version_brought_each_strategy(results, tmp_path):
+def test_a_page_says_which_plugin_and_version_brought_each_strategy(tmp_path):
     """A third party's planner is compared with the bundled ones: the page names, for each planner,
-    executor and allocator of its rows, the distribution and version that registered it (meta.json)."""
-    folder, _, _, run_b = results
-    publish([run_b], tmp_path / "site")
+    executor and allocator of its rows, the distribution and version that registered it (meta.json),
+    an allocator under a label of its own and one with options included."""
+    _, (run,) = support.runs_with_allocators(
+        tmp_path, "lab", "[caching, {name: first-fit, label: mine}, {name: minisearch, time_limit: 1}]", ("x",))
+    publish([run], tmp_path / "site")
     brought = {(e["kind"], e["name"]): f"{e['plugin']} {e['version']}"
-               for e in json.loads((run_b / "meta.json").read_text())["environment"]["plugins"]}
-    line = next(li for li in (tmp_path / "site" / "pub" / "index.md").read_text().splitlines()
+               for e in json.loads((run / "meta.json").read_text())["environment"]["plugins"]}
+    line = next(li for li in (tmp_path / "site" / "lab" / "index.md").read_text().splitlines()
                 if li.startswith("Plugins (distribution and version): "))
-    rows = read_rows_csv(run_b / "rows.csv")
-    for kind in ("planner", "executor", "allocator"):
+    rows = read_rows_csv(run / "rows.csv")
+    for kind in ("planner", "executor"):
         for name in {r[kind] for r in rows if r[kind]}:
             assert f"{name} ({brought[(kind, name)]})" in line, (name, line)
-    assert "prefix (" in line and "first-fit (" in line and "simulate (membudget " in line
+    assert {r["allocator"] for r in rows} == {"caching", "mine", "minisearch[time_limit=1]"}
+    for shown, name in (("caching", "caching"), ("mine", "first-fit"), ("minisearch[time_limit=1]", "minisearch")):
+        assert f"{shown} ({brought[('allocator', name)]})" in line, (shown, line)
+    assert "prefix (" in line and "simulate (membudget " in line
 
 
 def test_publish_writes_wellformed_pages_with_every_case_and_plots(results, tmp_path):

@@ -114,7 +114,7 @@ def test_byte_budgets_parse_units(tmp_path):
     ("{fractions: [0, 1]}", "{fractions: [0, 50%]}", "budgets:", "budgets.fractions[1]",
      "a fraction of the span min..peak is a number within 0..1 (a suite writes 0.5, not 50%), got '50%'"),
     ("{fractions: [0, 1]}", "{peak_fractions: [true]}", "budgets:", "budgets.peak_fractions[0]",
-     "a fraction of the keep-all peak is a number within 0..1, got True"),
+     "a fraction of the keep-all peak is a number in (0, 1], got True"),
     ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),
 ])
 def test_wrong_types_name_file_line_and_field(tmp_path, old, new, needle, field, words):

@@ -475,6 +475,18 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch, jobs, lim
     assert not multiprocessing.active_children()
 
 
+def _run_on_ray(suite, root, case_timeout=None, **env):
+    """``suite`` run on a local Ray of two CPUs whose workers see this checkout (and ``env``)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), **env}})
+    try:
+        return run_suite(suite, root, backend="ray", jobs=2, case_timeout=case_timeout, progress=False)
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.slow
 def test_on_ray_a_worker_that_dies_costs_its_case_only(tmp_path):
     """The same killer planner on the ray backend without a time limit: Ray runs a unit whose worker
@@ -482,15 +494,10 @@ def test_on_ray_a_worker_that_dies_costs_its_case_only(tmp_path):
     Ray's WorkerCrashedError ended the run."""
     from harness.workers import WORKER_DIED
 
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
     text = support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[keep-all, killer]")
     suite = _suite(tmp_path, text.replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[0.5, 1.0]"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "MEMBUDGET_TEST_KILL_AT": "1"}})
-    try:
-        outcome = run_suite(suite, tmp_path / "r", backend="ray", jobs=2, progress=False)
-    finally:
-        ray.shutdown()
+    outcome = _run_on_ray(suite, tmp_path / "r", MEMBUDGET_TEST_KILL_AT="1")
     rows = _rows(outcome.run_dir)
     assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
     killed = [r for r in rows if r["planner"] == "killer"]
@@ -504,15 +511,10 @@ def test_on_ray_a_case_that_cannot_be_sent_costs_its_case_only(tmp_path):
     """A planner that does not serialise (it holds a lock) on the ray backend: Ray refused it at
     submission, outside the loop that turns failures into rows, and the run ended there. Its cases are
     error rows now, and the others run."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
     suite = _suite(tmp_path, support.SUITE.format(name="pickle").replace("[keep-all, prefix]", "[prefix, unpicklable]")
                    .replace("[1, 2]", "[1]"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    try:
-        outcome = run_suite(suite, tmp_path / "r", backend="ray", jobs=2, progress=False)
-    finally:
-        ray.shutdown()
+    outcome = _run_on_ray(suite, tmp_path / "r")
     rows = _rows(outcome.run_dir)
     assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
     assert {(r["planner"], r["status"]) for r in rows} == {("prefix", "ok"), ("unpicklable", "error")}
@@ -556,14 +558,9 @@ def test_the_ray_backend_stops_a_case_past_the_time_limit(tmp_path):
     """The same hanging case on the ray backend: each Ray task runs its unit in a worker process of
     its own, stopped by the same clock, so the case is an error row naming the limit and the run
     completes. Before, a time limit with --backend ray was refused (Ray's cancel loses a unit's rows)."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
     suite = _suite(tmp_path, HANG_SUITE)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    try:
-        outcome = run_suite(suite, tmp_path / "r", backend="ray", jobs=2, case_timeout=3, progress=False)
-    finally:
-        ray.shutdown()
+    outcome = _run_on_ray(suite, tmp_path / "r", case_timeout=3)
     _only_the_hanging_case_stopped(suite, outcome)
     assert read_meta(outcome.run_dir)["sessions"][-1]["backend"] == "ray"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError, raised_at
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, raised_at
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
 from harness.schedules import checked_schedule
@@ -52,8 +52,6 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "error", f"SystemExit: the plugin called sys.exit({exc.code!r})" + raised_at(exc)
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
         return "oom", f"{type(exc).__name__}: {exc}".strip()
-    if isinstance(exc, MembudgetError):  # the harness's own words, which say what and whose
-        return "error", f"{type(exc).__name__}: {exc}".strip()
     return "error", f"{type(exc).__name__}: {exc}".strip() + raised_at(exc)
 
 

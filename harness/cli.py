@@ -254,8 +254,7 @@ def _plan(args: argparse.Namespace):
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              "planning (a smaller table, e.g. fewer slots, may fit)") from None
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
-        where = "" if isinstance(exc, MembudgetError) else raised_at(exc)
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}{where}") from None
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}{raised_at(exc)}") from None
     except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
         from harness.case import classify
 
@@ -382,8 +381,6 @@ UNIT_KEY = ["model", "batch_size", "input_size", "planner_label", "budget_label"
 
 
 def _cell(col: str, value: Any) -> str:
-    from rich.markup import escape
-
     from harness.units import format_bytes
 
     value = _clean(value)
@@ -395,13 +392,12 @@ def _cell(col: str, value: Any) -> str:
         return format_bytes(value)
     if col in ("ratio_to_lb", "ratio_to_budget_lb", "slowdown"):
         return f"{value:.3f}"
-    if col == "status" and value != "ok":
-        return f"[red]{value}[/red]"
-    return escape(str(value))  # a label such as dynprog[slots=500] is text, not markup
+    return str(value)
 
 
 def run_table(frame) -> Any:
     """A rich table of a run's rows: one line per planned case, one arena column per allocator."""
+    from rich.markup import escape
     from rich.table import Table
 
     allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
@@ -410,11 +406,13 @@ def run_table(frame) -> Any:
     columns = list(RUN_TABLE)
     if frame["executor"].nunique() > 1:  # else the rows of one case look like duplicates
         columns.insert(4, ("executor", "executor"))
-    from rich.markup import escape
-
+    status = [col for _, col in columns].index("status")
+    # every text is escaped: a label such as dynprog[slots=500] is text, not rich markup
     table = Table(*[t for t, _ in columns], *[escape(f"arena {a}") for a in allocators], box=None, show_edge=False)
     for _, row in lines.iterrows():
-        cells = [_cell(col, row.get(col)) for _, col in columns]  # a run from before a column existed lacks it
+        cells = [escape(_cell(col, row.get(col))) for _, col in columns]  # a run from before a column existed lacks it
+        if row["status"] != "ok":
+            cells[status] = f"[red]{cells[status]}[/red]"
         key = tuple(row[k] for k in UNIT_KEY)
         for a in allocators:
             placed = arenas[a].loc[[key]].iloc[0] if key in arenas[a].index else None

@@ -70,10 +70,13 @@ def raised_at(exc: BaseException) -> str:
     message reads the same on every machine: the innermost frame of the traceback outside Python's
     standard library and outside the libraries of ``LIBRARIES``, so a plugin's slip names its line,
     followed by ``via`` the innermost library frame when the error came from inside one (a pandas
-    ``KeyError``). Empty when no frame qualifies."""
+    ``KeyError``). Empty when no frame qualifies, and for the harness's own errors
+    (``MembudgetError``), whose words say what failed and whose it was."""
     import sys
     import traceback
 
+    if isinstance(exc, MembudgetError):
+        return ""
     own = inner = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         module = str(frame.f_globals.get("__name__", ""))

@@ -58,8 +58,9 @@ def check_planner_options(name: str, planner: Any, options: Mapping[str, Any]) -
 
 
 def int_option(planner: str, name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int of at least ``minimum``, else an ``OptionValueError`` (a ``ValueError``) naming the planner's option
-    (a bool, a float such as 1.5, a string or a list is refused rather than coerced or compared)."""
+    """``value`` as an int of at least ``minimum``, else an ``OptionValueError`` (a ``ValueError``) naming
+    the planner's option (a bool, a float such as 1.5, a string or a list is refused rather than coerced
+    or compared)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OptionValueError(f"{planner}: option {name} must be an integer >= {minimum}, got {value!r}")
     return value

@@ -45,8 +45,7 @@ from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
     FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, is_interrupt_row,
-    load_rows,
-    profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
+    load_rows, profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import WORKER_DIED, run_in_workers

@@ -62,16 +62,16 @@ def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
     name = getattr(planner, "name", type(planner).__name__)
     if not isinstance(schedule, Schedule):
         raise PlanContractError(f"planner {name} returned {type(schedule).__name__}, not a Schedule "
-                        "(a budget it cannot fit raises InfeasibleBudget)")
+                                "(a budget it cannot fit raises InfeasibleBudget)")
     claimed = schedule.budget_bytes
     if isinstance(claimed, float) and claimed.is_integer():
         claimed = int(claimed)
     if isinstance(claimed, bool) or not isinstance(claimed, (int, np.integer)):
-        raise PlanContractError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a number of "
-                        f"bytes (the budget it was given: {budget})")
+        raise PlanContractError(f"planner {name} returned a schedule whose budget_bytes is {claimed!r}, not a "
+                                f"number of bytes (the budget it was given: {budget})")
     if claimed > budget:
-        raise PlanContractError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it was "
-                        "given (Schedule.budget_bytes is the budget the executors enforce)")
+        raise PlanContractError(f"planner {name} returned a schedule for {claimed} bytes, above the {budget} it "
+                                "was given (Schedule.budget_bytes is the budget the executors enforce)")
     return replace(schedule, budget_bytes=int(claimed))
 
 

@@ -33,7 +33,6 @@ that is not installed is skipped and the run records that it was.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import json
 import math
@@ -607,8 +606,10 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 def _unknown_key(loc: tuple[Any, ...]) -> str:
     """The message for a key no suite model has: the closest allowed key when one is near."""
+    from harness.plugins import close_names
+
     keys = _keys_beside(loc)
-    near = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6) if loc else []
+    near = close_names(str(loc[-1]), keys, n=1) if loc else []
     hint = f"did you mean {near[0]!r}? " if near else ""
     allowed = f"the keys here are {', '.join(keys)}; " if keys and not near else ""
     return f"unknown field ({hint}{allowed}the suite format is in docs/cli.md, \"Suites\")"

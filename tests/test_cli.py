@@ -451,7 +451,8 @@ def test_run_and_compare_print_labels_with_their_options(capsys, tmp_path):
     """A planner's label carries its options in brackets (``prefix[depth=3]``); rich read them as
     markup and printed ``prefix``, so two configurations of one planner looked the same in the run
     table and in compare's case ids."""
-    text = support.SUITE.format(name="synth").replace("[keep-all, prefix]", "[keep-all, prefix, {name: prefix, depth: 3}]")
+    text = support.SUITE.format(name="synth").replace("[keep-all, prefix]",
+                                                      "[keep-all, prefix, {name: prefix, depth: 3}]")
     suite = support.write_suite(tmp_path, text + "allocators: [caching, {name: minisearch, time_limit: 1}]\n")
     code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--no-progress")
     assert code == 0

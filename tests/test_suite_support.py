@@ -211,8 +211,8 @@ class Hang(Prefix):
 
 class Sloppy(Prefix):
     """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
-    returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte, ``over`` returns keep-all at
-    the given budget (too small for it) instead of raising ``InfeasibleBudget``."""
+    returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte,
+    ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``."""
 
     name = "sloppy"
     description = "a plugin author's slips (test plugin)"

@@ -49,8 +49,8 @@ from harness.allocators._common import event_order, make_placement
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.model import MemoryBlock, Placement
 
-__all__ = ["CachingAllocator", "reserved_under_cap", "min_cap", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE", "K_SMALL_SIZE",
-           "K_SMALL_BUFFER", "K_LARGE_BUFFER", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE"]
+__all__ = ["CachingAllocator", "reserved_under_cap", "min_cap", "round_size", "allocation_size", "K_MIN_BLOCK_SIZE",
+           "K_SMALL_SIZE", "K_SMALL_BUFFER", "K_LARGE_BUFFER", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE"]
 
 K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
 K_SMALL_SIZE = 1 << 20  # largest "small" allocation is 1 MiB

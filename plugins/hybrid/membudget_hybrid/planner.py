@@ -294,14 +294,14 @@ def _rival_schedules(profile: Profile, budget: int, slots: int, duplex: bool):
         yield "dynprog", plan_offload(profile, budget, slots=slots, duplex=duplex).schedule
     except (InfeasibleBudget, MembudgetError):
         yield "dynprog", None
-    yield "recompute", recompute_schedule(profile, budget)
+    yield "recompute", recompute_schedule(profile, budget, slots)
 
 
-def recompute_schedule(profile: Profile, budget: int) -> Schedule | None:
-    """The recomputation planner's schedule (None when it refuses the budget): ``membudget_recompute``'s
-    optimal segmentation, which is never slower than torch-checkpoint."""
+def recompute_schedule(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS) -> Schedule | None:
+    """The recomputation planner's schedule at ``slots`` (None when it refuses the budget):
+    ``membudget_recompute``'s optimal segmentation, which is never slower than torch-checkpoint."""
     try:
-        return Recompute().plan(profile, budget)
+        return Recompute().plan(profile, budget, slots=slots)
     except (InfeasibleBudget, MembudgetError):  # a refusal, or a self-check that failed: no rival, as for DYNPROG
         return None
 

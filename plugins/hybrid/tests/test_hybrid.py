@@ -62,7 +62,7 @@ def rival_times(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS) -> di
     except InfeasibleBudget:
         t_dyn = math.inf
     try:
-        t_rec = makespan(Recompute().plan(profile, budget), profile)
+        t_rec = makespan(Recompute().plan(profile, budget, slots=slots), profile)
     except InfeasibleBudget:
         t_rec = math.inf
     return {"dynprog": math.inf if t_dyn is None else t_dyn, "recompute": math.inf if t_rec is None else t_rec}
@@ -102,6 +102,23 @@ def random_chain(rng: random.Random, n: int) -> Profile:
         for i in range(n))
     return Profile("random", 8, (3, 32, 32), "synthetic", 10**9, rng.uniform(3e5, 3e6), rng.uniform(3e5, 3e6),
                    0, rng.randint(100, 1000), stages)
+
+
+@pytest.mark.parametrize("slots", [500, 5000])
+def test_the_recomputation_rival_plans_at_the_slots_hybrid_was_given(slots: int) -> None:
+    """A QA chain (2026-11-25) where the recomputation planner's answer depends on the slots: at 5000 it
+    recomputes stage 1 alone (6 ms), at its default 500 the whole chain (8 ms). HYBRID given 5000 slots
+    compared itself with the 500-slot answer and returned 8 ms; it must be no slower than RECOMPUTE at
+    the same slots."""
+    mb = 10**6
+    stages = (Stage("s0", "conv", 0.002, 0.001, mb, mb, mb), Stage("s1", "conv", 0.0, 0.001, 1, 1000, 1000),
+              Stage("s2", "conv", 0.001, 0.001, 1000, 0, mb))
+    profile = Profile("m", 1, (1,), "x", 10**9, 1e6, 1e6, 0, 1000, stages)
+    budget = 2_002_001
+    recompute = makespan(Recompute().plan(profile, budget, slots=slots), profile)
+    plan = plan_hybrid(profile, budget, slots=slots)
+    assert plan.makespan <= recompute * (1 + 1e-12)
+    check_reported(plan, profile, budget, slots)
 
 
 def test_the_joint_plan_is_strictly_faster_on_random_chains():

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from harness.errors import InfeasibleBudget, MembudgetError
+from harness.errors import InfeasibleBudget, MembudgetError, OptionValueError
 from harness.memory import movable_bytes, pieces_peak, saving_need, segment_needs, stage_memory
 from harness.model import Profile, Schedule
 from harness.options import int_option
@@ -231,6 +231,8 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
          tables: Tables | None = None) -> SegmentPlan:
     """The fastest segments under ``budget`` (see the module docstring); ``InfeasibleBudget`` when the
     leanest schedule does not fit (its peak is ``needed_bytes``)."""
+    if engine not in ENGINES:  # before any answer, so that a misspelt engine never passes unnoticed
+        raise OptionValueError(f"recompute: option engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     tables = tables if tables is not None else segment_tables(profile)
     budget = int(budget)
     keep_all = peak_of(tables, [])

@@ -247,6 +247,9 @@ def test_options_are_checked() -> None:
         Recompute().plan(stage_profile, 10**9, slot=3)
     with pytest.raises(ValueError):
         plan(stage_profile, int(0.9 * peak_memory(stage_profile)), engine="fortran")
+    for budget in (10**9, 1):  # keep-all fits / nothing fits: the engine is refused before either answer
+        with pytest.raises(ValueError, match="option engine must be one of kernel, reference, got 'bogus'"):
+            Recompute().plan(stage_profile, budget, engine="bogus")
 
 
 # --------------------------------------------------------------------------- the torch executor

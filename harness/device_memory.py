@@ -29,13 +29,13 @@ is above B). ``plan_for_device`` gives a planner the budget minus the runtime by
 it by the excess until the prediction fits, so that a plan the harness calls feasible holds in
 the device budget; ``check_fits`` refuses a trace (simulated, or replayed from a real run) that
 would exceed a budget, with the number; ``arena_fits`` says whether an allocator's arena holds
-in a budget under either budget model.
+in a budget under either budget model (capped, for an allocator that gives cached memory back at a cap).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 from harness.errors import InfeasibleBudget
 from harness.model import MemoryBlock, Profile, Schedule
@@ -108,9 +108,19 @@ def arena_reservation(arena_bytes: Any, runtime_bytes: Any, device_budget: bool)
     return arena_bytes + runtime_bytes if device_budget else arena_bytes
 
 
-def arena_fits(arena_bytes: int, budget: int, runtime_bytes: int, device_budget: bool) -> bool:
-    """Whether an allocator's arena holds in ``budget`` under the suite's budget model (``arena_reservation``)."""
-    return arena_reservation(arena_bytes, runtime_bytes, device_budget) <= budget
+def arena_fits(arena_bytes: int, budget: int, runtime_bytes: int, device_budget: bool,
+               serves_under_cap: Callable[[int], bool] | None = None) -> bool:
+    """Whether an allocator's arena holds in ``budget`` under the suite's budget model (``arena_reservation``).
+
+    ``serves_under_cap``: for an allocator that gives cached memory back when the process reaches a cap
+    (the optional ``Allocator.serves_under_cap``: PyTorch's caching allocator under
+    ``set_per_process_memory_fraction``), whether it serves the trace capped at so many bytes. Its arena
+    is then what an uncapped process reserves, and an arena above the budget still fits when the trace
+    is served capped at the budget (less the runtime bytes under a device budget)."""
+    if arena_reservation(arena_bytes, runtime_bytes, device_budget) <= budget:
+        return True
+    cap = budget - (int(runtime_bytes) if device_budget else 0)
+    return serves_under_cap is not None and cap > 0 and serves_under_cap(cap)
 
 
 def keep_all_memory(profile: Profile, duplex: bool = False) -> DeviceMemory:

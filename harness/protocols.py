@@ -63,7 +63,14 @@ class Executor(Protocol):
 
 @runtime_checkable
 class Allocator(Protocol):
-    """Places the blocks of a memory trace at offsets in one arena: returns a ``Placement``."""
+    """Places the blocks of a memory trace at offsets in one arena: returns a ``Placement``.
+
+    Optional: ``serves_under_cap(trace, cap_bytes) -> bool``, for a model of an allocator that gives
+    cached memory back when the process reaches a cap (PyTorch's caching allocator under
+    ``set_per_process_memory_fraction``): whether it serves the trace capped at ``cap_bytes``. The
+    runner asks it when the arena ``place`` reported does not fit the budget (``arena_fits_budget``;
+    ``harness.device_memory.arena_fits``).
+    """
 
     name: str
     description: str

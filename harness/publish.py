@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from harness.results import (ROWS_CSV, ResultsError, RunFolder, RunProfiles, check_results_table, find_runs, load_rows,
-                             read_meta, write_frame_csv)
+                             read_meta, read_notes, write_frame_csv)
 from harness.units import format_bytes
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -72,6 +72,14 @@ class Doc:
         cls = ' class="small"' if small else ""
         self.html.append(f'<p{cls}>{html.escape(before)}<a href="{html.escape(href)}">{html.escape(label)}</a>'
                          f"{html.escape(after)}</p>")
+
+    def markdown(self, text: str) -> None:
+        """A passage written in Markdown by a person (a run's notes): as it is on the Markdown page, rendered
+        on the HTML one."""
+        import markdown
+
+        self.md += [text, ""]
+        self.html.append(markdown.markdown(text, extensions=["tables"], output_format="xhtml"))
 
     def link_list(self, items: Sequence[tuple[str, str]]) -> None:
         """A bulleted list of (text, href) links."""
@@ -358,6 +366,7 @@ class ExecutorTable:
 
 FASTEST = "★"
 ARENA_FLAG = "†"
+FIT_HEADER = f"fastest with its arena in the budget ({ARENA_FLAG} winners)"  # strategy_table's last column
 GRAD_FLAG = "‡"
 SPLIT_MARK = "÷"  # ÷N: the schedule splits the batch into N sub-batches
 # grad_error above which a strategy did not train the same network: another convolution algorithm's or
@@ -490,7 +499,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
                         f"{fits[0][1]}{_marks(table.cells[fits[0][1], budget])}{lead}")
         lines.append(line)
     headers = ["budget", "fastest", "time ms", "x ideal", "runner-up", "lead", "kept", "offloaded", "recomputed"]
-    return headers + ([f"fastest with its arena in the budget ({ARENA_FLAG} winners)"] if fit_column else []), \
+    return headers + ([FIT_HEADER] if fit_column else []), \
         lines, bad
 
 
@@ -562,6 +571,8 @@ def claims_table(tables: Sequence[ExecutorTable]) -> tuple[list[str], list[list[
         else:
             reduction = (f"{c.memory_reduction:.2f}x ({fmt_bytes(c.activation_bytes)} of activations at the keep-all "
                          f"peak; budget {fmt_bytes(c.reduction_budget)}; {c.reduction_strategy})")
+            if c.reduction_held is None and c.combined_planner is not None:
+                reduction += f"; nothing ran where more than {c.grid_reduction:.2f}x could show"
         lines.append([table.title, share, verdict(c.share_held), reduction, verdict(c.reduction_held)])
     if not lines:
         return None
@@ -742,15 +753,17 @@ def _commit(git: dict[str, Any]) -> str:
     return commit
 
 
-def _meta_lines(meta: dict[str, Any], built: dict[str, Any]) -> list[str]:
+def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame) -> list[str]:
     env = meta.get("environment", {})
+    profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
+    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler", "?")
     pkgs = env.get("packages", {})
     sessions = meta.get("sessions", [])
     started = sessions[0].get("started", "") if sessions else ""
     versions = ", ".join(f"{k} {v}" for k, v in pkgs.items() if v)
     return [
         f"Run {meta.get('run_id', '?')} started {started}; status {meta.get('status', '?')}; "
-        f"profiler {meta.get('profiler', '?')} on {meta.get('device', '?')}; rows computed at commit "
+        f"profiler {profiler} on {meta.get('device', '?')}; rows computed at commit "
         f"{_commit(env.get('git', {}))}; this page built from commit {_commit(built)}.",
         f"Python {env.get('python', '?')}; {versions}.",
     ]
@@ -779,6 +792,23 @@ def plugins_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
     return ("Plugins (distribution and version): " + "; ".join(parts) + ".") if parts else None
 
 
+def labels_line(frame: pd.DataFrame) -> str | None:
+    """What the strategies named by a suite's own ``label:`` run: the planner and its options (a label
+    ``name[key=value]`` says it already); None when the rows have no such label."""
+    said = []
+    seen = frame[["planner_label", "planner", "planner_options"]].fillna("").drop_duplicates("planner_label")
+    for label, planner, options in seen.itertuples(index=False):
+        if not label or label == planner or label.startswith(f"{planner}["):
+            continue
+        try:
+            given = json.loads(options) if options else {}
+        except ValueError:
+            given = {}
+        words = ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in given.items())
+        said.append(f"{label} is {planner}" + (f" with {words}" if words else ""))
+    return ("Labels: " + "; ".join(said) + ".") if said else None
+
+
 def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
     profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
@@ -804,13 +834,15 @@ HOW_TO_READ = (
     "How to read the tables: each budget column ranks the strategies by iteration time (ms), the quantity "
     "common to the column; {fastest} marks the fastest at that budget. (N.NNx) is the time over the ideal "
     "iteration (ideal_s: the profile's forward and backward compute time with no memory limit and nothing "
-    "waited for, the same for the whole table; not a measured run); ±S is "
-    "half the interquartile range of a measured run's timed iterations (half the range of the kept repeats "
-    "when the suite repeats, summarised by its statistic: {statistic}). The second table divides the time by "
+    "waited for, the same for the whole table; not a measured run){spread}. The second table divides the time by "
     "the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
     "bound for every strategy in the column, its value in the header); schedules that recompute or split "
     "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
     "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case."
+)
+SPREAD = (
+    "; ±S is half the interquartile range of a measured run's timed iterations (half the range of the kept "
+    "repeats when the suite repeats, summarised by its statistic: {statistic})"
 )
 SPLIT_NOTE = (
     "{mark}N: the schedule splits the batch into N sub-batches, running every forward and backward pass N "
@@ -823,6 +855,11 @@ BUDGET_WORDS = {
          "keep-all peak",
     "p": "pN budgets are the fraction N of the keep-all peak",
 }
+
+
+def has_spread(frame: pd.DataFrame) -> bool:
+    """Whether a run's cells can carry ±S: timed iterations (a measured run) or repeated cases."""
+    return bool(frame["time_iqr_s"].notna().any() or frame["repeat"].nunique() > 1)
 
 
 def budget_words(frame: pd.DataFrame) -> str:
@@ -840,6 +877,11 @@ STRATEGY_TABLE = (
     "backward (they sum to the same total for every strategy that does not split the batch; one that does "
     "counts every sub-batch's). Names carry the marks of the time table."
 )
+FIT_COLUMN = (
+    " The last column, where a winner's arena exceeds the budget ({flag}), names the fastest strategy at that "
+    "budget whose arena fits in every allocator model of the suite, with its time over the winner's; '-' where "
+    "the winner's fits, 'none' where no strategy's does."
+)
 
 CLAIMS = (
     "{paper} report that offloading removes about a third of recomputation's overhead, and that the two "
@@ -848,7 +890,8 @@ CLAIMS = (
     "the recompute planner, else torch-checkpoint; held within 1/3 +- 0.1. Reduction: activation memory (the "
     "budget less the resident weights) of the keep-all peak over that of the smallest budget of the suite at "
     "which the combined strategy (hybrid; without it, the fastest strategy that ran, named) runs within 1.2x "
-    "the ideal time; held at 4x or more. A grid's budget: the reduction is at least this (harness/claims.py)."
+    "the ideal time; held at 4x or more, not checked where no strategy ran at a budget small enough to show "
+    "4x. A grid's budget: the reduction is at least this (harness/claims.py)."
 )
 
 
@@ -866,13 +909,16 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
     rows = over_budget_rows(table.rows)
     largest = fmt_bytes(int(arena_reservation(rows["arena_bytes"], rows["runtime_bytes"].fillna(0),
                                               device_budget).max()))
+    capped = ("; an allocator model that gives cached memory back at a cap, as PyTorch's caching allocator "
+              "does, counts only when it cannot serve the trace capped at the budget either, its arena being an "
+              "uncapped process's")
     if not device_budget:
         return (f"{ARENA_FLAG} {count} of these schedules' memory traces need a larger arena than the budget in "
-                f"the {names} allocator model (largest: {largest}): the plan fits the chain model's budget, but a "
-                "real caching allocator would likely run out of memory.")
+                f"the {names} allocator model (largest: {largest}{capped}): the plan fits the chain model's budget, "
+                "but a real allocator placing it so would likely run out of memory.")
     return (f"{ARENA_FLAG} {count} of these schedules' memory traces, placed by the {names} allocator model, need "
             f"more than the device budget: the arena plus the runtime bytes the chain model does not see, what "
-            f"the process would reserve (largest: {largest}). A real allocator placing them so would "
+            f"the process would reserve (largest: {largest}{capped}). A real allocator placing them so would "
             "likely run out of memory.")
 
 
@@ -962,17 +1008,26 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     written: list[Path] = []
     doc = Doc(f"membudget results: {suite}")
     doc.para(what_ran(frame, meta))
+    about = meta.get("spec", {}).get("description", "")
+    if about:
+        doc.para(f"Suite {suite}: {about}.")
+    notes = read_notes(run.path)
+    if notes:
+        doc.heading("Notes on this run", 3)
+        doc.markdown(notes)
+        doc.heading("The run", 3)
     if not meta:
         doc.para(f"{run.path.name} has no meta.json (a folder not written by membudget run): the suite and device "
                  "named here are its rows'; the run's sessions and environment are unknown.", small=True)
-    for line in _meta_lines(meta, git_state()) if meta else []:
+    for line in _meta_lines(meta, git_state(), frame) if meta else []:
         doc.para(line, small=True)
-    provenance = plugins_line(meta, frame)
-    if provenance:
-        doc.para(provenance, small=True)
+    for line in (plugins_line(meta, frame), labels_line(frame)):
+        if line:
+            doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
-             + HOW_TO_READ.format(fastest=FASTEST, statistic=statistic) + " " + budget_words(frame))
+             + HOW_TO_READ.format(fastest=FASTEST, spread=SPREAD.format(statistic=statistic) if has_spread(frame)
+                                  else "") + " " + budget_words(frame))
     for note in _layout_notes(frame):
         doc.para(note, small=True)
     for note in meta.get("skipped_plugins", []):
@@ -998,8 +1053,10 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
                     doc.para(note, small=True)
             if does_what(table.rows):
                 doc.heading(f"{executor} executor ({kind}): the fastest strategy per budget, and what it does", 3)
-                doc.table(*strategy_table(table))
-                doc.para(STRATEGY_TABLE, small=True)
+                headers, lines, bad = strategy_table(table)
+                doc.table(headers, lines, bad)
+                doc.para(STRATEGY_TABLE + (FIT_COLUMN.format(flag=ARENA_FLAG) if headers[-1] == FIT_HEADER else ""),
+                         small=True)
             doc.heading(f"{executor} executor ({kind}): iteration time / the budget's lower bound", 3)
             doc.table(*bound_table(table))
             if (table.rows["status"] == "ok").any():
@@ -1069,7 +1126,9 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         written += publish_run(run, out / folder, meta, rows)
         kind = "measured" if is_measured(rows) else "simulated"
         about = meta.get("spec", {}).get("description", "")
-        links.append((f"{name}: {about + '; ' if about else ''}{kind}, run {run.run_id}", f"{folder}/index.html"))
+        noted = "; read the notes on its page" if read_notes(run.path) else ""
+        links.append((f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}",
+                      f"{folder}/index.html"))
     index = Doc("membudget results")
     index.para("Published by membudget publish; one page per suite. A measured page's times were taken on a "
                "GPU; a simulated page's are the event simulator's, on measured or analytic profiles.")

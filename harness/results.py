@@ -63,6 +63,7 @@ STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
 FORMAT_VERSION = 2
 
 ROWS_CSV, ROWS_PARQUET, META_JSON, TIMELINES = "rows.csv", "rows.parquet", "meta.json", "timelines"
+NOTES_MD = "notes.md"  # a person's notes on a run (written by hand, never by membudget), shown on its page
 
 _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_memory_bytes",
                 "max_live_bytes", "arena_bytes", "peak_memory_bytes", "repeat", "seed", "n_stages",
@@ -330,6 +331,17 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
         raise ResultsError(f"{path}: results format {version}, newer than the {FORMAT_VERSION} this membudget "
                            "reads (and would write over): upgrade membudget to read or resume it")
     return meta
+
+
+def read_notes(run_dir: Path) -> str:
+    """A run's ``notes.md`` (Markdown a person wrote about the run: what it is, what is known to be wrong
+    in it), stripped; '' when there is none."""
+    path = Path(run_dir) / NOTES_MD
+    try:
+        return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a run's notes are Markdown"
+                           ) from None
 
 
 def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:

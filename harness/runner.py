@@ -163,11 +163,15 @@ def execute_unit(task: UnitTask) -> UnitResult:
         if c.allocator and run is not None and common["status"] == "ok" and run.trace:
             try:
                 started = time.perf_counter()
-                placement = task.allocators[c.allocator].place(run.trace, **c.allocator_options)
-                row.update(place_time_s=time.perf_counter() - started, arena_bytes=placement.arena_bytes,
+                allocator = task.allocators[c.allocator]
+                placement = allocator.place(run.trace, **c.allocator_options)
+                place_time = time.perf_counter() - started
+                capped = getattr(allocator, "serves_under_cap", None)
+                fits = arena_fits(placement.arena_bytes, budget, profile.runtime_bytes, task.device_budget,
+                                  None if capped is None else (lambda cap: capped(run.trace, cap)))
+                row.update(place_time_s=place_time, arena_bytes=placement.arena_bytes,
                            max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
-                           arena_fits_budget=arena_fits(placement.arena_bytes, budget, profile.runtime_bytes,
-                                                        task.device_budget),
+                           arena_fits_budget=fits,
                            placement_optimal=placement.optimal,
                            placement_lower_bound_bytes=placement.lower_bound_bytes)
             except PLUGIN_FAILURES as exc:  # an allocator's sys.exit too

@@ -55,6 +55,22 @@ def test_held_when_a_third_is_removed_and_memory_shrinks_fourfold():
     assert verdict(c.share_held) == "held" and verdict(None) == "not checked"
 
 
+def test_where_nothing_runs_small_enough_to_show_fourfold_the_reduction_is_unchecked():
+    """Nothing runs below 60 bytes, which leaves at most 100 / 50 = 2x less activation memory: a hybrid
+    within 1.2x at 60 neither holds nor fails the 4x claim (the page says what could show), whereas
+    the same times where torch-checkpoint runs at 30 bytes (5x possible) do not hold it."""
+    times = {"recompute": {"b30": None, "b60": 1.5, "b110": 1.0}, "hybrid": {"b30": None, "b60": 1.1, "b110": 1.0}}
+    rows = _rows(times)
+    c = check_claims(rows, summarise(rows))
+    assert c.memory_reduction == pytest.approx(2.0) and c.grid_reduction == pytest.approx(2.0)
+    assert c.reduction_held is None and verdict(c.reduction_held) == "not checked"
+    row = claims_table(ExecutorTable.of(g, "simulate") for g in model_groups(rows))[1][0]
+    assert row[-1] == "not checked" and "nothing ran where more than 2.00x could show" in row[-2]
+    wider = _rows({**times, "torch-checkpoint": {"b30": 3.0, "b60": 2.0, "b110": 1.0}})
+    c = check_claims(wider, summarise(wider))
+    assert c.grid_reduction == pytest.approx(5.0) and c.reduction_held is False
+
+
 def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_whose():
     rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
                   "torch-checkpoint": {"b30": 1.5, "b60": 1.15, "b110": 1.0},

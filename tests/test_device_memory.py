@@ -281,3 +281,55 @@ def test_the_published_flag_note_of_a_device_run_names_the_arena_plus_the_runtim
     assert f"largest: {fmt_bytes(arenas['no-reuse'] + profile.runtime_bytes)}" in note
     assert "the arena plus the runtime bytes" in note
     assert note.startswith(f"{ARENA_FLAG} 1 of ") and "no-reuse" in note
+
+
+def test_the_caching_model_fits_a_budget_below_its_uncapped_arena_when_the_cap_serves_it():
+    """``arena_fits`` asks an allocator that gives cached memory back at a cap (``serves_under_cap``) before
+    it calls an arena above the budget too large: the caching model's uncapped 70 MiB for ``freed`` is
+    served capped at 50 MiB (the freed segment is released), so a 50 MiB budget fits under the chain
+    model, and under a device budget only when the runtime bytes leave the cap 40 MiB or more; an
+    allocator without the method is judged by its arena alone."""
+    from harness.device_memory import arena_fits
+
+    freed = [MemoryBlock(0, "a", 30 * MiB, 0, 1), MemoryBlock(1, "b", 40 * MiB, 2, 3)]
+    caching = CachingAllocator()
+    arena = caching.place(freed).arena_bytes
+    capped = lambda cap: caching.serves_under_cap(freed, cap)  # noqa: E731 (as the runner binds it)
+    assert arena == 70 * MiB and caching.serves_under_cap(freed, 50 * MiB)
+    assert arena_fits(arena, 50 * MiB, 0, False, capped)
+    assert not arena_fits(arena, 50 * MiB, 0, False)  # no cap to give memory back at
+    assert arena_fits(arena, 50 * MiB, 10 * MiB, True, capped)  # capped at 40 MiB
+    assert not arena_fits(arena, 50 * MiB, 11 * MiB, True, capped)  # 39 MiB cannot hold the 40 MiB block
+    live = [MemoryBlock(0, "a", 30 * MiB, 0, 3), MemoryBlock(1, "b", 40 * MiB, 2, 3)]
+    assert not arena_fits(70 * MiB, 69 * MiB, 0, False, lambda cap: caching.serves_under_cap(live, cap))
+
+
+def test_a_suite_flags_the_caching_arena_only_where_the_capped_replay_fails(tmp_path):
+    """The runner's ``arena_fits_budget`` for the caching model is its capped replay: across a chain's
+    budgets (the quick suite's ResNet-18 profile) a row is flagged exactly when its arena exceeds the
+    budget and the model cannot serve its trace capped at the budget, and some rows fit although their
+    uncapped arena exceeds the budget (flagged before the runner asked the capped replay)."""
+    from harness.results import read_rows_csv
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+    from tests import test_suite_support as support
+
+    profile = load(Profile, ROOT / "results" / "quick" / "published" / "profiles"
+                   / "torchvision_resnet18-b32-3x224x224-float32.json")
+    save(profile, tmp_path / "r18.json")
+    text = (f"name: capped\nprofiler: file\ndevice: synthetic\nmodels:\n  - model: {tmp_path / 'r18.json'}\n"
+            f"    batch_sizes: [{profile.batch_size}]\nbudgets: {{fractions: [0.0, 0.25, 0.5, 0.75, 1.0]}}\n"
+            "planners: [keep-all, recompute, greedy, dynprog, vdnn-all]\nexecutors: [simulate]\nallocators: [caching]\n")
+    suite = load_suite(support.write_suite(tmp_path, text))
+    rows = [r for r in read_rows_csv(run_suite(suite, tmp_path / "out", progress=False).run_dir / "rows.csv")
+            if r["status"] == "ok"]
+    assert rows
+    over = 0
+    for r in rows:
+        budget, arena = int(r["budget_bytes"]), int(r["arena_bytes"])
+        over += arena > budget
+        plan = registry().planner(r["planner"]).plan(profile, budget)
+        served = reserved_under_cap(simulate(plan, profile).trace, budget) is not None
+        assert r["arena_fits_budget"] == ("true" if arena <= budget or served else "false"), r["case_id"]
+    assert over and any(r["arena_fits_budget"] == "true" and int(r["arena_bytes"]) > int(r["budget_bytes"])
+                        for r in rows)

@@ -131,6 +131,12 @@ class CachingAllocator:
         )
         return make_placement(self.name, t, offsets, arena_bytes=st.reserved, notes=notes)
 
+    def serves_under_cap(self, trace: Sequence[MemoryBlock], cap_bytes: int) -> bool:
+        """Whether a process capped at ``cap_bytes`` serves ``trace``: PyTorch gives its cached whole segments
+        back at the cap before it gives up (``reserved_under_cap``), so it can train in less than the
+        arena ``place`` reports, which is what an uncapped process reserves."""
+        return reserved_under_cap(trace, cap_bytes) is not None
+
     @staticmethod
     def _malloc(st: _State, requested: int, cap: int | None = None) -> _Block | None:
         """The block serving ``requested`` bytes; None when a new segment would pass ``cap``

@@ -701,7 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the flag too: compiled code (Numba) can re-raise the handler's Terminated as another exception
         terminated = isinstance(exc, Terminated) or Terminated.received
         how = "terminated" if terminated else "interrupted"
-        print(f"membudget: {how}; finished cases are saved (resume with --resume)", file=sys.stderr)
+        saved = "; finished cases are saved (resume with --resume)" if args.command == "run" else ""
+        print(f"membudget: {how}{saved}", file=sys.stderr)
         return 143 if terminated else 130
     except _user_errors() as exc:
         message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"

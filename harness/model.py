@@ -533,5 +533,11 @@ def save(obj: Any, path: str | Path) -> None:
 
 
 def load(cls: type[T], path: str | Path) -> T:
+    """Read ``cls`` (a profile, a schedule) from the JSON file ``path``; ``ModelError`` names the file when it
+    is not UTF-8 JSON of that shape."""
     path = Path(path)
-    return from_json(cls, path.read_text(), source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{path}: not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return from_json(cls, text, source=str(path))

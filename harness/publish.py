@@ -821,7 +821,7 @@ def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     if not measured:
         return (f"Simulations: every row is the simulate executor's event simulation of one training "
                 f"iteration on {profiler} profiles of {device}; no GPU ran them.")
-    where = f"on {gpu}" if gpu else f"on {device}"
+    where = f"on {gpu}" if gpu else "on a CPU (the run found no CUDA device)"  # never an analytic spec's name
     simulated = [e for e in names if e not in measured]
     text = f"Measured: the {', '.join(measured)} executor's rows were timed {where}, on {profiler} profiles"
     if simulated:
@@ -1130,8 +1130,9 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         links.append((f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}",
                       f"{folder}/index.html"))
     index = Doc("membudget results")
-    index.para("Published by membudget publish; one page per suite. A measured page's times were taken on a "
-               "GPU; a simulated page's are the event simulator's, on measured or analytic profiles.")
+    index.para("Published by membudget publish; one page per suite. A measured page's times were taken on the "
+               "device its first line names; a simulated page's are the event simulator's, on measured or analytic "
+               "profiles.")
     index.link_list(links)
     written += index.write(out)
     md_index = out / "index.md"

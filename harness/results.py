@@ -319,9 +319,11 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(meta, dict):
         raise ResultsError(f"{path}: not a run's meta.json (a JSON object)")
     version = meta.get("format_version", 1)

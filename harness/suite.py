@@ -90,6 +90,9 @@ def _compose(path: Path) -> tuple[Any, Locations]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path}: not a suite: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                         source=str(path)) from None
     loader = yaml.SafeLoader(text)
     source = str(path)
     try:

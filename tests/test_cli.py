@@ -364,6 +364,31 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     assert code == 130 and err.strip() == "membudget: interrupted; finished cases are saved (resume with --resume)"
 
 
+def test_ctrl_c_in_another_command_than_run_promises_no_resume(capsys, monkeypatch):
+    """Only ``run`` has cases to save and ``--resume``: Ctrl-C during ``list`` (or profile, plan...) just says so."""
+    import harness.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_list", interrupted)
+    code, _, err = _run(capsys, "list")
+    assert code == 130 and err.strip() == "membudget: interrupted"
+
+
+def test_a_suite_or_a_profile_that_is_not_utf8_is_one_line(capsys, tmp_path):
+    """QA (2026-11-25): a Latin-1 or binary file was a UnicodeDecodeError traceback."""
+    suite, profile = tmp_path / "s.yaml", tmp_path / "p.json"
+    suite.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    profile.write_bytes(b"\xff\xfe{}")
+    code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--no-progress")
+    assert code == 2 and err.strip() == f"membudget: error: {suite}: not a suite: not UTF-8 text (invalid " \
+        "continuation byte at byte 9)"
+    code, _, err = _run(capsys, "plan", str(profile), "--planner", "keep-all", "--budget", "1GiB")
+    assert code == 2 and err.strip() == f"membudget: error: {profile}: not valid JSON: not UTF-8 text (invalid " \
+        "start byte at byte 0)"
+
+
 def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
     """infeasible and oom rows are results; an error row is a case the harness could not run."""
     suite = support.write_suite(tmp_path, support.SUITE.format(name="err").replace("[keep-all, prefix]",

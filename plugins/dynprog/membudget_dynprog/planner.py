@@ -75,7 +75,7 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import stage_memory
 from harness.model import Profile, Schedule
-from harness.options import int_option
+from harness.options import int_option, seconds_option
 from harness.schedules import (best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule,
                                offload_set_refusal)
 
@@ -334,6 +334,8 @@ def plan_offload(profile: Profile, budget: int, *, slots: int = DEFAULT_SLOTS, t
     one backtracked.
     """
     slots = int_option(planner, "slots", slots, 1)
+    candidates = int_option(planner, "candidates", candidates, 1)
+    time_limit = seconds_option(planner, "time_limit", time_limit)
     check_budget(profile, budget, planner)
     options: dict = {"slots": slots}
     if prefetch_during_forward:

@@ -465,6 +465,22 @@ def test_a_bad_slots_is_refused_by_name(value) -> None:
         Dynprog().plan(profile, budget_between(profile, 0.3), slots=value)
 
 
+@pytest.mark.parametrize("option, value, expected", [
+    ("candidates", 0, "option candidates must be an integer >= 1"),
+    ("candidates", "abc", "option candidates must be an integer >= 1"),
+    ("time_limit", -1, "option time_limit must be a number of seconds > 0"),
+    ("time_limit", 0, "option time_limit must be a number of seconds > 0"),
+    ("time_limit", float("nan"), "option time_limit must be a number of seconds > 0"),
+    ("time_limit", "abc", "option time_limit must be a number of seconds > 0"),
+])
+def test_a_bad_candidates_or_time_limit_is_refused_by_name(option, value, expected) -> None:
+    """QA (2026-11-25): time_limit=-1, 0 or nan planned silently as GREEDY (the limit exceeded at once), and
+    a text value failed inside the planner with Python's own words."""
+    profile = synthetic_chain(2, 10)
+    with pytest.raises(ValueError, match=f"dynprog: {expected}"):
+        Dynprog().plan(profile, budget_between(profile, 0.3), **{option: value})
+
+
 def test_feasibility_loop_raises_rounded_down_sizes() -> None:
     """Section 5.3.2: when the optimistic rounding picks a set that does not fit, sizes go up.
 

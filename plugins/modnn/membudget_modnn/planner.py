@@ -8,6 +8,7 @@ from dataclasses import replace
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
+from harness.options import int_option
 from harness.schedules import keep_all_schedule
 from harness.simulate.executor import makespan
 from harness.units import format_bytes
@@ -138,6 +139,7 @@ class MoDNN:
     def _sub_batching(self, profile: Profile, budget: int, forced: int | None) -> SubBatching:
         if forced is None:
             return select_sub_batch(profile, budget, self.name)
+        forced = int_option(self.name, "sub_batches", forced, 1)
         if not 1 <= forced <= profile.batch_size:
             raise ValueError(f"sub_batches must be between 1 and the batch size {profile.batch_size}, got {forced}")
         select_sub_batch(profile, budget, self.name)  # the M_min check

@@ -394,3 +394,11 @@ def test_vdnn_plus_refusal_at_sub_batch_1_names_the_bytes_that_would_do() -> Non
     check_refusal(caught.value, budget, "vdnn-plus")
     assert caught.value.needed_bytes == need
     assert simulate(VDNNPlus().plan(profile, need), profile, with_trace=False).feasible
+
+
+@pytest.mark.parametrize("value", ["abc", 0, 1.5, True])
+def test_a_bad_sub_batches_is_refused_by_name(value) -> None:
+    """QA (2026-11-25): sub_batches="abc" failed inside the planner with Python's own comparison error."""
+    profile = _uniform_chain()
+    with pytest.raises(ValueError, match="modnn: option sub_batches must be an integer >= 1"):
+        MoDNN().plan(profile, (min_memory(profile) + peak_memory(profile)) // 2, sub_batches=value)

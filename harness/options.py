@@ -67,10 +67,11 @@ def int_option(planner: str, name: str, value: Any, minimum: int) -> int:
 
 
 def seconds_option(planner: str, name: str, value: Any) -> float | None:
-    """``value`` as a positive, finite number of seconds (None: no limit), else an ``OptionValueError``
-    naming the planner's option (a bool, a string, 0, a negative number, nan or inf is refused)."""
+    """``value`` as a finite number of seconds >= 0 (None: no limit; 0: stop at once, the planner's fallback),
+    else an ``OptionValueError`` naming the planner's option (a bool, a string, a negative number, nan or
+    inf is refused)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise OptionValueError(f"{planner}: option {name} must be a number of seconds > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise OptionValueError(f"{planner}: option {name} must be a number of seconds >= 0, got {value!r}")
     return float(value)

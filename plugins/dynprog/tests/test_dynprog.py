@@ -468,14 +468,15 @@ def test_a_bad_slots_is_refused_by_name(value) -> None:
 @pytest.mark.parametrize("option, value, expected", [
     ("candidates", 0, "option candidates must be an integer >= 1"),
     ("candidates", "abc", "option candidates must be an integer >= 1"),
-    ("time_limit", -1, "option time_limit must be a number of seconds > 0"),
-    ("time_limit", 0, "option time_limit must be a number of seconds > 0"),
-    ("time_limit", float("nan"), "option time_limit must be a number of seconds > 0"),
-    ("time_limit", "abc", "option time_limit must be a number of seconds > 0"),
+    ("time_limit", -1, "option time_limit must be a number of seconds >= 0"),
+    ("time_limit", float("nan"), "option time_limit must be a number of seconds >= 0"),
+    ("time_limit", float("inf"), "option time_limit must be a number of seconds >= 0"),
+    ("time_limit", "abc", "option time_limit must be a number of seconds >= 0"),
 ])
 def test_a_bad_candidates_or_time_limit_is_refused_by_name(option, value, expected) -> None:
-    """QA (2026-11-25): time_limit=-1, 0 or nan planned silently as GREEDY (the limit exceeded at once), and
-    a text value failed inside the planner with Python's own words."""
+    """QA (2026-11-25): time_limit=-1 or nan planned silently as GREEDY (the limit exceeded at once; 0 asks for
+    that fallback, test_time_limit_falls_back_to_greedy_with_a_note), and a text value failed inside the
+    planner with Python's own words."""
     profile = synthetic_chain(2, 10)
     with pytest.raises(ValueError, match=f"dynprog: {expected}"):
         Dynprog().plan(profile, budget_between(profile, 0.3), **{option: value})

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
+
 
 class MembudgetError(Exception):
     """Base of every error the harness reports to a user (no traceback needed)."""
@@ -72,9 +75,6 @@ def raised_at(exc: BaseException) -> str:
     followed by ``via`` the innermost library frame when the error came from inside one (a pandas
     ``KeyError``). Empty when no frame qualifies, and for the harness's own errors
     (``MembudgetError``), whose words say what failed and whose it was."""
-    import sys
-    import traceback
-
     if isinstance(exc, MembudgetError):
         return ""
     own = inner = None

@@ -539,5 +539,7 @@ def load(cls: type[T], path: str | Path) -> T:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ModelError(f"{path}: not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        from harness.files import not_utf8
+
+        raise ModelError(f"{path}: not valid JSON: {not_utf8(exc)}") from None
     return from_json(cls, text, source=str(path))

@@ -753,10 +753,15 @@ def _commit(git: dict[str, Any]) -> str:
     return commit
 
 
+def profilers_of(frame: pd.DataFrame, meta: Mapping[str, Any]) -> str:
+    """The profilers of a run's rows, in words: every one when there are several, else the suite's."""
+    profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
+    return " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler") or "".join(profilers) or "?"
+
+
 def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame) -> list[str]:
     env = meta.get("environment", {})
-    profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
-    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler", "?")
+    profiler = profilers_of(frame, meta)
     pkgs = env.get("packages", {})
     sessions = meta.get("sessions", [])
     started = sessions[0].get("started", "") if sessions else ""
@@ -811,9 +816,8 @@ def labels_line(frame: pd.DataFrame) -> str | None:
 
 def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
-    profilers = [p for p in dict.fromkeys(frame["profiler"]) if p]
     devices = [d for d in dict.fromkeys(frame["device"]) if d]
-    profiler = " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler") or "".join(profilers) or "?"
+    profiler = profilers_of(frame, meta)
     device = meta.get("device") or " and ".join(devices) or "?"
     gpu = meta.get("environment", {}).get("cuda_device")
     names = executors(frame)
@@ -995,9 +999,9 @@ def device_budget_of(meta: Mapping[str, Any]) -> bool:
     return meta.get("spec", {}).get("budget_model") == "device"
 
 
-def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.DataFrame) -> list[Path]:
-    """Write the pages and plots of one run (its ``meta.json`` and rows, as ``_checked_run`` read them)
-    into ``out``; return the files written."""
+def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.DataFrame, notes: str = "") -> list[Path]:
+    """Write the pages and plots of one run (its ``meta.json`` and rows, as ``_checked_run`` read them, and
+    its ``notes.md``) into ``out``; return the files written."""
     from harness.environment import git_state
 
     out.mkdir(parents=True, exist_ok=True)
@@ -1011,7 +1015,6 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     about = meta.get("spec", {}).get("description", "")
     if about:
         doc.para(f"Suite {suite}: {about}.")
-    notes = read_notes(run.path)
     if notes:
         doc.heading("Notes on this run", 3)
         doc.markdown(notes)
@@ -1123,10 +1126,11 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         name = _suite_name(run, meta, rows)
         folder = name if name not in used else f"{name}-{run.run_id}"
         used.add(folder)
-        written += publish_run(run, out / folder, meta, rows)
+        notes = read_notes(run.path)
+        written += publish_run(run, out / folder, meta, rows, notes)
         kind = "measured" if is_measured(rows) else "simulated"
         about = meta.get("spec", {}).get("description", "")
-        noted = "; read the notes on its page" if read_notes(run.path) else ""
+        noted = "; read the notes on its page" if notes else ""
         links.append((f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}",
                       f"{folder}/index.html"))
     index = Doc("membudget results")

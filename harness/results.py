@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from harness.files import write_text_atomic
+from harness.files import not_utf8, write_text_atomic
 
 STABLE_COLUMNS: tuple[str, ...] = (
     "suite", "case_id", "model", "batch_size", "input_size", "device", "profiler", "planner",
@@ -323,7 +323,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise ResultsError(f"{path}: not valid JSON: {not_utf8(exc)}") from None
     if not isinstance(meta, dict):
         raise ResultsError(f"{path}: not a run's meta.json (a JSON object)")
     version = meta.get("format_version", 1)
@@ -342,8 +342,7 @@ def read_notes(run_dir: Path) -> str:
     try:
         return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
     except UnicodeDecodeError as exc:
-        raise ResultsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a run's notes are Markdown"
-                           ) from None
+        raise ResultsError(f"{path}: {not_utf8(exc)}; a run's notes are Markdown") from None
 
 
 def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:

@@ -49,6 +49,7 @@ from pydantic import (
 )
 
 from harness.errors import MembudgetError, UnknownOption, UnknownPlugin
+from harness.files import not_utf8
 from harness.options import check_planner_options
 from harness.units import check_fraction, parse_bytes
 
@@ -91,8 +92,7 @@ def _compose(path: Path) -> tuple[Any, Locations]:
     except OSError as exc:
         raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}", source=str(path)) from None
     except UnicodeDecodeError as exc:
-        raise SuiteError(f"{path}: not a suite: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                         source=str(path)) from None
+        raise SuiteError(f"{path}: not a suite: {not_utf8(exc)}", source=str(path)) from None
     loader = yaml.SafeLoader(text)
     source = str(path)
     try:

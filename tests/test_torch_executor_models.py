@@ -75,6 +75,22 @@ def test_a_model_fed_token_ids_trains_with_the_plain_gradients(planner):
     assert run.metrics["grad_error"] < 1e-4
 
 
+def _three_tenths(profile) -> int:
+    return min_memory(profile) + 3 * (peak_memory(profile) - min_memory(profile)) // 10
+
+
+@pytest.mark.parametrize("planner", ["recompute", "torch-checkpoint"])
+def test_a_stage_run_without_saving_reads_the_attention_mask_that_crosses_its_cut(planner):
+    """GPT-2's attention mask does not depend on the input, so it crosses the cuts beside the one
+    activation; Fc, Fn and R must hand it to the stage (they carried only plain Python values, and
+    every recomputing row of a transformers model stopped with "needs ..., which is not live")."""
+    pytest.importorskip("transformers")
+    _, schedule, run = _run("transformers:tiny-gpt2", (16,), planner, _three_tenths)
+    assert run.status == "ok", run.message
+    assert any(op.kind in ("Fc", "Fn") and op.stage > 0 for op in schedule.ops)
+    assert run.metrics["grad_error"] < 1e-4
+
+
 def test_a_model_that_returns_a_one_tuple_is_checked_against_its_logits():
     """The chain reads the one tensor inside ``(logits,)``; so does the gradient check."""
     registry().add_plugin(_Plugin(), "membudget-test-tuple", "0.0")

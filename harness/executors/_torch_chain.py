@@ -136,7 +136,7 @@ class _SubBatch:
     output: tuple[tuple[int, ...], torch.dtype] | None = None  # the model output's shape and dtype
     kinds: dict[int, str] = field(default_factory=dict)  # the forward kind of each stage run so far
     inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # x_i kept for R_i (a checkpoint or R_{i-1}'s)
-    carried: dict[int, dict[int, Any]] = field(default_factory=dict)  # non-tensor values live before stage i
+    carried: dict[int, dict[int, Any]] = field(default_factory=dict)  # side values live before stage i
     rng: dict[int, Any] = field(default_factory=dict)  # the random state a recomputation restores
 
 
@@ -200,23 +200,29 @@ class ChainPass:
         self._produced(stage, sb, st, out, forward_pass=True)
 
     def _forward_without_saving(self, stage: int, st: _SubBatch, keep_input: bool) -> None:
-        """Fc or Fn: the stage under ``torch.no_grad`` on a copy of the values it reads."""
+        """Fc or Fn: the stage under ``torch.no_grad``, reading its input and the side values.
+
+        Side values are what crosses a cut besides the one activation: plain Python values
+        and tensors that do not depend on the input (GPT-2's attention mask). The stage gets
+        them as they are now, and so does its recomputation (``carried``); those it makes for
+        later stages join the sub-batch's values, those it used last leave them.
+        """
         spans = self.chain.plan.stages
         first = spans[stage]
         x = st.env.pop(first.input) if stage == 0 else st.next_input
         st.next_input = None
-        st.carried[stage] = {k: v for k, v in st.env.items() if not isinstance(v, torch.Tensor)}
+        st.carried[stage] = dict(st.env)
         st.rng[stage] = self._rng_state()
         if keep_input:
             st.inputs[stage] = x
-        env = dict(st.carried[stage])
+        env = dict(st.env)
         env[first.input] = x
         with torch.no_grad(), self.algorithm(stage):
             self.chain.graph.run(first.first, first.last, env)
         out = env.pop(first.output)
-        for k, v in env.items():
-            if not isinstance(v, torch.Tensor):
-                st.env.setdefault(k, v)
+        for k in [k for k in st.env if k not in env]:  # their last use was in this stage
+            del st.env[k]
+        st.env.update(env)
         if stage == len(spans) - 1:
             st.output = (tuple(out.shape), out.dtype)
         else:

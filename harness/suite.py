@@ -37,6 +37,7 @@ import itertools
 import json
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -675,6 +676,7 @@ def _check_names(suite: Suite) -> None:
             source, line = suite.line_of("device")
             raise SuiteError(f"{source}:{line}: device: {exc.args[0]}", source=source, line=line, field="device",
                              choices=devices.names()) from None
+    _check_devices_and_dtypes(suite)
     for k, entry in enumerate(spec.models):
         if suite.profiler_of(entry) != "file":
             try:
@@ -712,6 +714,29 @@ def _check_names(suite: Suite) -> None:
                     source, line = suite.line_of(key, k)
                     raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
                                      field=f"{key}[{k}]") from None
+
+
+def _check_devices_and_dtypes(suite: Suite) -> None:
+    """Refuse, before any case runs, a torch device or a dtype the bundled profilers would refuse in every case."""
+    from harness.models.dtypes import unknown_dtype
+
+    spec = suite.spec
+
+    def refuse(message: str, *at: Any) -> SuiteError:
+        source, line = suite.line_of(*at)
+        return SuiteError(f"{source}:{line}: {_field_name(at)}: {message}", source=source, line=line,
+                          field=_field_name(at))
+
+    profilers = {suite.profiler_of(e) for e in spec.models}
+    if "torch" in profilers and not re.fullmatch(r"cpu|cuda(:[0-9]+)?", spec.device):
+        raise refuse(f"the torch profiler measures on cpu or cuda (cuda:1, ...), not {spec.device!r}; "
+                     "device specs such as V100-PCIe are for the analytic profiler", "device")
+    for k, entry in enumerate(spec.models):
+        if suite.profiler_of(entry) not in ("analytic", "torch"):  # they build the model in this dtype
+            continue
+        complaint = unknown_dtype(entry.dtype or spec.dtype)
+        if complaint:
+            raise refuse(complaint, *(("models", k, "dtype") if entry.dtype else ("dtype",)))
 
 
 def _check_unique(suite: Suite, cases: list[Case]) -> None:

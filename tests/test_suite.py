@@ -330,6 +330,40 @@ def test_unknown_device_spec_is_an_error_at_load_time(tmp_path):
     assert "V100-PCIe" in err.choices
 
 
+TORCH_SUITE = """\
+name: t
+profiler: torch
+device: cpu
+models:
+  - model: builtin:tiny-cnn
+    batch_sizes: [2]
+budgets: {fractions: [0.5]}
+planners: [keep-all]
+"""
+
+
+@pytest.mark.parametrize("typo, field, says", [
+    ("device: cdua", "device", "the torch profiler measures on cpu or cuda (cuda:1, ...), not 'cdua'"),
+    ("device: V100-PCIe", "device", "not 'V100-PCIe'; device specs such as V100-PCIe are for the analytic profiler"),
+    ("device: cpu\ndtype: flaot32", "dtype", "unknown dtype 'flaot32'; use one of bf16, bfloat16,"),
+])
+def test_a_torch_device_or_dtype_every_case_would_fail_on_is_an_error_at_load_time(tmp_path, typo, field, says):
+    """One line naming the file, line and field, before any case runs (each case failed with it, one by one)."""
+    pytest.importorskip("torch")
+    path = _suite(tmp_path, TORCH_SUITE.replace("device: cpu", typo))
+    err = _error(path)
+    assert str(err).startswith(f"{path}:{_line_of(path, typo.split(chr(10))[-1])}: {field}: ") and says in str(err)
+    assert "\n" not in str(err)
+
+
+def test_a_model_entry_s_own_dtype_is_checked_where_it_is_written(tmp_path):
+    pytest.importorskip("torch")
+    path = _suite(tmp_path, TORCH_SUITE.replace("    batch_sizes: [2]", "    batch_sizes: [2]\n    dtype: BF16") + "")
+    assert len(load_suite(path).cases()) == 1  # any case, as torch_dtype reads it
+    path.write_text(path.read_text().replace("dtype: BF16", "dtype: bf61"))
+    assert str(_error(path)).startswith(f"{path}:{_line_of(path, 'bf61')}: models[0].dtype: unknown dtype 'bf61'")
+
+
 def test_a_planner_that_reads_its_own_options_is_not_checked():
     """The protocol allows plan(profile, budget, **options) reading options itself: no check then."""
     from harness.options import check_planner_options, planner_options

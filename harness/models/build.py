@@ -18,25 +18,17 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-_DTYPES = {
-    "float32": torch.float32,
-    "float": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-}
+from harness.models.dtypes import DTYPE_NAMES, unknown_dtype
+
+_DTYPES = {name: getattr(torch, attr) for name, attr in DTYPE_NAMES.items()}
 
 
 def torch_dtype(name: str) -> torch.dtype:
     """The ``torch.dtype`` for a workload's dtype name (``float32``, ``float16``, ``bfloat16``)."""
-    try:
-        return _DTYPES[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(sorted(_DTYPES))}") from None
+    complaint = unknown_dtype(name)
+    if complaint:
+        raise ValueError(complaint)
+    return _DTYPES[name.lower()]
 
 
 @contextmanager

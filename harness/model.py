@@ -26,9 +26,15 @@ class ModelError(ValueError):
     """Raised for data that does not describe a valid profile, schedule, run or placement."""
 
 
+MAX_BYTES = 2**50  # 1 PiB: sums of many such sizes still fit the simulator's 64-bit integers
+
+
 def _non_negative(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
+        if isinstance(value, int) and value > MAX_BYTES:  # the int fields are sizes in bytes
+            shown = value if value < 2**64 else f"a {len(str(value))}-digit number"
+            raise ValueError(f"{name} must be at most 2**50 bytes (1 PiB), got {shown}")
         if not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value!r}")
         if value < 0:

@@ -221,6 +221,19 @@ def test_non_finite_figures_are_refused_not_simulated_forever() -> None:
         from_dict(Profile, data)
 
 
+@pytest.mark.parametrize("size, says", [(2**63, "got 9223372036854775808"), (2**1100, "got a 332-digit number")])
+def test_a_size_beyond_the_simulator_s_integers_is_refused_in_one_line(size, says) -> None:
+    """2**63 bytes overflowed the simulator's int64 arrays (an OverflowError traceback); 2**1100 broke
+    the finiteness check itself."""
+    stage = Stage("a", "conv", 1.0, 1.0, 1, 1, 1)
+    data = json.loads(to_json(Profile("m", 1, (3,), "d", 1, 1.0, 1.0, 0, 0, (stage,))))
+    data["stages"][0]["saved_bytes"] = size
+    with pytest.raises(ModelError, match=f"stages.0: saved_bytes must be at most 2\\*\\*50 bytes \\(1 PiB\\), {says}$"):
+        from_dict(Profile, data)
+    data["stages"][0]["saved_bytes"] = 2**50  # the largest allowed
+    assert from_dict(Profile, data).stages[0].saved_bytes == 2**50
+
+
 def test_a_fraction_is_not_a_byte_count() -> None:
     with pytest.raises(ValueError, match="50%"):
         parse_bytes("0.5")

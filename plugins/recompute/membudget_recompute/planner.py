@@ -141,6 +141,16 @@ def leanest(tables: Tables) -> tuple[Segments, int]:
     return _walk(choice, n), tables.weights + int(g[0])
 
 
+def segments_text(segments: Segments) -> str:
+    """The recomputed segments in a few words: their stages, the middle elided past six."""
+    words = [f"{a}..{b - 1}" if b - a > 1 else str(a) for a, b in segments]
+    if len(words) > 6:
+        words = [*words[:3], "...", *words[-2:]]
+    if not words:
+        return "no recomputed segment"
+    return f"{len(segments)} recomputed segment{'s' if len(segments) > 1 else ''}, stages {', '.join(words)}"
+
+
 def _walk(choice: np.ndarray, n: int, keep=None, checkpoint=None, m: int = 0) -> Segments:
     """The segments a choice table says (0: a saving stage, b: the segment [a, b)); with ``keep`` and
     ``checkpoint``, ``choice`` is (L, S + 1) and the free slots ``m`` move along."""
@@ -243,7 +253,7 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
         raise InfeasibleBudget(
             f"infeasible: recompute needs at least {lean_peak} bytes ({format_bytes(lean_peak)}) for "
             f"{profile.model} at batch {profile.batch_size} with its leanest checkpointing schedule "
-            f"{lean}; the budget is {budget} bytes ({format_bytes(budget)})", needed_bytes=lean_peak)
+            f"({segments_text(lean)}); the budget is {budget} bytes ({format_bytes(budget)})", needed_bytes=lean_peak)
     relaxed = solve(discretise(tables, budget, slots, down=True), engine)
     if relaxed is None:  # cannot happen: the leanest schedule fits, so it fits the relaxation
         raise MembudgetError(f"recompute: the relaxed DP found nothing although {lean} fits; a bug")

@@ -241,6 +241,24 @@ def test_a_worked_example() -> None:
     assert refused.value.needed_bytes == 500
 
 
+def test_the_refusal_names_the_leanest_schedule_in_one_short_line() -> None:
+    """The refusal listed every segment of the leanest schedule as Python tuples: a 150-stage chain
+    made a line of hundreds of characters."""
+    from harness.model import Stage
+
+    stage = Stage("s", "conv", 1.0, 2.0, 100, 100, 100)
+    profile = Profile("uniform", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 100, (stage,) * 150)
+    with pytest.raises(InfeasibleBudget) as refused:
+        plan_segments(profile, 1)
+    text = str(refused.value)
+    need = refused.value.needed_bytes
+    assert f"needs at least {need} bytes" in text and "\n" not in text and len(text) < 300
+    lean = leanest(segment_tables(profile))[0]
+    first, last = lean[0], lean[-1]
+    assert f"with its leanest checkpointing schedule ({len(lean)} recomputed segments, stages {first[0]}.." in text
+    assert ", ..., " in text and f"{last[0]}..{last[1] - 1}); the budget is 1 bytes" in text
+
+
 def test_options_are_checked() -> None:
     stage_profile = _ten_stages()
     with pytest.raises(TypeError):

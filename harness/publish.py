@@ -236,6 +236,17 @@ def is_measured(rows: pd.DataFrame) -> bool:
     return bool(rows["time_iqr_s"].notna().any())
 
 
+NOTHING_FINISHED = "no case finished"
+
+
+def kind_of(rows: pd.DataFrame) -> str:
+    """``measured``, ``simulated``, or, when no row has an iteration time (every case failed, was
+    infeasible or ran out of memory), ``NOTHING_FINISHED``: such rows say neither."""
+    if is_measured(rows):
+        return "measured"
+    return "simulated" if rows["makespan_s"].notna().any() else NOTHING_FINISHED
+
+
 # --------------------------------------------------------------------------- one cell per strategy and budget
 
 STATISTICS = ("trimmed-mean", "median", "mean")
@@ -820,18 +831,23 @@ def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     profiler = profilers_of(frame, meta)
     device = meta.get("device") or " and ".join(devices) or "?"
     gpu = meta.get("environment", {}).get("cuda_device")
-    names = executors(frame)
-    measured = [e for e in names if is_measured(frame[frame["executor"] == e])]
+    kinds = {e: kind_of(frame[frame["executor"] == e]) for e in executors(frame)}
+    measured = [e for e, k in kinds.items() if k == "measured"]
+    simulated = [e for e, k in kinds.items() if k == "simulated"]
+    unfinished = [e for e, k in kinds.items() if k == NOTHING_FINISHED]
+    none_ran = (f" The {', '.join(unfinished)} executor finished no case (its rows say why)." if unfinished else "")
     if not measured:
-        return (f"Simulations: every row is the simulate executor's event simulation of one training "
-                f"iteration on {profiler} profiles of {device}; no GPU ran them.")
+        if not simulated:
+            return f"Nothing finished: no case of this run has an iteration time.{none_ran}"
+        subject = "every iteration time" if unfinished else "every row"
+        return (f"Simulations: {subject} is the {', '.join(simulated)} executor's event simulation of one training "
+                f"iteration on {profiler} profiles of {device}; no GPU ran them.{none_ran}")
     where = f"on {gpu}" if gpu else "on a CPU (the run found no CUDA device)"  # never an analytic spec's name
-    simulated = [e for e in names if e not in measured]
     text = f"Measured: the {', '.join(measured)} executor's rows were timed {where}, on {profiler} profiles"
     if simulated:
         text += (f"; the {', '.join(simulated)} executor's rows are the simulator's predictions on the same "
                  "profiles. Each table and plot below names its executor")
-    return text + "."
+    return text + "." + none_ran
 
 
 HOW_TO_READ = (
@@ -973,7 +989,7 @@ def _layout_notes(frame: pd.DataFrame) -> list[str]:
     checked the simulated traces (no † either way), rows older than the gradient check or the saved-data
     columns."""
     notes = []
-    simulated = [e for e in executors(frame) if not is_measured(frame[frame["executor"] == e])]
+    simulated = [e for e in executors(frame) if kind_of(frame[frame["executor"] == e]) == "simulated"]
     if simulated and (frame["allocator"] == "").all():
         notes.append(f"The suite lists no allocator model, so no schedule's memory trace was placed: no "
                      f"{ARENA_FLAG} says whether a real allocator would fit it in the budget (see the pages of "
@@ -982,7 +998,7 @@ def _layout_notes(frame: pd.DataFrame) -> list[str]:
     if len(torch_rows) and torch_rows["grad_error"].isna().all():
         notes.append("These torch rows have no gradient check (grad err is empty): the suite turned it off, or they "
                      "were written before it existed.")
-    if not does_what(frame):
+    if frame["makespan_s"].notna().any() and not does_what(frame):  # rows that finished, without the columns
         notes.append("These rows were written before the saved-data columns (kept_bytes, offloaded_bytes, "
                      "recomputed_bytes) existed, so the page has no 'fastest strategy per budget' table; the "
                      "time tables rank them the same way.")
@@ -1046,7 +1062,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
         for executor in executors(group.rows):
             table = ExecutorTable.of(group, executor, statistic)
             tables.append(table)
-            kind = "measured" if is_measured(table.rows) else "simulated"
+            kind = kind_of(table.rows)
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))
             split = any(c.ok and c.sub_batches > 1 for c in table.cells.values())
@@ -1128,7 +1144,7 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         used.add(folder)
         notes = read_notes(run.path)
         written += publish_run(run, out / folder, meta, rows, notes)
-        kind = "measured" if is_measured(rows) else "simulated"
+        kind = kind_of(rows)
         about = meta.get("spec", {}).get("description", "")
         noted = "; read the notes on its page" if notes else ""
         links.append((f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}",

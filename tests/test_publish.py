@@ -231,6 +231,45 @@ def test_mixed_executors_get_a_table_and_plots_each(results, tmp_path):
         assert {n.rsplit("-", 1)[1] for n in images if n.startswith(kind)} == {"simulate.png", "torch.png"}
 
 
+def test_an_executor_that_finished_no_case_is_called_neither_measured_nor_simulated(results, tmp_path):
+    """Every torch case failed (no GPU, a model it could not run): its tables were headed "simulated"
+    and the page blamed old rows for its missing 'fastest strategy' table."""
+    _, _, _, run_b = results
+    src = tmp_path / "results" / "pub" / "failed-torch"
+    src.mkdir(parents=True)
+    rows = read_rows_csv(run_b / "rows.csv")
+    failed = [dict(r, executor="torch", case_id=r["case_id"].replace("/simulate/", "/torch/"), status="error",
+                   message="profiling failed: no CUDA GPU", makespan_s="", kept_bytes="", offloaded_bytes="",
+                   recomputed_bytes="") for r in rows]
+    with open(src / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows + failed)
+    publish([src], tmp_path / "site")
+    page = tmp_path / "site" / "pub" / "index.html"
+    headings = [t[0] for t in _tables(page) if "iteration time, ms" in t[0]]
+    assert headings and all(h.startswith("simulate executor (simulated)") or h.startswith("torch executor (no case "
+                                                                                           "finished)") for h in headings)
+    markdown = (page.parent / "index.md").read_text()
+    first = markdown.splitlines()[2]
+    assert first.startswith("Simulations: every iteration time is the simulate executor's event simulation")
+    assert first.endswith("The torch executor finished no case (its rows say why).")
+    assert "written before the saved-data columns" not in markdown
+    index = (tmp_path / "site" / "index.md").read_text()
+    assert "pub (simulated, run failed-torch" in index
+    torch_only = tmp_path / "results" / "pub" / "only-torch"
+    torch_only.mkdir(parents=True)
+    with open(torch_only / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(failed)
+    publish([torch_only], tmp_path / "site2")
+    lines = (tmp_path / "site2" / "pub" / "index.md").read_text().splitlines()
+    assert lines[2] == ("Nothing finished: no case of this run has an iteration time. The torch executor finished "
+                        "no case (its rows say why).")
+    assert "pub (no case finished, run only-torch" in (tmp_path / "site2" / "index.md").read_text()
+
+
 def test_simulated_pages_say_so_first_and_name_the_commit(results, tmp_path):
     folder, _, _, run_b = results
     publish([run_b], tmp_path / "site")

@@ -1,4 +1,4 @@
-"""The DP of ``planner`` as a Numba kernel (the same loops as ``reference``, the same ties).
+"""The DP and the exact search of ``planner`` as Numba kernels (the same loops as ``reference``, the same ties).
 
 ``dp_table`` fills C[a][m] for a = L-1..0 and every m in 0..S (see ``planner``): the saving
 stage first, then the segments [a, b) by increasing b, a candidate replacing the best only
@@ -44,3 +44,128 @@ def warm_up() -> None:
     """Compile the kernel (or load it from the cache) on a one-stage toy problem, once."""
     one = np.ones(1, np.int64)
     dp_table(2, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
+    bound = prefix_bounds(2, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
+    pareto_fronts(2, 1.0, 10, bound, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
+
+
+@njit(cache=True)
+def prefix_bounds(S, keep_saved, keep_checkpoint, saving, segment, cost):
+    """D[a, k]: the least recomputation seconds of stages 0..a-1 whose keeps, in slots rounded down,
+    sum to at most k, every piece's need fitting S slots above the keeps before it (inf: none).
+    A relaxation (``reference.prefix_bounds``), so a lower bound for the exact search."""
+    n = keep_saved.shape[0]
+    value = np.full((n + 1, S + 1), np.inf)
+    value[0, 0] = 0.0
+    for a in range(n):
+        for k in range(S + 1):
+            v = value[a, k]
+            if v == np.inf:
+                continue
+            if k + saving[a] <= S and k + keep_saved[a] <= S and v < value[a + 1, k + keep_saved[a]]:
+                value[a + 1, k + keep_saved[a]] = v
+            kc = k + keep_checkpoint[a]
+            if kc > S:
+                continue
+            for b in range(a + 1, n + 1):
+                if k + segment[a, b] <= S and v + cost[a, b] < value[b, kc]:
+                    value[b, kc] = v + cost[a, b]
+    for a in range(n + 1):
+        for k in range(1, S + 1):
+            if value[a, k - 1] < value[a, k]:
+                value[a, k] = value[a, k - 1]
+    return value
+
+
+@njit(cache=True)
+def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, saving, segment, cost):
+    """The exact search of ``planner.exact_segments``: for a = L-1..0, the Pareto front of (peak above
+    the prefix, recomputation seconds) of stages a.. among schedules whose peak is at most ``usable``
+    and whose time, with the least the stages before a can take in the room left (``bound``, from
+    ``prefix_bounds``), is at most ``upper`` (``reference.pareto_fronts``: the same candidates in the
+    same order, the same ties).
+
+    Returns (peak, time, choice, next, start, size, complete): front a is the points start[a] ..
+    start[a] + size[a] - 1 of the flat arrays, by increasing peak; ``choice`` 0 for a saving stage,
+    b for the segment [a, b); ``next`` the flat index of the point it continues; ``complete`` False
+    when a front would pass ``limit`` points (the search gave up).
+    """
+    n = keep_saved.shape[0]
+    S = bound.shape[1] - 1
+    cap = 1024
+    peak = np.empty(cap, np.int64)
+    time = np.empty(cap)
+    choice = np.empty(cap, np.int64)
+    nxt = np.empty(cap, np.int64)
+    start = np.zeros(n + 1, np.int64)
+    size = np.zeros(n + 1, np.int64)
+    peak[0], time[0], choice[0], nxt[0] = 0, 0.0, 0, -1
+    start[n], size[n] = 0, 1
+    used = 1
+    lo = np.zeros(n + 2, np.int64)
+    hi = np.zeros(n + 2, np.int64)
+    for a in range(n - 1, -1, -1):
+        # Of front b (peaks up, times down) only a window can lead anywhere: times within ``upper``,
+        # peaks within ``usable``, and of the points the need covers (all one peak) the fastest alone.
+        total = 0
+        for b in range(a, n + 1):  # b == a stands for the saving stage, which continues at front a + 1
+            f = a + 1 if b == a else b
+            if b == a:
+                need, keep, extra = saving[a], keep_saved[a], 0.0
+            else:
+                need, keep, extra = segment[a, b], keep_checkpoint[a], cost[a, b]
+            first, last = start[f], start[f] + size[f]
+            lo[b], hi[b] = first, first
+            if need > usable:
+                continue
+            j = first
+            while j < last and extra + time[j] > upper:
+                j += 1
+            while j + 1 < last and keep + peak[j + 1] <= need:
+                j += 1
+            end = j
+            while end < last and keep + peak[end] <= usable:
+                end += 1
+            lo[b], hi[b] = j, end
+            total += end - j
+        cp = np.empty(total, np.int64)
+        ct = np.empty(total)
+        cb = np.empty(total, np.int64)
+        cj = np.empty(total, np.int64)
+        k = 0
+        for b in range(a, n + 1):
+            if b == a:
+                need, keep, extra, tag = saving[a], keep_saved[a], 0.0, 0
+            else:
+                need, keep, extra, tag = segment[a, b], keep_checkpoint[a], cost[a, b], b
+            for j in range(lo[b], hi[b]):
+                cp[k] = max(need, keep + peak[j])
+                ct[k], cb[k], cj[k] = extra + time[j], tag, j
+                k += 1
+        order = np.argsort(cp)
+        start[a] = used
+        best = np.inf
+        i = 0
+        while i < total:
+            p = cp[order[i]]
+            pick = order[i]
+            i += 1
+            while i < total and cp[order[i]] == p:  # the fastest of this peak, the first made on a tie
+                c = order[i]
+                if ct[c] < ct[pick] or (ct[c] == ct[pick] and c < pick):
+                    pick = c
+                i += 1
+            room = ((usable - p) * S) // usable
+            if ct[pick] < best and ct[pick] + bound[a, room] <= upper:
+                best = ct[pick]
+                if used == cap:
+                    cap *= 2
+                    peak = np.concatenate((peak, np.empty(cap - used, np.int64)))
+                    time = np.concatenate((time, np.empty(cap - used)))
+                    choice = np.concatenate((choice, np.empty(cap - used, np.int64)))
+                    nxt = np.concatenate((nxt, np.empty(cap - used, np.int64)))
+                peak[used], time[used], choice[used], nxt[used] = p, ct[pick], cb[pick], cj[pick]
+                used += 1
+        size[a] = used - start[a]
+        if size[a] > limit:
+            return peak[:used], time[:used], choice[:used], nxt[:used], start, size, False
+    return peak[:used], time[:used], choice[:used], nxt[:used], start, size, True

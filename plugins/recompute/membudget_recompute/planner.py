@@ -46,6 +46,15 @@ every-k segmentations (``harness.planners.torch_peers.checkpoint_segments``, eac
 bytes) are also candidates, so the planner is never slower than ``torch-checkpoint`` with
 ``every=auto`` or ``sqrt``, whatever the slots.
 
+The exact search
+----------------
+When no candidate is proven optimal, the best is an upper bound U for a search in bytes
+(``exact_segments``): ``leanest``'s recursion with, for each a, the Pareto front of (peak above
+the prefix, seconds) of stages a.. in place of the least peak. A point (p, t) is dropped when
+p passes the budget or t + D[a][room(p)] > U, D the forward relaxation of the prefix 0..a-1
+(``prefix_bounds``: keeps in slots rounded down, summing to at most the room p leaves). If every
+front stays within ``front_limit`` points the search is complete and its answer optimal.
+
 Algorithms: the stages run their default algorithm (as ``torch-checkpoint`` does).
 """
 
@@ -65,6 +74,7 @@ from harness.schedules import ordered_schedule
 from harness.units import format_bytes
 
 DEFAULT_SLOTS = 500
+DEFAULT_FRONT_LIMIT = 20_000
 ENGINES = ("kernel", "reference")
 
 Segments = list[tuple[int, int]]
@@ -220,6 +230,42 @@ def solve(disc: Discretised, engine: str = "kernel") -> tuple[Segments, float] |
     return _walk(choice, n, disc.keep_saved, disc.keep_checkpoint, disc.slots), best
 
 
+def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAULT_FRONT_LIMIT,
+                   engine: str = "kernel", slots: int = DEFAULT_SLOTS) -> tuple[Segments, float] | None:
+    """The fastest segments under ``budget``, exactly in bytes: a search over Pareto fronts.
+
+    ``leanest``'s recursion, keeping for each stage a every (peak above the prefix, seconds) no other
+    schedule of stages a.. beats on both, instead of the least peak alone; a point whose peak passes
+    the budget is dropped, and so is one whose time, plus the least the stages before a can take in
+    the room it leaves (a forward DP in ``slots`` slots rounded down: a relaxation), passes ``upper``
+    (a schedule already found). Returns the
+    segments and their recomputation seconds (``upper`` or less), or None when a front would pass
+    ``limit`` points (the search gave up, the chain is too irregular) or nothing within ``upper`` fits.
+    """
+    if engine == "kernel":
+        from membudget_recompute._kernels import pareto_fronts, prefix_bounds
+    elif engine == "reference":
+        from membudget_recompute.reference import pareto_fronts, prefix_bounds
+    else:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    usable = int(budget) - tables.weights
+    down = discretise(tables, budget, slots, down=True)
+    bound = prefix_bounds(down.slots, down.keep_saved, down.keep_checkpoint, down.saving, down.segment, down.cost)
+    _, time, choice, nxt, start, size, complete = pareto_fronts(
+        usable, float(upper), int(limit), bound, tables.keep_saved, tables.keep_checkpoint, tables.saving,
+        tables.segment, tables.cost)
+    if not complete or size[0] == 0:
+        return None
+    k = int(start[0] + size[0] - 1)  # the front runs by increasing peak, so by decreasing time
+    segments, a = [], 0
+    while a < tables.n_stages:
+        b = int(choice[k])
+        if b:
+            segments.append((a, b))
+        a, k = b or a + 1, int(nxt[k])
+    return segments, recompute_time(tables, segments)
+
+
 @dataclass(frozen=True)
 class SegmentPlan:
     """What ``plan`` found: the segments, the predicted iteration time and peak, and how.
@@ -238,9 +284,10 @@ class SegmentPlan:
 
 
 def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel",
-         tables: Tables | None = None) -> SegmentPlan:
+         tables: Tables | None = None, front_limit: int = DEFAULT_FRONT_LIMIT) -> SegmentPlan:
     """The fastest segments under ``budget`` (see the module docstring); ``InfeasibleBudget`` when the
-    leanest schedule does not fit (its peak is ``needed_bytes``)."""
+    leanest schedule does not fit (its peak is ``needed_bytes``). ``front_limit`` 0: the slot DP
+    and its candidates only, no exact search."""
     if engine not in ENGINES:  # before any answer, so that a misspelt engine never passes unnoticed
         raise OptionValueError(f"recompute: option engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     tables = tables if tables is not None else segment_tables(profile)
@@ -273,8 +320,14 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
         if (best is None or extra < best[0]) and peak_of(tables, segments) <= budget:
             best = (extra, source, segments)
     extra, source, segments = best
-    return SegmentPlan(segments, tables.compute_time + extra, peak_of(tables, segments),
-                       math.isclose(extra, relaxed[1], rel_tol=1e-12, abs_tol=0.0), bound, source)
+    optimal = math.isclose(extra, relaxed[1], rel_tol=1e-12, abs_tol=0.0)
+    if not optimal and front_limit > 0:
+        found = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, slots)
+        if found is not None:  # the search finished: nothing beats what it returns
+            if found[1] < extra:
+                segments, extra, source = found[0], found[1], "exact search"
+            optimal, bound = True, tables.compute_time + extra
+    return SegmentPlan(segments, tables.compute_time + extra, peak_of(tables, segments), optimal, bound, source)
 
 
 def plan_segments(profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS,
@@ -293,28 +346,34 @@ def plan_segments(profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOT
 
 
 class Recompute:
-    """Optimal single-level checkpointing by segments under the budget (DP over memory slots).
+    """Optimal single-level checkpointing by segments under the budget (DP over memory slots, then an
+    exact search in bytes where the DP's answer is not proven optimal).
 
-    Options: ``slots`` (S, default 500), ``engine`` (``kernel``: Numba; ``reference``: plain
-    Python, slow, for the tests).
+    Options: ``slots`` (S, default 500), ``front_limit`` (the most points the exact search may
+    keep per stage before it gives up, default 20000; 0: no exact search), ``engine``
+    (``kernel``: Numba; ``reference``: plain Python, slow, for the tests).
     """
 
     name = "recompute"
-    description = "Optimal checkpointing by segments (which stages keep, which are recomputed) by dynamic programming"
+    description = ("Optimal checkpointing by segments (which stages keep, which are recomputed): dynamic programming, "
+                   "then an exact search")
 
-    def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel") -> Schedule:
+    def plan(self, profile: Profile, budget_bytes: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel",
+             front_limit: int = DEFAULT_FRONT_LIMIT) -> Schedule:
         """The schedule of ``plan``'s segments, checked in the simulator (its time is the predicted one;
         the harness validates every plan, ``harness.case``); ``InfeasibleBudget`` when none fits."""
         slots = int_option(self.name, "slots", slots, 1)
+        front_limit = int_option(self.name, "front_limit", front_limit, 0)
         from harness.simulate.executor import makespan
 
         if engine == "kernel":
             from membudget_recompute._kernels import warm_up
 
             warm_up()
-        found = plan(profile, budget_bytes, slots, engine)
+        found = plan(profile, budget_bytes, slots, engine, front_limit=front_limit)
+        options = {"slots": slots} | ({"front_limit": front_limit} if front_limit != DEFAULT_FRONT_LIMIT else {})
         schedule = ordered_schedule(profile, budget_bytes, (), planner=self.name, recompute=found.segments,
-                                    options={"slots": slots})
+                                    options=options)
         time = makespan(schedule, profile)
         if time is None or not math.isclose(time, found.time, rel_tol=1e-9, abs_tol=1e-15):
             raise MembudgetError(f"recompute: the simulator gives {time} s for the segments {found.segments}, "

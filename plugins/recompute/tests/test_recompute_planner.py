@@ -116,6 +116,36 @@ def test_the_planner_is_the_brute_force_optimum(profile: Profile) -> None:
     check_against_brute_force(profile, 2000)
 
 
+@FEW
+@given(profile=chains(min_stages=2, max_stages=8, with_algorithms=False), slots=st.integers(1, 6))
+def test_the_exact_search_makes_the_planner_the_brute_force_optimum_at_any_slots(profile: Profile, slots: int) -> None:
+    """With as few as one slot, where the DP alone is far from the optimum, the exact search in bytes
+    finds the best feasible time of all assignments and says so (``optimal``)."""
+    table = simulated(profile)
+    for budget in sorted({peak for peak, _, _ in table}):
+        found = plan(profile, budget, slots)
+        assert found.optimal and math.isclose(found.time, best_under(table, budget), rel_tol=1e-9, abs_tol=1e-15)
+        assert peak_of(segment_tables(profile), found.segments) <= budget
+
+
+def test_the_exact_search_beats_the_slot_dp_where_it_can() -> None:
+    """The ten-stage chain at 4 slots: without the search (``front_limit=0``) the planner is slower
+    than the brute-force optimum at some budgets; with it, at none. A front limit the search passes
+    gives the DP's answer back."""
+    profile = _ten_stages()
+    table = simulated(profile)
+    slower = 0
+    for budget in sorted({peak for peak, _, _ in table})[::40]:
+        best = best_under(table, budget)
+        dp_only, exact = plan(profile, budget, 4, front_limit=0), plan(profile, budget, 4)
+        assert math.isclose(exact.time, best, rel_tol=1e-9, abs_tol=1e-15) and exact.optimal
+        if dp_only.time > best * (1 + 1e-9):
+            slower += 1
+            gave_up = plan(profile, budget, 4, front_limit=1)
+            assert gave_up.time == dp_only.time and not gave_up.optimal
+    assert slower >= 3, slower
+
+
 @pytest.mark.slow
 def test_the_planner_is_the_brute_force_optimum_on_ten_stages() -> None:
     """One 10-stage chain (10946 assignments, about 10 s in the simulator), stages of mixed sizes and
@@ -196,6 +226,33 @@ def test_the_kernel_is_the_reference(profile: Profile, slots: int, where: float,
     (v1, c1), (v2, c2) = kernel(*args), reference(*args)
     assert np.array_equal(v1, v2) and np.array_equal(c1, c2)
     assert solve(d, "kernel") == solve(d, "reference")
+
+
+@SETTINGS
+@given(profile=chains(max_stages=9), slots=st.integers(1, 40), where=st.floats(0.0, 1.2), slack=st.floats(0.0, 2.0),
+       limit=st.integers(1, 30))
+def test_the_exact_search_kernels_are_the_references(profile: Profile, slots: int, where: float, slack: float,
+                                                     limit: int) -> None:
+    """The prefix bounds and the Pareto fronts (points, choices, links, and whether the search gave up)
+    are the same from both engines, with upper bounds below and above the optimum."""
+    from membudget_recompute import _kernels, reference
+
+    tables = segment_tables(profile)
+    lo, hi = leanest(tables)[1], peak_memory(profile)
+    budget = int(lo + (hi - lo) * where)
+    if budget <= profile.weight_bytes:
+        return
+    d = discretise(tables, budget, slots, down=True)
+    args = (d.slots, d.keep_saved, d.keep_checkpoint, d.saving, d.segment, d.cost)
+    bound = _kernels.prefix_bounds(*args)
+    assert np.array_equal(bound, reference.prefix_bounds(*args))
+    upper = float(tables.cost[0, -1]) * slack
+    fronts = (budget - tables.weights, upper, limit, bound, tables.keep_saved, tables.keep_checkpoint,
+              tables.saving, tables.segment, tables.cost)
+    got, expected = _kernels.pareto_fronts(*fronts), reference.pareto_fronts(*fronts)
+    assert got[-1] == expected[-1]
+    for x, y in zip(got[:-1], expected[:-1]):
+        assert np.array_equal(x, y)
 
 
 # --------------------------------------------------------------------------- the public API
@@ -304,6 +361,13 @@ def test_the_torch_executor_runs_the_schedule_with_the_plain_gradients() -> None
         assert largest_relative_error(got, expected) <= 1e-6
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "abc", None])
+def test_a_bad_front_limit_is_refused_by_name(value):
+    profile = _ten_stages()
+    with pytest.raises(ValueError, match="option front_limit must be an integer >= 0"):
+        Recompute().plan(profile, peak_memory(profile), front_limit=value)
 
 
 @pytest.mark.parametrize("value", [0, -3, 1.5, True, "abc", None])

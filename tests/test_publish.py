@@ -199,11 +199,20 @@ def test_placement_tables_compare_allocators_on_the_same_trace(results, tmp_path
             assert marked == {a for a, v in arena.items() if v == smallest}
 
 
+def _write_rows(folder, rows):
+    """A run folder holding ``rows`` (dicts of strings, every row with the same keys) as its rows.csv."""
+    folder.mkdir(parents=True)
+    with open(folder / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
 def test_mixed_executors_get_a_table_and_plots_each(results, tmp_path):
     """Rows of two executors at one budget are two tables, each named, never one cell hiding the other."""
     folder, _, _, run_b = results
     src = tmp_path / "results" / "pub" / "mixed"
-    src.mkdir(parents=True)
     rows = read_rows_csv(run_b / "rows.csv")
     measured = []
     for r in rows:
@@ -212,10 +221,7 @@ def test_mixed_executors_get_a_table_and_plots_each(results, tmp_path):
             m["makespan_s"] = repr(float(r["makespan_s"]) * 2)
             m["time_iqr_s"] = repr(float(r["makespan_s"]) * 0.02)
         measured.append(m)
-    with open(src / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows + measured)
+    _write_rows(src, rows + measured)
     publish([src], tmp_path / "site")
     page = tmp_path / "site" / "pub" / "index.html"
     tables = [t for t in _tables(page) if "iteration time, ms" in t[0]]
@@ -235,17 +241,11 @@ def test_an_executor_that_finished_no_case_is_called_neither_measured_nor_simula
     """Every torch case failed (no GPU, a model it could not run): its tables were headed "simulated"
     and the page blamed old rows for its missing 'fastest strategy' table."""
     _, _, _, run_b = results
-    src = tmp_path / "results" / "pub" / "failed-torch"
-    src.mkdir(parents=True)
     rows = read_rows_csv(run_b / "rows.csv")
     failed = [dict(r, executor="torch", case_id=r["case_id"].replace("/simulate/", "/torch/"), status="error",
                    message="profiling failed: no CUDA GPU", makespan_s="", kept_bytes="", offloaded_bytes="",
                    recomputed_bytes="") for r in rows]
-    with open(src / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows + failed)
-    publish([src], tmp_path / "site")
+    publish([_write_rows(tmp_path / "results" / "pub" / "failed-torch", rows + failed)], tmp_path / "site")
     page = tmp_path / "site" / "pub" / "index.html"
     headings = [t[0] for t in _tables(page) if "iteration time, ms" in t[0]]
     assert headings and all(h.startswith("simulate executor (simulated)") or h.startswith("torch executor (no case "
@@ -257,13 +257,7 @@ def test_an_executor_that_finished_no_case_is_called_neither_measured_nor_simula
     assert "written before the saved-data columns" not in markdown
     index = (tmp_path / "site" / "index.md").read_text()
     assert "pub (simulated, run failed-torch" in index
-    torch_only = tmp_path / "results" / "pub" / "only-torch"
-    torch_only.mkdir(parents=True)
-    with open(torch_only / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(failed)
-    publish([torch_only], tmp_path / "site2")
+    publish([_write_rows(tmp_path / "results" / "pub" / "only-torch", failed)], tmp_path / "site2")
     lines = (tmp_path / "site2" / "pub" / "index.md").read_text().splitlines()
     assert lines[2] == ("Nothing finished: no case of this run has an iteration time. The torch executor finished "
                         "no case (its rows say why).")

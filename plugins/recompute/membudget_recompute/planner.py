@@ -249,6 +249,7 @@ def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAU
     else:
         raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
     usable = int(budget) - tables.weights
+    slots = max(1, min(slots, 2**62 // max(usable, 1)))  # room(p) = (usable - p) * slots // usable in int64
     down = discretise(tables, budget, slots, down=True)
     bound = prefix_bounds(down.slots, down.keep_saved, down.keep_checkpoint, down.saving, down.segment, down.cost)
     _, time, choice, nxt, start, size, complete = pareto_fronts(

@@ -779,7 +779,8 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame
     versions = ", ".join(f"{k} {v}" for k, v in pkgs.items() if v)
     return [
         f"Run {meta.get('run_id', '?')} started {started}; status {meta.get('status', '?')}; "
-        f"profiler {profiler} on {meta.get('device', '?')}; rows computed at commit "
+        f"profiler {profiler} on {meta.get('device', '?')}; "
+        f"{'the latest session' if sessions_line(meta, frame) else 'rows'} computed at commit "
         f"{_commit(env.get('git', {}))}; this page built from commit {_commit(built)}.",
         f"Python {env.get('python', '?')}; {versions}.",
     ]
@@ -806,6 +807,45 @@ def plugins_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
         if described:
             parts.append(f"{kind}s " + ", ".join(described))
     return ("Plugins (distribution and version): " + "; ".join(parts) + ".") if parts else None
+
+
+def _version_change(then: str, now: str) -> str:
+    """``membudget-x 0.1 (now 0.2)`` for one distribution, else both in full."""
+    plugin, _, version = then.rpartition(" ")
+    return f"{then} (now {now.removeprefix(plugin + ' ') if now.startswith(plugin + ' ') else now})"
+
+
+def sessions_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
+    """Which code computed which rows, when a run was resumed at another commit or with other plugin
+    versions (each session of ``meta.json`` records its own; a row belongs to the last session that
+    started, to the second, before it finished). None when every row came from the same code, or the
+    sessions do not say (runs written before sessions recorded their code)."""
+    sessions = sorted((s for s in meta.get("sessions", []) or [] if "git" in s and s.get("started")),
+                      key=lambda s: s["started"])
+    if len(sessions) < 2 or "finished_at" not in frame:
+        return None
+    starts = pd.to_datetime(pd.Series([s["started"] for s in sessions]), utc=True)
+    finished = pd.to_datetime(frame["finished_at"], utc=True, errors="coerce").dropna()
+    which = starts.searchsorted(finished, side="right") - 1
+    latest = sessions[-1].get("plugin_versions", {})
+    groups: dict[tuple[str, str], list[str]] = {}  # (commit, plugin changes) -> the days of its rows
+    counts: dict[tuple[str, str], int] = {}
+    for index in which:
+        session = sessions[max(int(index), 0)]
+        changed = sorted(_version_change(v, latest[k]) for k, v in session.get("plugin_versions", {}).items()
+                         if k in latest and latest[k] != v)
+        key = (_commit(session.get("git", {})), ", ".join(dict.fromkeys(changed)))
+        counts[key] = counts.get(key, 0) + 1
+        groups.setdefault(key, [])
+        day = session["started"][:10]
+        if day not in groups[key]:
+            groups[key].append(day)
+    if len(counts) < 2:
+        return None
+    parts = [f"{n} at commit {commit}{' with ' + changes if changes else ''} (started {', '.join(groups[key])})"
+             for key, n in counts.items() for commit, changes in [key]]
+    return ("Rows from sessions at different code: " + "; ".join(parts) + ". The Plugins line names the latest "
+            "session's versions.")
 
 
 def labels_line(frame: pd.DataFrame) -> str | None:
@@ -1040,7 +1080,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
                  "named here are its rows'; the run's sessions and environment are unknown.", small=True)
     for line in _meta_lines(meta, git_state(), frame) if meta else []:
         doc.para(line, small=True)
-    for line in (plugins_line(meta, frame), labels_line(frame)):
+    for line in (plugins_line(meta, frame), sessions_line(meta, frame), labels_line(frame)):
         if line:
             doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()

@@ -503,16 +503,19 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     from harness.environment import environment
     from harness.plugins import registry
 
+    env = environment()
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": backend,
                "jobs": jobs, "case_timeout_s": case_timeout, "cases_to_run": n_todo, "cases_already_done": len(done),
-               "retry": list(dict.fromkeys(retry))}
+               "retry": list(dict.fromkeys(retry)), "git": env.get("git", {}),  # the code this session's rows ran
+               "plugin_versions": {f"{e['kind']}:{e['name']}": f"{e['plugin']} {e['version']}"
+                                   for e in env.get("plugins", [])}}
     if meta and _as_json(meta.get("spec")) != _as_json(suite.raw):  # keep the specs the earlier rows ran
         meta.setdefault("earlier_specs", []).append({"source": meta.get("source"), "spec": meta.get("spec")})
         notes.append(f"the suite differs from the one {run_dir} ran before; meta.json keeps that one under "
                      "earlier_specs")
     meta.update(
         format_version=FORMAT_VERSION, suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
-        cases=len(cases), skipped_plugins=[*suite.skipped, *registry().problems], environment=environment(),
+        cases=len(cases), skipped_plugins=[*suite.skipped, *registry().problems], environment=env,
         device=suite.spec.device, profiler=suite.spec.profiler,
     )
     meta.setdefault("sessions", []).append(session)

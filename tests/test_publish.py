@@ -248,8 +248,8 @@ def test_an_executor_that_finished_no_case_is_called_neither_measured_nor_simula
     publish([_write_rows(tmp_path / "results" / "pub" / "failed-torch", rows + failed)], tmp_path / "site")
     page = tmp_path / "site" / "pub" / "index.html"
     headings = [t[0] for t in _tables(page) if "iteration time, ms" in t[0]]
-    assert headings and all(h.startswith("simulate executor (simulated)") or h.startswith("torch executor (no case "
-                                                                                           "finished)") for h in headings)
+    kinds = ("simulate executor (simulated)", "torch executor (no case finished)")
+    assert headings and all(h.startswith(kinds) for h in headings)
     markdown = (page.parent / "index.md").read_text()
     first = markdown.splitlines()[2]
     assert first.startswith("Simulations: every iteration time is the simulate executor's event simulation")
@@ -262,6 +262,50 @@ def test_an_executor_that_finished_no_case_is_called_neither_measured_nor_simula
     assert lines[2] == ("Nothing finished: no case of this run has an iteration time. The torch executor finished "
                         "no case (its rows say why).")
     assert "pub (no case finished, run only-torch" in (tmp_path / "site2" / "index.md").read_text()
+
+
+def test_a_run_resumed_at_other_code_says_which_rows_each_code_computed(tmp_path, monkeypatch):
+    """The failed cases are run again after a fix, at another commit with another version of the test
+    plugin: the page said the latest commit computed every row, and credited every row to the latest
+    plugin versions."""
+    import time
+
+    import harness.environment
+    from harness.results import read_meta
+
+    text = support.SUITE.format(name="resumed").replace("[keep-all, prefix]", "[keep-all, prefix, boom]")
+    suite = load_suite(support.write_suite(tmp_path, text))
+    first = run_suite(suite, tmp_path / "results", run_id="x", progress=False)
+    failed = sum(r["status"] == "error" for r in read_rows_csv(first.run_dir / "rows.csv"))
+    assert failed and read_meta(first.run_dir)["sessions"][0]["git"] == read_meta(first.run_dir)["environment"]["git"]
+    real = harness.environment.environment
+
+    def moved_on():
+        env = real()
+        plugins = [dict(e, version="0.1") if e["plugin"] == "membudget-test-support" else e for e in env["plugins"]]
+        return dict(env, git={"commit": "f" * 40, "dirty": False}, plugins=plugins)
+
+    monkeypatch.setattr(harness.environment, "environment", moved_on)
+    monkeypatch.setattr(support.Boom, "plan", support.Prefix.plan)  # the fix
+    time.sleep(1.1)  # sessions and rows are stamped to the second
+    again = run_suite(suite, tmp_path / "results", run_id="x", resume=True, retry=["error"], progress=False)
+    total = len(read_rows_csv(again.run_dir / "rows.csv"))
+    publish([again.run_dir], tmp_path / "site")
+    line = next(li for li in (tmp_path / "site" / "resumed" / "index.md").read_text().splitlines()
+                if li.startswith("Rows from sessions at different code: "))
+    old = _commit_of(read_meta(first.run_dir)["sessions"][0]["git"])
+    assert f"{total - failed} at commit {old} with membudget-test-support 0.0 (now 0.1) (started " in line
+    assert f"; {failed} at commit ffffffffffff (started " in line
+    assert line.endswith("The Plugins line names the latest session's versions.")
+    page = (tmp_path / "site" / "resumed" / "index.md").read_text()
+    assert "; the latest session computed at commit ffffffffffff;" in page
+    single = run_suite(suite, tmp_path / "results", run_id="y", progress=False)  # one code throughout
+    publish([single.run_dir], tmp_path / "same")
+    assert "Rows from sessions" not in (tmp_path / "same" / "resumed" / "index.md").read_text()
+
+
+def _commit_of(git):
+    return git["commit"][:12] + (" plus uncommitted changes" if git.get("dirty") else "")
 
 
 def test_simulated_pages_say_so_first_and_name_the_commit(results, tmp_path):

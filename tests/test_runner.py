@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -485,6 +486,65 @@ def _run_on_ray(suite, root, case_timeout=None, **env):
         return run_suite(suite, root, backend="ray", jobs=2, case_timeout=case_timeout, progress=False)
     finally:
         ray.shutdown()
+
+
+class _FailingCluster:
+    """Ray as the runner uses it, run in this process, whose cluster fails on the second result asked for."""
+
+    def __init__(self, ray):
+        self.exceptions, self.asked, self.cancelled = ray.exceptions, 0, []
+
+    def is_initialized(self):
+        return True  # the caller's cluster: the runner neither starts nor stops it
+
+    def remote(self, max_retries):
+        class Remote:
+            def __init__(self, fn):
+                self.fn = fn
+
+            def options(self, **_):
+                return self
+
+            def remote(self, task, *arguments):
+                return functools.partial(self.fn, task, *arguments)  # a reference: hashed by identity
+
+        return lambda fn: Remote(fn)
+
+    def wait(self, pending, num_returns, timeout):
+        return pending[:1], pending[1:]
+
+    def get(self, ref):
+        self.asked += 1
+        if self.asked == 2:
+            raise self.exceptions.RaySystemError("the cluster went away")
+        return ref()
+
+    def cancel(self, ref, force):
+        self.cancelled.append(ref)
+
+
+def test_on_ray_a_failing_cluster_stops_the_run_and_loses_no_finished_case(tmp_path, monkeypatch):
+    """Any Ray error but a dead worker or a task that raised (the cluster failing) stops the run: the
+    unit that finished keeps its rows, the ones not collected are cancelled, meta.json says
+    interrupted, and --resume runs the rest."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    import harness.runner
+    from harness.suite import iter_units
+
+    cluster = _FailingCluster(ray)
+    monkeypatch.setattr(harness.runner, "_import_ray", lambda: cluster)
+    suite = _suite(tmp_path)
+    with pytest.raises(ray.exceptions.RaySystemError, match="the cluster went away"):
+        run_suite(suite, tmp_path / "r", run_id="x", backend="ray", jobs=2, progress=False)
+    run_dir = tmp_path / "r" / suite.name / "x"
+    kept = _rows(run_dir)
+    units = list(iter_units(suite.cases()))
+    assert [r["case_id"] for r in kept] == [c.case_id for c in units[0]]
+    assert len(cluster.cancelled) == len(units) - 2  # all but the one collected and the one that failed
+    assert read_meta(run_dir)["status"] == "interrupted"
+    monkeypatch.undo()
+    again = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert again.ran == len(suite.cases()) - len(kept) and read_meta(run_dir)["status"] == "complete"
 
 
 @pytest.mark.slow

@@ -120,8 +120,8 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
             j = first
             while j < last and extra + time[j] > upper:
                 j += 1
-            while j + 1 < last and keep + peak[j + 1] <= need:
-                j += 1
+            while j + 1 < last and keep + peak[j + 1] <= need and extra + time[j + 1] < extra + time[j]:
+                j += 1  # strictly faster at the same peak: on a tie in floats the first made stays
             end = j
             while end < last and keep + peak[end] <= usable:
                 end += 1

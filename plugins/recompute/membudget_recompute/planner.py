@@ -203,9 +203,10 @@ def discretise(tables: Tables, budget: int, slots: int = DEFAULT_SLOTS, down: bo
     S = int(slots)
 
     def rounded(nbytes: np.ndarray) -> np.ndarray:
-        x = nbytes.astype(np.int64) * S
+        # n S passes 64 bits for long segments of large stages: then in Python's integers
+        x = nbytes.astype(np.int64 if int(nbytes.max(initial=0)) * S < 2**62 else object) * S
         q = x // usable if down else -((-x) // usable)
-        return np.minimum(q, S + 1)
+        return np.minimum(q, S + 1).astype(np.int64)
 
     n = tables.n_stages
     segment = rounded(tables.segment)

@@ -164,6 +164,41 @@ def test_the_exact_search_stays_exact_with_sizes_near_the_profile_limit() -> Non
     assert kernel.segments == reference.segments and kernel.time == reference.time and kernel.optimal
 
 
+def test_a_long_segment_of_large_stages_is_rounded_exactly() -> None:
+    """60 stages of 2**50 bytes: a segment's need times S = 2000 passed 64 bits, wrapped negative, and
+    the DP read outside its tables (an IndexError, or worse in the kernel). Found by a QA fuzzer."""
+    from harness.model import Stage
+
+    stage = Stage("s", "conv", 1e-3, 2e-3, 2**50, 2**50, 2**50)
+    profile = Profile("huge", 1, (1,), "synthetic", 2**50, 1e9, 1e9, 0, 2**50, (stage,) * 60)
+    tables = segment_tables(profile)
+    budget = leanest(tables)[1]
+    usable = budget - tables.weights
+    d = discretise(tables, budget, 2000, down=True)
+    i, j = np.triu_indices(60, 1, 61)
+    assert [int(v) for v in d.segment[i, j]] == [min(int(v) * 2000 // usable, 2001) for v in tables.segment[i, j]]
+    kernel, reference = plan(profile, budget, 2000), plan(profile, budget, 2000, engine="reference")
+    assert kernel == reference and peak_of(tables, kernel.segments) <= budget and kernel.optimal
+
+
+def test_the_engines_break_a_tie_in_floats_alike() -> None:
+    """A stage of 5e-324 s: two points of one front have equal peaks and, with the segment's time added,
+    equal times; the kernel kept the last, the reference the first. Found by a QA fuzzer."""
+    from harness.model import Stage
+    from membudget_recompute import _kernels, reference
+
+    stages = (Stage("s0", "conv", 0.002, 1e-3, 0, 200, 200), Stage("s1", "conv", 0.001, 1e-3, 0, 200, 0),
+              Stage("s2", "conv", 5e-324, 1e-3, 0, 100, 100), Stage("s3", "conv", 0.0, 1e-3, 0, 200, 0))
+    profile = Profile("tie", 1, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 0, stages)
+    assert plan(profile, 500, 1) == plan(profile, 500, 1, engine="reference")
+    tables = segment_tables(profile)
+    d = discretise(tables, 500, 1, down=True)
+    bound = _kernels.prefix_bounds(d.slots, d.keep_saved, d.keep_checkpoint, d.saving, d.segment, d.cost)
+    args = (500, 1.0, 100, bound, tables.keep_saved, tables.keep_checkpoint, tables.saving, tables.segment, tables.cost)
+    for x, y in zip(_kernels.pareto_fronts(*args), reference.pareto_fronts(*args)):
+        assert np.array_equal(x, y)
+
+
 @pytest.mark.slow
 def test_the_planner_is_the_brute_force_optimum_on_ten_stages() -> None:
     """One 10-stage chain (10946 assignments, about 10 s in the simulator), stages of mixed sizes and

@@ -26,7 +26,8 @@ class ModelError(ValueError):
     """Raised for data that does not describe a valid profile, schedule, run or placement."""
 
 
-MAX_BYTES = 2**50  # 1 PiB: sums of many such sizes still fit the simulator's 64-bit integers
+MAX_BYTES = 2**50  # 1 PiB per size
+MAX_TOTAL_BYTES = 2**53  # 8 PiB in all: where the simulator's float64 clock of memory still counts every byte
 
 
 def _non_negative(obj: Any, *names: str) -> None:
@@ -142,6 +143,13 @@ class Profile:
         if not (0 < self.d2h_bandwidth < math.inf and 0 < self.h2d_bandwidth < math.inf):
             raise ValueError("d2h_bandwidth and h2d_bandwidth must be finite and > 0 (bytes/s)")
         _non_negative(self, "device_memory", "weight_bytes", "output_bytes", "runtime_bytes")
+        total = self.weight_bytes + 2 * self.output_bytes + self.runtime_bytes + sum(
+            s.input_bytes + s.saved_bytes + s.grad_bytes + s.output_saved_bytes
+            + max(s.fwd_workspace, s.bwd_workspace, *(w for a in s.algorithms for w in (a.fwd_workspace, a.bwd_workspace)))
+            for s in self.stages)
+        if total >= MAX_TOTAL_BYTES:  # a bound on every peak: past it the simulator's peaks lose bytes
+            raise ValueError(f"the sizes add up to {total} bytes, 2**53 (8 PiB) or more: beyond what the simulator "
+                             "counts to the byte")
         for i, (s, nxt) in enumerate(zip(self.stages, (*self.stages[1:], None))):
             room = nxt.saved_bytes if nxt is not None else 0
             if s.output_saved_bytes > room:

@@ -40,6 +40,12 @@ from harness.simulate.lowering import pass_profiles
 _EPS = 1e-9
 
 
+def _spacing(t: float) -> float:
+    """How far a duration read off a clock at ``t`` seconds may be from the profile's: 1e-12 s, or a few
+    units in the last place of ``t`` once those are larger (past about 4000 s)."""
+    return max(1e-12, 4 * math.ulp(t))
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken rule: where (stage, time in seconds; None when static) and what."""
@@ -209,7 +215,7 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
         dur = a.bwd_time if op.kind == "B" else a.fwd_time  # forwards, saving or not, and recomputations
         if ev.start < prev_end - _EPS:
             out.append(Violation(f"{op.label} starts before the previous operation ends", op.stage, ev.start))
-        if not math.isclose(ev.end - ev.start, dur, rel_tol=1e-9, abs_tol=1e-12):
+        if not math.isclose(ev.end - ev.start, dur, rel_tol=1e-9, abs_tol=_spacing(ev.end)):
             out.append(Violation(f"{op.label} lasts {ev.end - ev.start:.6g}s, the profile says {dur:.6g}s", op.stage, ev.start))
         prev_end = ev.end
 
@@ -226,7 +232,7 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
         kind = forward_kind[key]
         size = _amount(tr, passes, forward_kind)
         bw = profile.h2d_bandwidth if tr.direction == "prefetch" else profile.d2h_bandwidth
-        if not math.isclose(ev.end - ev.start, size / bw, rel_tol=1e-9, abs_tol=1e-12):
+        if not math.isclose(ev.end - ev.start, size / bw, rel_tol=1e-9, abs_tol=_spacing(ev.end)):
             out.append(Violation(f"{ev.label} lasts {ev.end - ev.start:.6g}s for {size} bytes", tr.stage, ev.start))
         issued_at = (start if tr.issue_at == "start" else end)[_key_of(schedule.ops[tr.issue_op])]
         if ev.start < issued_at - _EPS:

@@ -234,6 +234,20 @@ def test_a_size_beyond_the_simulator_s_integers_is_refused_in_one_line(size, say
     assert from_dict(Profile, data).stages[0].saved_bytes == 2**50
 
 
+def test_sizes_that_add_up_past_what_the_simulator_counts_exactly_are_refused() -> None:
+    """Sizes of 2**50 bytes adding up past 2**53: the simulator's peak came out a byte under the trace's, so a
+    keep-all schedule at the reported peak was a byte over its budget (found by a QA fuzzer). 2**53 bytes in
+    all is refused; a byte less is a profile."""
+    stage = Stage("a", "conv", 1.0, 1.0, 2**50, 2**50, 2**50)
+    data = json.loads(to_json(Profile("m", 1, (3,), "d", 1, 1.0, 1.0, 2**50, 0, (stage,))))
+    data["stages"] = [dict(data["stages"][0]) for _ in range(2)]
+    data["output_bytes"] = 2**49  # counted twice: the output and its gradient
+    with pytest.raises(ModelError, match=rf"the sizes add up to {2**53} bytes, 2\*\*53 \(8 PiB\) or more"):
+        from_dict(Profile, data)  # weights, output twice and two stages: 8 * 2**50
+    data["weight_bytes"] -= 1
+    assert from_dict(Profile, data).n_stages == 2
+
+
 def test_a_fraction_is_not_a_byte_count() -> None:
     with pytest.raises(ValueError, match="50%"):
         parse_bytes("0.5")

@@ -107,3 +107,22 @@ def test_a_checkpoint_back_after_its_recomputation_is_caught() -> None:
     early = dataclasses.replace(run.timeline[r0], start=5.5, end=6.5)
     lying = dataclasses.replace(run, timeline=run.timeline[:r0] + (early,) + run.timeline[r0 + 1:])
     assert "R0 starts before its checkpoint is back" in messages(check_run(schedule, profile, lying, 400))
+
+
+def test_durations_are_judged_at_the_clock_s_own_precision() -> None:
+    """A 1 kB/s host link puts the backward pass 40000 s in: 2.7 ms read off that clock is off by more than
+    the old 1e-12 s, and valid schedules were refused ("B2 lasts 0.0027s, the profile says 0.0027s", found by
+    a QA fuzzer). A duration 1 us off is still caught there."""
+    from harness.model import Profile, Stage
+
+    stage = Stage("s", "conv", 1.3e-3, 2.7e-3, 10**7, 10**7, 10**7)
+    profile = Profile("slow-link", 1, (1,), "synthetic", 10**12, 1e3, 1e3, 0, 0, (stage,) * 6)
+    budget = min_memory(profile) + (peak_memory(profile) - min_memory(profile)) // 4
+    schedule = best_ordered_schedule(profile, budget, {i: None for i in range(4)}, planner="t")
+    run = simulate(schedule, profile, engine="reference")
+    late = [k for k, e in enumerate(run.timeline) if e.stream == "compute" and e.start > 4000]
+    assert late and check_run(schedule, profile, run, budget) == []
+    timeline = list(run.timeline)
+    timeline[late[0]] = dataclasses.replace(timeline[late[0]], end=timeline[late[0]].end + 1e-6)
+    assert "lasts" in messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(timeline)),
+                                         budget))

@@ -68,6 +68,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +81,14 @@ from harness.schedules import (best_ordered_schedule, check_budget, fastest_orde
                                offload_set_refusal)
 
 DEFAULT_SLOTS = 500
+LINK_SLOTS_CAP = 2**40  # far beyond any table's slots: a window that moves this much moves everything
+
+
+def link_slots(seconds: Any, bandwidth: float, slot_bytes: float) -> np.ndarray:
+    """The slots a link of ``bandwidth`` moves in ``seconds``, rounded down and capped at ``LINK_SLOTS_CAP``
+    (an absurdly fast link, 1e23 B/s, took the count past 64 bits: garbage here, an OverflowError in HYBRID)."""
+    moved = np.asarray(seconds, dtype=float) * bandwidth / slot_bytes
+    return np.floor(np.minimum(moved, LINK_SLOTS_CAP)).astype(np.int64)
 TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
 ENGINES = ("kernel", "reference")
 
@@ -166,7 +175,7 @@ def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps:
 
     # partial sums of u beta, rounded down (in slots of the direction's bandwidth)
     def down_steps(times: list[float], beta: float) -> np.ndarray:
-        sigma = np.floor(np.concatenate([[0.0], np.cumsum(times)]) * beta / q).astype(np.int64)
+        sigma = link_slots(np.concatenate([[0.0], np.cumsum(times)]), beta, q)
         return np.diff(sigma)
 
     uf = down_steps([s.fwd_time for s in stages], profile.d2h_bandwidth)

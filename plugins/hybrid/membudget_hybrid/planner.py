@@ -61,7 +61,7 @@ from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
 from membudget_dynprog import discretise
-from membudget_dynprog.planner import slots_up
+from membudget_dynprog.planner import link_slots, slots_up
 from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
@@ -111,8 +111,8 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
                 continue
             sx[a, b], scf[a, b], scb[a, b] = checkpoint, cf, cb
             recompute = fwd[b] - fwd[a]
-            suf[a, b] = math.floor(recompute * profile.d2h_bandwidth / q)
-            sub[a, b] = math.floor((recompute + bwd[b] - bwd[a]) * profile.h2d_bandwidth / q)
+            suf[a, b] = link_slots(recompute, profile.d2h_bandwidth, q)
+            sub[a, b] = link_slots(recompute + bwd[b] - bwd[a], profile.h2d_bandwidth, q)
             scost[a, b] = recompute
     return HybridTable(disc, sx, scf, scb, suf, sub, scost)
 

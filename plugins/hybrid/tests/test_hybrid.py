@@ -332,3 +332,26 @@ def test_offloading_checkpoints_is_never_slower_than_keeping_them(seed, n, where
     with_move, checkpoint_free = plan.table_times
     assert with_move > checkpoint_free == plan.makespan == without.own_makespan
     assert makespan(plan.schedule, profile) == plan.makespan
+
+
+def test_an_absurdly_fast_link_is_planned_not_overflowed() -> None:
+    """A host link of 1e23 B/s moved more slots in one window than 64 bits hold: HYBRID raised an
+    OverflowError where both rivals planned, and DYNPROG's windows were cast to garbage (found by a QA
+    fuzzer). The windows are capped far beyond any table's slots; every plan is valid and HYBRID is no
+    slower than either rival."""
+    import warnings
+
+    from membudget_dynprog.planner import LINK_SLOTS_CAP
+
+    stage = Stage("s", "conv", 1e-3, 2e-3, 1000, 1000, 1000)
+    profile = Profile("fast", 1, (1,), "synthetic", 10**9, 1e23, 1e23, 0, 0, (stage,) * 4)
+    budget = (min_memory(profile) + peak_memory(profile)) // 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value encountered in cast" included
+        times = {}
+        for planner in (Hybrid(), Dynprog(), Recompute()):
+            schedule = planner.plan(profile, budget, slots=500)
+            assert not validate(schedule, profile, budget), planner.name
+            times[planner.name] = makespan(schedule, profile)
+    assert times["hybrid"] <= min(times["dynprog"], times["recompute"]) * (1 + 1e-9)
+    assert discretise_hybrid(profile, budget, 500).suf.max() == LINK_SLOTS_CAP

@@ -146,38 +146,42 @@ def test_the_exact_search_beats_the_slot_dp_where_it_can() -> None:
     assert slower >= 3, slower
 
 
-def test_the_exact_search_stays_exact_with_sizes_near_the_profile_limit() -> None:
-    """60 stages of almost 2**50 bytes: the room a point leaves, in slots, passed 64 bits at S = 500
-    (the kernel then claimed an optimum 1.4% slower than the reference's); fewer slots for the bound
-    keep it exact."""
+def _large_stages(n: int, seed: int) -> Profile:
+    """``n`` stages of nearly 2**48 bytes each: sizes the profile allows (they add up to under 2**53)."""
     from harness.model import Stage
 
-    rng = random.Random(3)
-    stages = tuple(Stage(f"s{i}", "conv", rng.uniform(1e-3, 3e-3), 2e-3, 2**50 - rng.randint(0, 2**48),
-                         2**50 - rng.randint(0, 2**48), 2**50) for i in range(60))
-    profile = Profile("huge", 1, (1,), "synthetic", 2**50, 1e9, 1e9, 0, 2**50, stages)
+    rng = random.Random(seed)
+    stages = tuple(Stage(f"s{i}", "conv", rng.uniform(1e-3, 3e-3), 2e-3, 2**48 - rng.randint(0, 2**46),
+                         2**48 - rng.randint(0, 2**46), 2**48 - rng.randint(0, 2**46)) for i in range(n))
+    return Profile("large", 1, (1,), "synthetic", 2**50, 1e9, 1e9, 0, 0, stages)
+
+
+def test_the_exact_search_stays_exact_with_sizes_near_the_profile_limit() -> None:
+    """The room a point leaves, in slots, is (usable - peak) * S: past 64 bits at S = 8000 here (the kernel
+    then read its bound table out of range); fewer slots for the bound keep the search exact."""
+    profile = _large_stages(10, 3)
     tables = segment_tables(profile)
     lo, hi = leanest(tables)[1], peak_memory(profile)
-    budget = int(lo + (hi - lo) * 0.2)
-    assert (budget - tables.weights) * 500 >= 2**63
-    kernel, reference = plan(profile, budget), plan(profile, budget, engine="reference")
-    assert kernel.segments == reference.segments and kernel.time == reference.time and kernel.optimal
+    for where in (0.2, 0.5):
+        budget = int(lo + (hi - lo) * where)
+        assert (budget - tables.weights) * 8000 >= 2**63
+        kernel, reference = plan(profile, budget, 8000), plan(profile, budget, 8000, engine="reference")
+        assert kernel == reference and kernel.optimal
+        assert math.isclose(kernel.time, plan(profile, budget, 2).time, rel_tol=1e-12)  # exact: any slots
 
 
 def test_a_long_segment_of_large_stages_is_rounded_exactly() -> None:
-    """60 stages of 2**50 bytes: a segment's need times S = 2000 passed 64 bits, wrapped negative, and
-    the DP read outside its tables (an IndexError, or worse in the kernel). Found by a QA fuzzer."""
-    from harness.model import Stage
-
-    stage = Stage("s", "conv", 1e-3, 2e-3, 2**50, 2**50, 2**50)
-    profile = Profile("huge", 1, (1,), "synthetic", 2**50, 1e9, 1e9, 0, 2**50, (stage,) * 60)
+    """A segment's need times S = 8000 passes 64 bits: discretise wrapped it negative and the DP indexed
+    outside its tables (an IndexError; silent out-of-range writes in the kernel). Found by a QA fuzzer."""
+    profile = _large_stages(10, 4)
     tables = segment_tables(profile)
     budget = leanest(tables)[1]
     usable = budget - tables.weights
-    d = discretise(tables, budget, 2000, down=True)
-    i, j = np.triu_indices(60, 1, 61)
-    assert [int(v) for v in d.segment[i, j]] == [min(int(v) * 2000 // usable, 2001) for v in tables.segment[i, j]]
-    kernel, reference = plan(profile, budget, 2000), plan(profile, budget, 2000, engine="reference")
+    d = discretise(tables, budget, 8000, down=True)
+    i, j = np.triu_indices(10, 1, 11)
+    assert int(tables.segment[i, j].max()) * 8000 >= 2**63
+    assert [int(v) for v in d.segment[i, j]] == [min(int(v) * 8000 // usable, 8001) for v in tables.segment[i, j]]
+    kernel, reference = plan(profile, budget, 8000), plan(profile, budget, 8000, engine="reference")
     assert kernel == reference and peak_of(tables, kernel.segments) <= budget and kernel.optimal
 
 

@@ -77,7 +77,7 @@ def prefix_bounds(S, keep_saved, keep_checkpoint, saving, segment, cost):
 
 
 @njit(cache=True)
-def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, saving, segment, cost):
+def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, saving, segment, cost, thin=0):
     """The exact search of ``planner.exact_segments``: for a = L-1..0, the Pareto front of (peak above
     the prefix, recomputation seconds) of stages a.. among schedules whose peak is at most ``usable``
     and whose time, with the least the stages before a can take in the room left (``bound``, from
@@ -87,7 +87,9 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
     Returns (peak, time, choice, next, start, size, complete): front a is the points start[a] ..
     start[a] + size[a] - 1 of the flat arrays, by increasing peak; ``choice`` 0 for a saving stage,
     b for the segment [a, b); ``next`` the flat index of the point it continues; ``complete`` False
-    when a front would pass ``limit`` points (the search gave up).
+    when a front would pass ``limit`` points (the search gave up). ``thin`` > 1: each front keeps only
+    ``thin`` of its points, spread evenly by rank, the first and the last among them (a quick search for
+    a good schedule, no longer exact).
     """
     n = keep_saved.shape[0]
     S = bound.shape[1] - 1
@@ -166,6 +168,13 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
                 peak[used], time[used], choice[used], nxt[used] = p, ct[pick], cb[pick], cj[pick]
                 used += 1
         size[a] = used - start[a]
+        if thin > 1 and size[a] > thin:
+            for i in range(thin):  # in place: rank start[a] + k(i), k(i) >= i, goes to start[a] + i
+                k = start[a] + (i * (size[a] - 1)) // (thin - 1)
+                d = start[a] + i
+                peak[d], time[d], choice[d], nxt[d] = peak[k], time[k], choice[k], nxt[k]
+            used = start[a] + thin
+            size[a] = thin
         if size[a] > limit:
             return peak[:used], time[:used], choice[:used], nxt[:used], start, size, False
     return peak[:used], time[:used], choice[:used], nxt[:used], start, size, True

@@ -52,8 +52,10 @@ When no candidate is proven optimal, the best is an upper bound U for a search i
 (``exact_segments``): ``leanest``'s recursion with, for each a, the Pareto front of (peak above
 the prefix, seconds) of stages a.. in place of the least peak. A point (p, t) is dropped when
 p passes the budget or t + D[a][room(p)] > U, D the forward relaxation of the prefix 0..a-1
-(``prefix_bounds``: keeps in slots rounded down, summing to at most the room p leaves). If every
-front stays within ``front_limit`` points the search is complete and its answer optimal.
+(``prefix_bounds``: keeps in slots rounded down, summing to at most the room p leaves). A quick
+pass with each front thinned to ``QUICK_FRONT`` points first finds a schedule near the optimum,
+whose time tightens U. If every front stays within ``front_limit`` points the search is complete
+and its answer optimal.
 
 Algorithms: the stages run their default algorithm (as ``torch-checkpoint`` does).
 """
@@ -75,6 +77,7 @@ from harness.units import format_bytes
 
 DEFAULT_SLOTS = 500
 DEFAULT_FRONT_LIMIT = 20_000
+QUICK_FRONT = 64  # points per front in the quick search that tightens the exact search's upper bound
 ENGINES = ("kernel", "reference")
 
 Segments = list[tuple[int, int]]
@@ -232,7 +235,7 @@ def solve(disc: Discretised, engine: str = "kernel") -> tuple[Segments, float] |
 
 
 def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAULT_FRONT_LIMIT,
-                   engine: str = "kernel", slots: int = DEFAULT_SLOTS) -> tuple[Segments, float] | None:
+                   engine: str = "kernel", slots: int = DEFAULT_SLOTS, thin: int = 0) -> tuple[Segments, float] | None:
     """The fastest segments under ``budget``, exactly in bytes: a search over Pareto fronts.
 
     ``leanest``'s recursion, keeping for each stage a every (peak above the prefix, seconds) no other
@@ -242,6 +245,8 @@ def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAU
     (a schedule already found). Returns the
     segments and their recomputation seconds (``upper`` or less), or None when a front would pass
     ``limit`` points (the search gave up, the chain is too irregular) or nothing within ``upper`` fits.
+    ``thin`` > 1 keeps only that many points of each front: a quick search for a schedule at most as slow
+    as ``upper``, no longer exact (``plan`` runs one first, for the exact search's ``upper``).
     """
     if engine == "kernel":
         from membudget_recompute._kernels import pareto_fronts, prefix_bounds
@@ -255,7 +260,7 @@ def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAU
     bound = prefix_bounds(down.slots, down.keep_saved, down.keep_checkpoint, down.saving, down.segment, down.cost)
     _, time, choice, nxt, start, size, complete = pareto_fronts(
         usable, float(upper), int(limit), bound, tables.keep_saved, tables.keep_checkpoint, tables.saving,
-        tables.segment, tables.cost)
+        tables.segment, tables.cost, int(thin))
     if not complete or size[0] == 0:
         return None
     k = int(start[0] + size[0] - 1)  # the front runs by increasing peak, so by decreasing time
@@ -324,6 +329,9 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
     extra, source, segments = best
     optimal = math.isclose(extra, relaxed[1], rel_tol=1e-12, abs_tol=0.0)
     if not optimal and front_limit > 0:
+        quick = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, slots, thin=QUICK_FRONT)
+        if quick is not None and quick[1] < extra:  # a tighter bound: the exact search prunes more
+            segments, extra, source = quick[0], quick[1], "exact search"
         found = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, slots)
         if found is not None:  # the search finished: nothing beats what it returns
             if found[1] < extra:

@@ -59,7 +59,7 @@ def prefix_bounds(S, keep_saved, keep_checkpoint, saving, segment, cost):
     return np.array(value)
 
 
-def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, saving, segment, cost):
+def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, saving, segment, cost, thin=0):
     """The exact search written plainly, as ``_kernels.pareto_fronts`` returns it.
 
     Front L is the empty schedule, (0, 0 s). Front a: every way to begin at stage a (the saving
@@ -68,7 +68,7 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
     time``; of the points with peak <= ``usable`` and time <= ``upper``, those no other point beats
     on both, by increasing peak (of equal peaks the fastest, the first made on a tie), less those
     whose time with ``bound[a][room]`` (the least the stages before a take in the slots left) passes
-    ``upper``.
+    ``upper``; with ``thin`` > 1, of each front only ``thin`` points, spread evenly by rank.
     """
     S = len(bound[0]) - 1
     n = len(keep_saved)
@@ -93,6 +93,11 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
                 best = t
                 peak.append(p), time.append(t), choice.append(b), nxt.append(j)
         size[a] = len(peak) - start[a]
+        if thin > 1 and size[a] > thin:
+            kept = [start[a] + (i * (size[a] - 1)) // (thin - 1) for i in range(thin)]
+            for column in (peak, time, choice, nxt):
+                column[start[a]:] = [column[k] for k in kept]
+            size[a] = thin
         if size[a] > limit:
             return _arrays(peak, time, choice, nxt, start, size, False)
     return _arrays(peak, time, choice, nxt, start, size, True)

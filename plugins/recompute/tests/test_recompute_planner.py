@@ -287,11 +287,11 @@ def test_the_kernel_is_the_reference(profile: Profile, slots: int, where: float,
 
 @SETTINGS
 @given(profile=chains(max_stages=9), slots=st.integers(1, 40), where=st.floats(0.0, 1.2), slack=st.floats(0.0, 2.0),
-       limit=st.integers(1, 30))
+       limit=st.integers(1, 30), thin=st.sampled_from([0, 2, 3, 5]))
 def test_the_exact_search_kernels_are_the_references(profile: Profile, slots: int, where: float, slack: float,
-                                                     limit: int) -> None:
+                                                     limit: int, thin: int) -> None:
     """The prefix bounds and the Pareto fronts (points, choices, links, and whether the search gave up)
-    are the same from both engines, with upper bounds below and above the optimum."""
+    are the same from both engines, with upper bounds below and above the optimum, whole or thinned."""
     from membudget_recompute import _kernels, reference
 
     tables = segment_tables(profile)
@@ -306,7 +306,8 @@ def test_the_exact_search_kernels_are_the_references(profile: Profile, slots: in
     upper = float(tables.cost[0, -1]) * slack
     fronts = (budget - tables.weights, upper, limit, bound, tables.keep_saved, tables.keep_checkpoint,
               tables.saving, tables.segment, tables.cost)
-    got, expected = _kernels.pareto_fronts(*fronts), reference.pareto_fronts(*fronts)
+    got, expected = _kernels.pareto_fronts(*fronts, thin), reference.pareto_fronts(*fronts, thin)
+    assert thin < 2 or max(got[5]) <= max(thin, 1)
     assert got[-1] == expected[-1]
     for x, y in zip(got[:-1], expected[:-1]):
         assert np.array_equal(x, y)

@@ -37,7 +37,6 @@ import itertools
 import json
 import math
 import os
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -719,6 +718,7 @@ def _check_names(suite: Suite) -> None:
 def _check_devices_and_dtypes(suite: Suite) -> None:
     """Refuse, before any case runs, a torch device or a dtype the bundled profilers would refuse in every case."""
     from harness.models.dtypes import unknown_dtype
+    from harness.profilers import devices
 
     spec = suite.spec
 
@@ -727,10 +727,9 @@ def _check_devices_and_dtypes(suite: Suite) -> None:
         return SuiteError(f"{source}:{line}: {_field_name(at)}: {message}", source=source, line=line,
                           field=_field_name(at))
 
-    profilers = {suite.profiler_of(e) for e in spec.models}
-    if "torch" in profilers and not re.fullmatch(r"cpu|cuda(:[0-9]+)?", spec.device):
-        raise refuse(f"the torch profiler measures on cpu or cuda (cuda:1, ...), not {spec.device!r}; "
-                     "device specs such as V100-PCIe are for the analytic profiler", "device")
+    refusal = devices.torch_device_refusal(spec.device)
+    if refusal and "torch" in {suite.profiler_of(e) for e in spec.models}:
+        raise refuse(refusal, "device")
     for k, entry in enumerate(spec.models):
         if suite.profiler_of(entry) not in ("analytic", "torch"):  # they build the model in this dtype
             continue

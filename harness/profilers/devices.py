@@ -16,6 +16,7 @@ profile calibrates them (``calibrate``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -110,6 +111,15 @@ def match_gpu(device_name: str) -> DeviceSpec | None:
         if token in text:
             return spec(name)
     return None
+
+
+def torch_device_refusal(name: str) -> str | None:
+    """Why the torch profiler cannot measure on ``name`` (a suite is checked with it before any case
+    runs, the profiler before it measures); None for ``cpu`` or ``cuda``, with an index or without."""
+    if re.fullmatch(r"(cpu|cuda)(:[0-9]+)?", name):
+        return None
+    return (f"the torch profiler measures on cpu or cuda (cuda:1, ...), not {name!r}; "
+            "device specs such as V100-PCIe are for the analytic profiler")
 
 
 def names() -> list[str]:

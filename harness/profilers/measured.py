@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from harness.model import Algorithm, Profile, Stage
+from harness.profilers import devices
 from harness.profilers.analytic import NOTES
 from harness.errors import ProfilingError
 from harness.chain.extract import Chain, extract
@@ -35,18 +36,12 @@ from harness.protocols import Workload
 
 
 def _device(name: str) -> torch.device:
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ProfilingError(
-            f"the torch profiler measures on cpu or cuda (cuda:1, ...), not {name!r}; "
-            "device specs such as V100-PCIe are for the analytic profiler"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+    refusal = devices.torch_device_refusal(name)
+    if refusal:
+        raise ProfilingError(refusal)
+    if name.startswith("cuda") and not torch.cuda.is_available():
         raise ProfilingError("the torch profiler was asked for cuda, but no CUDA GPU is available here")
-    if device.type not in ("cpu", "cuda"):
-        raise ProfilingError(f"the torch profiler measures on cpu or cuda, not {device.type}")
-    return device
+    return torch.device(name)
 
 
 class Timer:

@@ -770,7 +770,9 @@ def profilers_of(frame: pd.DataFrame, meta: Mapping[str, Any]) -> str:
     return " and ".join(profilers) if len(profilers) > 1 else meta.get("profiler") or "".join(profilers) or "?"
 
 
-def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame) -> list[str]:
+def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame, mixed: bool) -> list[str]:
+    """The run's start, status, profilers, commits and packages (``mixed``: its rows came from sessions at
+    different code, ``sessions_line``)."""
     env = meta.get("environment", {})
     profiler = profilers_of(frame, meta)
     pkgs = env.get("packages", {})
@@ -780,7 +782,7 @@ def _meta_lines(meta: dict[str, Any], built: dict[str, Any], frame: pd.DataFrame
     return [
         f"Run {meta.get('run_id', '?')} started {started}; status {meta.get('status', '?')}; "
         f"profiler {profiler} on {meta.get('device', '?')}; "
-        f"{'the latest session' if sessions_line(meta, frame) else 'rows'} computed at commit "
+        f"{'the latest session' if mixed else 'rows'} computed at commit "
         f"{_commit(env.get('git', {}))}; this page built from commit {_commit(built)}.",
         f"Python {env.get('python', '?')}; {versions}.",
     ]
@@ -811,8 +813,8 @@ def plugins_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
 
 def _version_change(then: str, now: str) -> str:
     """``membudget-x 0.1 (now 0.2)`` for one distribution, else both in full."""
-    plugin, _, version = then.rpartition(" ")
-    return f"{then} (now {now.removeprefix(plugin + ' ') if now.startswith(plugin + ' ') else now})"
+    plugin = then.rpartition(" ")[0] + " "
+    return f"{then} (now {now.removeprefix(plugin)})"
 
 
 def sessions_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
@@ -824,26 +826,25 @@ def sessions_line(meta: Mapping[str, Any], frame: pd.DataFrame) -> str | None:
                       key=lambda s: s["started"])
     if len(sessions) < 2 or "finished_at" not in frame:
         return None
+    latest = sessions[-1].get("plugin_versions", {})
+    code = []  # each session's code, in words: its commit and the plugin versions that differ from the latest
+    for session in sessions:
+        changed = sorted({_version_change(v, latest[k]) for k, v in session.get("plugin_versions", {}).items()
+                          if k in latest and latest[k] != v})
+        code.append(_commit(session["git"]) + (" with " + ", ".join(changed) if changed else ""))
     starts = pd.to_datetime(pd.Series([s["started"] for s in sessions]), utc=True)
     finished = pd.to_datetime(frame["finished_at"], utc=True, errors="coerce").dropna()
-    which = starts.searchsorted(finished, side="right") - 1
-    latest = sessions[-1].get("plugin_versions", {})
-    groups: dict[tuple[str, str], list[str]] = {}  # (commit, plugin changes) -> the days of its rows
-    counts: dict[tuple[str, str], int] = {}
-    for index in which:
-        session = sessions[max(int(index), 0)]
-        changed = sorted(_version_change(v, latest[k]) for k, v in session.get("plugin_versions", {}).items()
-                         if k in latest and latest[k] != v)
-        key = (_commit(session.get("git", {})), ", ".join(dict.fromkeys(changed)))
-        counts[key] = counts.get(key, 0) + 1
-        groups.setdefault(key, [])
-        day = session["started"][:10]
-        if day not in groups[key]:
-            groups[key].append(day)
-    if len(counts) < 2:
+    session_of = pd.Series(starts.searchsorted(finished, side="right") - 1).clip(lower=0)
+    rows: dict[str, list] = {}  # code -> [its rows, the days its sessions started], in session order
+    for index, n in session_of.value_counts().sort_index().items():
+        entry = rows.setdefault(code[index], [0, []])
+        entry[0] += n
+        day = sessions[index]["started"][:10]
+        if day not in entry[1]:
+            entry[1].append(day)
+    if len(rows) < 2:
         return None
-    parts = [f"{n} at commit {commit}{' with ' + changes if changes else ''} (started {', '.join(groups[key])})"
-             for key, n in counts.items() for commit, changes in [key]]
+    parts = [f"{n} at commit {words} (started {', '.join(days)})" for words, (n, days) in rows.items()]
     return ("Rows from sessions at different code: " + "; ".join(parts) + ". The Plugins line names the latest "
             "session's versions.")
 
@@ -1078,9 +1079,10 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     if not meta:
         doc.para(f"{run.path.name} has no meta.json (a folder not written by membudget run): the suite and device "
                  "named here are its rows'; the run's sessions and environment are unknown.", small=True)
-    for line in _meta_lines(meta, git_state(), frame) if meta else []:
+    sessions = sessions_line(meta, frame)
+    for line in _meta_lines(meta, git_state(), frame, sessions is not None) if meta else []:
         doc.para(line, small=True)
-    for line in (plugins_line(meta, frame), sessions_line(meta, frame), labels_line(frame)):
+    for line in (plugins_line(meta, frame), sessions, labels_line(frame)):
         if line:
             doc.para(line, small=True)
     counts = frame["status"].value_counts().to_dict()

@@ -105,16 +105,20 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
     used = 1
     lo = np.zeros(n + 2, np.int64)
     hi = np.zeros(n + 2, np.int64)
+    needs = np.zeros(n + 2, np.int64)
+    keeps = np.zeros(n + 2, np.int64)
+    extras = np.zeros(n + 2)
     for a in range(n - 1, -1, -1):
         # Of front b (peaks up, times down) only a window can lead anywhere: times within ``upper``,
         # peaks within ``usable``, and of the points the need covers (all one peak) the fastest alone.
+        # b == a stands for the saving stage, which continues at front a + 1.
+        needs[a], keeps[a], extras[a] = saving[a], keep_saved[a], 0.0
+        needs[a + 1:n + 1], keeps[a + 1:n + 1], extras[a + 1:n + 1] = segment[a, a + 1:], keep_checkpoint[a], \
+            cost[a, a + 1:]
         total = 0
-        for b in range(a, n + 1):  # b == a stands for the saving stage, which continues at front a + 1
+        for b in range(a, n + 1):
             f = a + 1 if b == a else b
-            if b == a:
-                need, keep, extra = saving[a], keep_saved[a], 0.0
-            else:
-                need, keep, extra = segment[a, b], keep_checkpoint[a], cost[a, b]
+            need, keep, extra = needs[b], keeps[b], extras[b]
             first, last = start[f], start[f] + size[f]
             lo[b], hi[b] = first, first
             if need > usable:
@@ -135,13 +139,10 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
         cj = np.empty(total, np.int64)
         k = 0
         for b in range(a, n + 1):
-            if b == a:
-                need, keep, extra, tag = saving[a], keep_saved[a], 0.0, 0
-            else:
-                need, keep, extra, tag = segment[a, b], keep_checkpoint[a], cost[a, b], b
+            tag = 0 if b == a else b
             for j in range(lo[b], hi[b]):
-                cp[k] = max(need, keep + peak[j])
-                ct[k], cb[k], cj[k] = extra + time[j], tag, j
+                cp[k] = max(needs[b], keeps[b] + peak[j])
+                ct[k], cb[k], cj[k] = extras[b] + time[j], tag, j
                 k += 1
         order = np.argsort(cp)
         start[a] = used

@@ -218,15 +218,21 @@ def discretise(tables: Tables, budget: int, slots: int = DEFAULT_SLOTS, down: bo
                        rounded(tables.saving), segment, tables.cost)
 
 
+def _engine(engine: str):
+    """The module of ``engine``'s loops: ``_kernels`` (Numba) or ``reference`` (plain Python), the same ones."""
+    if engine == "kernel":
+        from membudget_recompute import _kernels as module
+    elif engine == "reference":
+        from membudget_recompute import reference as module
+    else:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    return module
+
+
 def solve(disc: Discretised, engine: str = "kernel") -> tuple[Segments, float] | None:
     """The DP on ``disc``: the best segments and their recomputation seconds; None when nothing fits."""
-    if engine == "kernel":
-        from membudget_recompute._kernels import dp_table
-    elif engine == "reference":
-        from membudget_recompute.reference import dp_table
-    else:
-        raise ValueError(f"unknown DP engine {engine!r}; choose one of {ENGINES}")
-    value, choice = dp_table(disc.slots, disc.keep_saved, disc.keep_checkpoint, disc.saving, disc.segment, disc.cost)
+    value, choice = _engine(engine).dp_table(disc.slots, disc.keep_saved, disc.keep_checkpoint, disc.saving,
+                                             disc.segment, disc.cost)
     best = float(value[0, disc.slots])
     if not math.isfinite(best):
         return None
@@ -234,33 +240,39 @@ def solve(disc: Discretised, engine: str = "kernel") -> tuple[Segments, float] |
     return _walk(choice, n, disc.keep_saved, disc.keep_checkpoint, disc.slots), best
 
 
+def prefix_bound(tables: Tables, budget: int, slots: int = DEFAULT_SLOTS, engine: str = "kernel",
+                 down: Discretised | None = None) -> np.ndarray:
+    """The exact search's bound D[a, k] (``prefix_bounds``) under ``budget`` in ``slots`` slots, fewer where
+    the room in slots, (usable - peak) * slots, would pass 64 bits; ``down``: the tables rounded down in
+    ``slots``, when the caller has them already."""
+    usable = int(budget) - tables.weights
+    slots = max(1, min(slots, 2**62 // max(usable, 1)))
+    if down is None or down.slots != slots:
+        down = discretise(tables, budget, slots, down=True)
+    return _engine(engine).prefix_bounds(down.slots, down.keep_saved, down.keep_checkpoint, down.saving,
+                                         down.segment, down.cost)
+
+
 def exact_segments(tables: Tables, budget: int, upper: float, limit: int = DEFAULT_FRONT_LIMIT,
-                   engine: str = "kernel", slots: int = DEFAULT_SLOTS, thin: int = 0) -> tuple[Segments, float] | None:
+                   engine: str = "kernel", slots: int = DEFAULT_SLOTS, thin: int = 0,
+                   bound: np.ndarray | None = None) -> tuple[Segments, float] | None:
     """The fastest segments under ``budget``, exactly in bytes: a search over Pareto fronts.
 
     ``leanest``'s recursion, keeping for each stage a every (peak above the prefix, seconds) no other
     schedule of stages a.. beats on both, instead of the least peak alone; a point whose peak passes
     the budget is dropped, and so is one whose time, plus the least the stages before a can take in
-    the room it leaves (a forward DP in ``slots`` slots rounded down: a relaxation), passes ``upper``
+    the room it leaves (``bound``, default ``prefix_bound`` in ``slots``: a relaxation), passes ``upper``
     (a schedule already found). Returns the
     segments and their recomputation seconds (``upper`` or less), or None when a front would pass
     ``limit`` points (the search gave up, the chain is too irregular) or nothing within ``upper`` fits.
     ``thin`` > 1 keeps only that many points of each front: a quick search for a schedule at most as slow
     as ``upper``, no longer exact (``plan`` runs one first, for the exact search's ``upper``).
     """
-    if engine == "kernel":
-        from membudget_recompute._kernels import pareto_fronts, prefix_bounds
-    elif engine == "reference":
-        from membudget_recompute.reference import pareto_fronts, prefix_bounds
-    else:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
-    usable = int(budget) - tables.weights
-    slots = max(1, min(slots, 2**62 // max(usable, 1)))  # room(p) = (usable - p) * slots // usable in int64
-    down = discretise(tables, budget, slots, down=True)
-    bound = prefix_bounds(down.slots, down.keep_saved, down.keep_checkpoint, down.saving, down.segment, down.cost)
-    _, time, choice, nxt, start, size, complete = pareto_fronts(
-        usable, float(upper), int(limit), bound, tables.keep_saved, tables.keep_checkpoint, tables.saving,
-        tables.segment, tables.cost, int(thin))
+    if bound is None:
+        bound = prefix_bound(tables, budget, slots, engine)
+    _, time, choice, nxt, start, size, complete = _engine(engine).pareto_fronts(
+        int(budget) - tables.weights, float(upper), int(limit), bound, tables.keep_saved, tables.keep_checkpoint,
+        tables.saving, tables.segment, tables.cost, int(thin))
     if not complete or size[0] == 0:
         return None
     k = int(start[0] + size[0] - 1)  # the front runs by increasing peak, so by decreasing time
@@ -308,7 +320,8 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
             f"infeasible: recompute needs at least {lean_peak} bytes ({format_bytes(lean_peak)}) for "
             f"{profile.model} at batch {profile.batch_size} with its leanest checkpointing schedule "
             f"({segments_text(lean)}); the budget is {budget} bytes ({format_bytes(budget)})", needed_bytes=lean_peak)
-    relaxed = solve(discretise(tables, budget, slots, down=True), engine)
+    down = discretise(tables, budget, slots, down=True)
+    relaxed = solve(down, engine)
     if relaxed is None:  # cannot happen: the leanest schedule fits, so it fits the relaxation
         raise MembudgetError(f"recompute: the relaxed DP found nothing although {lean} fits; a bug")
     bound = tables.compute_time + relaxed[1]
@@ -329,10 +342,11 @@ def plan(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, engine: str 
     extra, source, segments = best
     optimal = math.isclose(extra, relaxed[1], rel_tol=1e-12, abs_tol=0.0)
     if not optimal and front_limit > 0:
-        quick = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, slots, thin=QUICK_FRONT)
+        prefix = prefix_bound(tables, budget, slots, engine, down)
+        quick = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, thin=QUICK_FRONT, bound=prefix)
         if quick is not None and quick[1] < extra:  # a tighter bound: the exact search prunes more
             segments, extra, source = quick[0], quick[1], "exact search"
-        found = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, slots)
+        found = exact_segments(tables, budget, extra * (1 + 1e-9), front_limit, engine, bound=prefix)
         if found is not None:  # the search finished: nothing beats what it returns
             if found[1] < extra:
                 segments, extra, source = found[0], found[1], "exact search"

@@ -27,7 +27,7 @@ class ModelError(ValueError):
 
 
 MAX_BYTES = 2**50  # 1 PiB per size
-MAX_TOTAL_BYTES = 2**53  # 8 PiB in all: where the simulator's float64 clock of memory still counts every byte
+MAX_TOTAL_BYTES = 2**53  # 8 PiB in all: past it the simulator's float64 sums of bytes lose bytes
 
 
 def _non_negative(obj: Any, *names: str) -> None:

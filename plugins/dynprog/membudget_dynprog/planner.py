@@ -81,6 +81,8 @@ from harness.schedules import (best_ordered_schedule, check_budget, fastest_orde
                                offload_set_refusal)
 
 DEFAULT_SLOTS = 500
+TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
+ENGINES = ("kernel", "reference")
 LINK_SLOTS_CAP = 2**40  # far beyond any table's slots: a window that moves this much moves everything
 
 
@@ -89,8 +91,6 @@ def link_slots(seconds: Any, bandwidth: float, slot_bytes: float) -> np.ndarray:
     (an absurdly fast link, 1e23 B/s, took the count past 64 bits: garbage here, an OverflowError in HYBRID)."""
     moved = np.asarray(seconds, dtype=float) * bandwidth / slot_bytes
     return np.floor(np.minimum(moved, LINK_SLOTS_CAP)).astype(np.int64)
-TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
-ENGINES = ("kernel", "reference")
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,8 @@ def test_stage_algorithms_switch_onednn_off_where_the_schedule_says():
     native = set(convs[::2])
     algorithms = tuple(0 if i in native else (1 if i in convs else -1) for i in range(alt.n_stages))
     schedule = ordered_schedule(alt, 10**12, set(), planner="algos", algorithms=algorithms)
-    expected = cached_reference(MODELS[0], 1)
+    stage_of = _stage_of_modules(chain)
+    expected = _reference_with_native(chain, {name for name, s in stage_of.items() if s in native})
     seen: dict[str, list[bool]] = {}
     hooks = []
     for name, module in chain.model.named_modules():
@@ -218,10 +219,32 @@ def test_stage_algorithms_switch_onednn_off_where_the_schedule_says():
             h.remove()
     assert run.status == "ok", run.message
     assert executor.last_record.algorithms == {i: ("native" if i in native else "onednn") for i in convs}
-    stage_of = _stage_of_modules(chain)
     for name, flags in seen.items():
         assert flags == [stage_of[name] not in native], name
     assert_gradients_equal(chain, expected, scaled_tol=1e-4)
+
+
+def _reference_with_native(chain: TorchChain, native: set[str]) -> dict[str, torch.Tensor]:
+    """The plain model's gradients with oneDNN off in the forward of the modules named in ``native``.
+
+    Each convolution's backward is the one its forward chose, so this is the same arithmetic as
+    the schedule's: the rounding of the two algorithms differs, and a batch norm over few values
+    (a batch of 2, 2x2 maps in layer4) magnifies that difference for some weights by 10% or more.
+    """
+    def off(module, args):
+        torch._C._set_mkldnn_enabled(False)
+
+    def on(module, args, output):
+        torch._C._set_mkldnn_enabled(True)
+
+    modules = dict(chain.model.named_modules())
+    hooks = [h for name in native
+             for h in (modules[name].register_forward_pre_hook(off), modules[name].register_forward_hook(on))]
+    try:
+        return reference_gradients(chain, 1)
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def _stage_of_modules(chain: TorchChain) -> dict[str, int]:

@@ -112,3 +112,54 @@ def test_recomputation_updates_the_running_statistics_once_per_forward():
     assert int(expected["bn1.num_batches_tracked"]) == 3 + 1  # and the gradient check's plain forward
     for name, buffer in chain.model.named_buffers():
         torch.testing.assert_close(buffer, expected[name], msg=lambda m, name=name: f"{name}: {m}")
+
+
+class _SharedShift(torch.nn.Module):
+    """Computes one tensor from a parameter before its layers and adds it after two of them: the tensor
+    does not depend on the input, but the parameter's gradient flows through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = torch.nn.Parameter(torch.randn(32))
+        self.a, self.b, self.c = (torch.nn.Linear(48 if k == 0 else 32, 32) for k in range(3))
+        self.d = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shift = torch.tanh(self.shift) * 2.0
+        x = torch.relu(self.a(x.flatten(1)))
+        x = torch.relu(self.b(x) + shift)
+        x = torch.relu(self.c(x))
+        return self.d(x + shift)
+
+
+class _ShiftFactory(_Factory):
+    """test:shared-shift, registered the way a plugin's is."""
+
+    name = "test-shared-shift"
+    description = "a model that reuses a tensor computed from a parameter"
+
+    def names(self) -> list[str]:
+        return ["test:shared-shift"]
+
+    def build(self, workload: Workload, device="cpu"):
+        model = prepare(on_device(_SharedShift, device), device, workload.dtype)
+        return model, image_batch(workload.batch_size, tuple(workload.input_size), device, workload.dtype)
+
+
+class _ShiftPlugin:
+    @staticmethod
+    @hookimpl
+    def membudget_register_models(register):
+        register(_ShiftFactory())
+
+
+@pytest.mark.parametrize("planner", ["keep-all", "recompute", "torch-checkpoint"])
+def test_a_tensor_computed_from_a_parameter_never_crosses_a_cut(planner):
+    """A tensor made from a parameter alone is not a constant of the workload: Fn and Fc would compute
+    it without its graph (the parameter's gradient lost), and F would run its backward once per stage
+    that reads it. The cut keeps it inside one stage, so every schedule trains the plain network."""
+    registry().add_plugin(_ShiftPlugin(), "membudget-test-shared-shift", "0.0")
+    chain, schedule, run = _run("test:shared-shift", (3, 4, 4), planner, _three_tenths)
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] < 1e-5
+    assert chain.n_stages >= 2  # the layers around the shared tensor still form a chain

@@ -186,7 +186,10 @@ class Graph:
     are evaluated once and are available everywhere; every other value lives in the
     ``env`` dict that ``run`` receives, keyed by position. ``input_dependent`` holds the
     positions whose value depends on the model input; the others (a causal mask, position
-    ids) are constants of the workload, like the weights.
+    ids) are constants of the workload, like the weights. ``weight_dependent`` holds the
+    positions, parameters themselves aside, whose value a trainable parameter reaches (through
+    a ``get_attr`` node or a module call): a gradient flows through them, so they are not
+    constants even when the input does not reach them.
     """
 
     def __init__(self, gm: fx.GraphModule) -> None:
@@ -210,12 +213,23 @@ class Graph:
         self.constants: dict[int, Any] = {
             i: self._fetch_attr(n.target) for i, n in enumerate(self.nodes) if n.op == "get_attr"
         }
-        self.input_dependent = self._reachable_from(self.input_index)
+        self.input_dependent = self._reachable_from([self.input_index])
+        trained = [i for i, n in enumerate(self.nodes) if self._trains(n)]
+        self.weight_dependent = self._reachable_from(trained) - set(self.constants)
 
     # -- structure
-    def _reachable_from(self, start: int) -> set[int]:
-        seen = {start}
-        for i in range(start, len(self.nodes)):
+    def _trains(self, n: fx.Node) -> bool:
+        """Whether node ``n`` yields a trainable parameter or calls a module that holds one."""
+        if n.op == "get_attr":
+            value = self.constants[self.position[n]]
+            return isinstance(value, torch.Tensor) and value.requires_grad
+        if n.op == "call_module":
+            return any(p.requires_grad for p in self.gm.get_submodule(str(n.target)).parameters())
+        return False
+
+    def _reachable_from(self, starts: list[int]) -> set[int]:
+        seen = set(starts)
+        for i in range(min(starts, default=len(self.nodes)), len(self.nodes)):
             if i in seen:
                 seen.update(self.position[u] for u in self.nodes[i].users)
         return seen

@@ -2,9 +2,11 @@
 
 A cut may go after position k of the graph when exactly one activation is live there:
 one tensor computed from the input at or before k is still needed after k (parameters,
-buffers and tensors that do not depend on the input, such as a causal mask, do not
-count: they are resident all along; plain Python values such as shapes may cross a
-cut and are carried along). Between two consecutive cuts lies a stage, so
+buffers and tensors that depend on neither the input nor a parameter, such as a causal
+mask, do not count: they are resident all along; plain Python values such as shapes may
+cross a cut and are carried along). A tensor computed from a trainable parameter alone
+counts as live: a stage run without saving would compute it without its graph, losing
+the parameter's gradient, so no cut may pass it to a later stage. Between two consecutive cuts lies a stage, so
 every non-linear part of a network (a residual block, an inception module, a
 transformer layer) becomes one "virtual" stage and every layer of a plain sequence its
 own. A dense block is cut after every dense layer: ``graph.trace`` rewrites its growing
@@ -106,7 +108,7 @@ def plan_stages(graph: Graph, example: torch.Tensor) -> StagePlan:
         candidates.append(_Candidate(graph.input_index, graph.input_index, storage_key(example), example._version))
 
     def on_node(i: int, value: object, env_now: dict[int, object]) -> None:
-        if i in graph.input_dependent and info[i].last_use > i and tensors_in(value):
+        if (i in graph.input_dependent or i in graph.weight_dependent) and info[i].last_use > i and tensors_in(value):
             live.add(i)
         for j in info[i].inputs:
             if info[j].last_use <= i:
@@ -114,7 +116,7 @@ def plan_stages(graph: Graph, example: torch.Tensor) -> StagePlan:
         if len(live) == 1 and i < last_node:
             (j,) = live
             t = env_now[j]
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and j in graph.input_dependent:
                 candidates.append(_Candidate(i, j, storage_key(t), t._version))
 
     with torch.no_grad(), meta_modes(example.device.type == "meta"):

@@ -194,6 +194,59 @@ def test_an_arena_that_cannot_grow_makes_requests_beyond_it_depart():
     assert real.arena_capacity > cap and real.stats.departures_by_iteration[-1] == 0
 
 
+
+def _in_a_thread(call, seconds: float = 10.0):
+    """Run ``call`` in a daemon thread; fail (instead of hanging the suite) if it does not return."""
+    import threading
+
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert done, f"still running after {seconds} s: a deadlock"
+    return done[0]
+
+
+class _CollectingMemory(FakeMemory):
+    """Device memory whose next ``malloc`` frees ``victim`` first, as a garbage collection inside
+    the allocator would on CUDA (the collected tensor's free callback comes back on this thread)."""
+
+    real: RealAddressAllocator | None = None
+    victim: int | None = None
+
+    def malloc(self, size: int) -> int:
+        if self.victim is not None and self.real is not None:
+            victim, self.victim = self.victim, None
+            self.real.free(victim)
+            assert victim in self.real._by_ptr, "freed in the middle of another call"
+        return super().malloc(size)
+
+
+def test_a_free_from_inside_another_call_waits_for_it_instead_of_deadlocking():
+    """On CUDA a collection during ``alloc`` or the planning in ``end_iteration`` can release a
+    device tensor whose free callback re-enters the allocator on the same thread; with a plain lock
+    that thread waited for itself forever. The free is deferred to the end of the call it interrupted."""
+    memory = _CollectingMemory(alignment=ALIGN)
+    real = RealAddressAllocator(BestFit(), memory, alignment=ALIGN)
+    memory.real = real
+    first = real.alloc(4096)
+    memory.victim = first
+    second = _in_a_thread(lambda: real.alloc(8192))  # its fallback malloc frees ``first``
+    assert first not in real._by_ptr and second in real._by_ptr
+    assert memory.live_bytes == 8192 and not real.stats.errors
+    # the same inside the planning of end_iteration (the arena's malloc), with a monitored block
+    real.begin_iteration()
+    block = real.alloc(1 << 16)
+    real.free(block)
+    kept = real.alloc(1 << 12)  # alive across the iteration's end
+    memory.victim = kept
+    assert _in_a_thread(real.end_iteration) is True  # planned, and obtained the arena
+    assert kept not in real._by_ptr and real.arena_base is not None
+    real.free(second)
+    real.close()
+    assert memory.live_bytes == 0 and not real.stats.errors
+
+
 # --------------------------------------------------------------------------- the executor and the glue
 
 
@@ -235,8 +288,11 @@ def test_cuda_glue_imports_on_the_cpu_and_refuses_in_one_line():
     # an exception inside the allocator never reaches C: the request is served anyway
     real.fallback = None
     p = c_alloc(1000, 0, None)
-    assert p and hook.errors
+    assert p and hook.errors and hook.out_of_memory is None
     c_free(p, 1000, 0, None)
+    # nothing can serve it: torch gets NULL (it does not check), and the allocator says so
+    hook.runtime.fake.capacity = 0
+    assert c_alloc(1000, 0, None) is None and "could not serve 1000 bytes" in hook.out_of_memory
     if not torch.cuda.is_available():
         with pytest.raises(PlannedPathError, match="needs a CUDA GPU"):
             hook.install()
@@ -353,3 +409,71 @@ def test_the_planned_executor_runs_on_the_layout_the_case_planned_for():
     ex = TorchPlannedExecutor()
     assert ex.duplex is None
     assert copy_layout(ex, {"duplex": True}) is True and copy_layout(ex, {}) is False
+
+
+def test_what_follows_a_null_handed_to_torch_is_an_out_of_memory():
+    """torch does not check the NULL an exhausted device leaves the pluggable allocator to return; the
+    kernel that writes there fails later (an illegal memory access). The planned run reports that
+    error as the out-of-memory it is, with the request that could not be served: an ``oom`` row,
+    as the torch executor's ``measure`` turns ``MemoryError`` into one."""
+    from harness.executors._cuda_pluggable import as_out_of_memory
+
+    class Hook:
+        out_of_memory = None
+
+    hook = Hook()
+    crash = RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors ...")
+    assert as_out_of_memory(crash, hook) is crash  # no NULL was handed out: the error is what it says
+    hook.out_of_memory = "the device could not serve 1000 bytes (arena 0 bytes held): MemoryError: out"
+    meant = as_out_of_memory(crash, hook)
+    assert isinstance(meant, MemoryError)
+    assert str(meant).startswith(hook.out_of_memory) and "illegal memory access was encountered)" in str(meant)
+    interrupt = KeyboardInterrupt()
+    assert as_out_of_memory(interrupt, hook) is interrupt  # a Ctrl-C stays one
+
+
+@pytest.mark.parametrize("nothing_left", [False, True])
+def test_the_planned_process_writes_its_row_and_the_gradients_of_an_ok_run(monkeypatch, tmp_path, nothing_left):
+    """``python -m harness.executors.planned JOB`` end to end on the CPU, with the CUDA runtime, the
+    allocator's installation and CUDA's synchronisation stubbed: an ok run writes its row and its
+    gradients; a run after which the allocator had to hand torch a NULL is an ``oom`` row naming the
+    request, with no gradients to compare."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    import harness.executors._cuda_pluggable as glue
+    from harness.executors import planned
+    from harness.model import from_dict, to_dict, Run
+    from harness.plugins import registry
+    from tests.torch_cases import BATCH, SIZE, setup
+
+    class Runtime(FakeMemory):
+        def synchronize(self, stream):
+            pass
+
+    def install(hook):
+        if nothing_left:
+            hook.out_of_memory = "the device could not serve 4096 bytes (arena 0 bytes held): MemoryError: full"
+
+    monkeypatch.setattr(glue, "CudaRuntime", lambda *args, **kwargs: Runtime())
+    monkeypatch.setattr(glue.PluggableAllocator, "install", install)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    _, profile = setup("builtin:tiny-cnn")
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    job = {"schedule": to_dict(schedule), "profile": to_dict(profile),
+           "workload": {"model": "builtin:tiny-cnn", "batch_size": BATCH, "input_size": list(SIZE), "device": "cpu",
+                        "dtype": "float32"},
+           "options": {"allocator": "bestfit", "warmup": 2, "iterations": 2, "alignment": ALIGN, "seed": 0,
+                       "duplex": False},
+           "out": str(tmp_path)}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    assert planned.main([str(tmp_path / "job.json")]) == 0
+    run = from_dict(Run, json.loads((tmp_path / "run.json").read_text()))
+    if nothing_left:
+        assert run.status == "oom" and "could not serve 4096 bytes" in run.message, run.message
+        assert not (tmp_path / "grads.pt").exists()
+    else:
+        assert run.status == "ok" and run.executor == "torch-planned", run.message
+        grads = torch.load(tmp_path / "grads.pt")
+        assert grads and all(torch.isfinite(g).all() for g in grads.values())

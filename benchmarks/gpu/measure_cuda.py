@@ -97,7 +97,7 @@ def record_trace(model: str, batch: int, training: bool) -> tuple:
 
     step()  # warm-up: cuDNN's choices, lazily created handles
     torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")  # no C++ frames to symbolise
     step()
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()

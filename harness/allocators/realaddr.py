@@ -19,6 +19,12 @@ by driving a :class:`~harness.allocators.session.ProfileGuidedSession`:
   4.3's interrupt/resume) and outside iterations (weights, optimizer state, the gradient
   check) go to the fallback, unmonitored.
 
+One operation at a time: a lock serialises the calls. A free that arrives while the same
+thread is inside another call (on CUDA, a garbage collection during the planning in
+:meth:`~RealAddressAllocator.end_iteration` releasing a device tensor, whose free callback
+comes back here) waits until that call is over, instead of waiting for a lock its own
+thread holds.
+
 Addresses are ``alignment``-aligned (512 bytes by default, what CUDA's caching allocator
 guarantees): the session plans in units of the alignment. A request of 0 bytes is served
 one unit, so that every live request has its own address.
@@ -33,8 +39,9 @@ for a planned request, so the iterations after the plan make no device allocatio
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -131,7 +138,9 @@ class RealAddressAllocator:
         self.arena_base: int | None = None
         self.arena_capacity = 0
         self._by_ptr: dict[int, Allocation] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0  # calls of this thread under way: a free inside one is deferred
+        self._deferred: list[int] = []
         self._iteration_departures = 0
 
     # ------------------------------------------------------------------ figures
@@ -152,7 +161,7 @@ class RealAddressAllocator:
     # ------------------------------------------------------------------ requests
     def alloc(self, size: int, device: int = 0, stream: int = 0) -> int:
         """An address for ``size`` bytes: planned when the plan serves it, else from the fallback."""
-        with self._lock:
+        with self._exclusive():
             a = self.session.malloc(max(int(size), 1))
             self.stats.requests += 1
             if a.region == "plan" and self.arena_base is None:  # cannot happen with capacity 0; be safe
@@ -182,20 +191,46 @@ class RealAddressAllocator:
     def free(self, ptr: int, size: int = 0, device: int = 0, stream: int = 0) -> None:
         """Release ``ptr`` (``size`` is not needed: the allocator remembers it)."""
         with self._lock:
-            a = self._by_ptr.pop(ptr, None)
-            if a is None:
-                self.stats.errors.append(f"free of {ptr:#x}, which this allocator did not serve")
+            if self._depth:  # this thread is inside another call (module docstring)
+                self._deferred.append(ptr)
                 return
-            self.session.free(a)
-            if a.region == "pool":
-                rounded = round_up(a.size, self.alignment)
-                self.fallback.free(ptr, rounded)
-                self.stats.fallback_live_bytes -= rounded
+            with self._exclusive():
+                self._release(ptr)
+
+    def _release(self, ptr: int) -> None:
+        a = self._by_ptr.pop(ptr, None)
+        if a is None:
+            self.stats.errors.append(f"free of {ptr:#x}, which this allocator did not serve")
+            return
+        self.session.free(a)
+        if a.region == "pool":
+            rounded = round_up(a.size, self.alignment)
+            self.fallback.free(ptr, rounded)
+            self.stats.fallback_live_bytes -= rounded
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The lock for one call; on leaving the outermost, the frees deferred meanwhile."""
+        with self._lock:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            while self._deferred and not self._depth:
+                ptr = self._deferred.pop(0)
+                self._depth += 1
+                try:
+                    self._release(ptr)
+                except Exception as exc:  # noqa: BLE001 - the call it follows succeeded; a free has no caller
+                    self.stats.errors.append(f"deferred free of {ptr:#x}: {type(exc).__name__}: {exc}")
+                finally:
+                    self._depth -= 1
 
     # ------------------------------------------------------------------ iterations
     def begin_iteration(self) -> None:
         """Start a monitored iteration (``lambda`` restarts)."""
-        with self._lock:
+        with self._exclusive():
             self.session.begin_iteration()
             self._iteration_departures = 0
 
@@ -205,7 +240,7 @@ class RealAddressAllocator:
         Call it where the device memory may be allocated (on CUDA: not inside an allocator
         callback).
         """
-        with self._lock:
+        with self._exclusive():
             planned = self.session.end_iteration()
             self.stats.departures_by_iteration.append(self._iteration_departures)
             if self.session.plan is not None:
@@ -245,7 +280,7 @@ class RealAddressAllocator:
 
     def close(self) -> None:
         """Give back the arena; the fallback's live blocks stay with their owners."""
-        with self._lock:
+        with self._exclusive():
             self.release_arena()
 
     def summary(self) -> dict[str, float]:

@@ -40,13 +40,14 @@ Assumptions no CPU test can check (to confirm on a GPU: the planned tests of ``t
    found under the ``nvidia`` wheels, or by ``ctypes.util.find_library``) whose
    ``cudaMalloc``/``cudaFree``/``cudaStreamSynchronize`` use torch's context;
 3. a Python callback runs under the GIL, so the allocator's lock serialises the autograd
-   thread and the main thread; an exception inside a callback would return NULL to torch
-   (whether torch's pluggable allocator checks for NULL is unverified: if it does not, a
-   NULL is a crash): every callback catches everything and serves the request with
-   ``cudaMalloc`` instead (counted in ``errors``); only when that too fails (the device is
-   out of memory) does it return NULL, so a real out-of-memory in the planned process is
-   either torch's error (an ``oom`` row) or the child's death by a signal (an ``error`` row
-   naming it): to be seen on a GPU;
+   thread and the main thread; an exception inside a callback would return NULL to torch,
+   and torch does not check for NULL (``CUDAPluggableAllocator::malloc`` wraps whatever the
+   callback returns in a ``DataPtr``; read in its 2.14 source, not seen on a GPU): a kernel
+   then writes at address 0 and fails later with an illegal memory access. So every
+   callback catches everything and serves the request with ``cudaMalloc`` instead (counted
+   in ``errors``); only when that too fails (the device is out of memory) does it return
+   NULL, and it says so in ``out_of_memory``: the planned process turns the error that
+   follows into an ``oom`` row with that message (:func:`as_out_of_memory`);
 4. streams: the pluggable allocator ignores ``record_stream``, so a planned address freed
    while a side stream (the executor's copy streams) still reads it could be handed out
    again too early. With side streams registered (:meth:`PluggableAllocator.set_streams`),
@@ -69,7 +70,7 @@ from typing import Any, Sequence
 
 from harness.errors import MembudgetError
 
-__all__ = ["PlannedPathError", "CudaRuntime", "PluggableAllocator", "ALLOC_FN", "FREE_FN"]
+__all__ = ["PlannedPathError", "CudaRuntime", "PluggableAllocator", "ALLOC_FN", "FREE_FN", "as_out_of_memory"]
 
 #: ``void* alloc(ssize_t size, int device, cudaStream_t stream)``
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
@@ -150,10 +151,11 @@ class PluggableAllocator:
     def __init__(self, real: Any, runtime: CudaRuntime) -> None:
         self.real, self.runtime = real, runtime
         self.errors: list[str] = []
+        self.out_of_memory: str | None = None  # the first request nothing could serve (assumption 3)
         self._emergency: dict[int, int] = {}
         self._compute: int | None = None
         self._side: tuple[int, ...] = ()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a collection inside could free a block here: same thread
         self._alloc_cb = ALLOC_FN(self._alloc)
         self._free_cb = FREE_FN(self._free)
 
@@ -216,8 +218,21 @@ class PluggableAllocator:
         self.errors.append(f"alloc({size}): {type(exc).__name__}: {exc}")
         try:
             ptr = self.runtime.malloc(size)
-        except BaseException:  # noqa: BLE001 - out of device memory: NULL (assumption 3)
+        except BaseException as oom:  # noqa: BLE001 - out of device memory: NULL (assumption 3)
+            if self.out_of_memory is None:
+                self.out_of_memory = (f"the device could not serve {size} bytes (arena {self.real.reserved_bytes} "
+                                      f"bytes held): {type(oom).__name__}: {oom}")
             return 0
         with self._lock:
             self._emergency[ptr] = size
         return ptr
+
+
+def as_out_of_memory(exc: BaseException, hook: PluggableAllocator | None) -> BaseException:
+    """What an exception in the planned run means: ``MemoryError`` (an ``oom`` row) when the allocator
+    had to hand torch a NULL before it (the illegal memory access that follows is its consequence),
+    else the exception itself."""
+    if hook is None or hook.out_of_memory is None or isinstance(exc, MemoryError) or not isinstance(exc, Exception):
+        return exc
+    return MemoryError(f"{hook.out_of_memory} (then {type(exc).__name__}: {str(exc).strip().splitlines()[0]})"
+                       if str(exc).strip() else hook.out_of_memory)

@@ -217,6 +217,8 @@ class CudaCopies:
                     if not block.moved:
                         continue
                     keep = block.nbytes - block.moved
+                    if keep:  # the regrowth copies the kept head on this stream, then frees the old block:
+                        flat_bytes(block.storage).record_stream(self.h2d)  # not reusable until that copy is over
                     block.storage.resize_(block.nbytes)
                     copied.append(block)
                     flat = flat_bytes(block.storage)

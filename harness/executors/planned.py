@@ -134,11 +134,11 @@ class TorchPlannedExecutor:
                 why = tail[-1] if tail else f"exit status {proc.returncode}"
                 return self._failed(schedule, profile, f"the planned process failed: {why}")
             planned = from_dict(Run, json.loads(result.read_text()))
+            if planned.status != "ok":
+                return planned
             import torch
 
             grads = torch.load(Path(tmp) / "grads.pt")
-        if planned.status != "ok":
-            return planned
         baseline_executor = self._torch(str(workload.device))
         baseline = baseline_executor.run(schedule, profile, workload)
         metrics = dict(planned.metrics)
@@ -171,6 +171,7 @@ def _planned_execution_class():
         """The torch executor's iterations, each one monitored by the real-address allocator."""
 
         real: Any = None
+        hook: Any = None  # the PluggableAllocator: what it could not serve
         k = 0
         departures_before = 0
 
@@ -185,18 +186,25 @@ def _planned_execution_class():
             k, self.k = self.k, self.k + 1
             if k == 0:  # lazily made handles and workspaces: once, not part of the sequence
                 return super()._iteration(record, timeline)
+            import torch
+
+            from harness.executors._cuda_pluggable import as_out_of_memory
+
             self.real.begin_iteration()
             try:
                 time = super()._iteration(record, timeline)
-            except BaseException:
+                torch.cuda.synchronize(self.chain.device)
+                if self.hook is not None and self.hook.out_of_memory is not None:
+                    raise MemoryError(self.hook.out_of_memory)  # a NULL went to torch: nothing after it holds
+            except BaseException as exc:
                 try:  # close the iteration, but never hide why it failed (e.g. an oom) behind a re-plan
                     self.real.end_iteration()
                 except Exception:  # noqa: BLE001
                     pass
-                raise
-            import torch
-
-            torch.cuda.synchronize(self.chain.device)
+                meant = as_out_of_memory(exc, self.hook)
+                if meant is exc:
+                    raise
+                raise meant from exc
             self.real.end_iteration()
             return time
 
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.executors.torch_executor import _safe_predict
 
     execution = _planned_execution_class()(ex, schedule, profile, chain)
-    execution.real = real
+    execution.real, execution.hook = real, hook
     if schedule.transfers and hasattr(execution.copies, "d2h"):
         c = execution.copies
         hook.set_streams(c.compute.cuda_stream, [c.d2h.cuda_stream, c.h2d.cuda_stream])
@@ -265,13 +273,18 @@ def main(argv: list[str] | None = None) -> int:
         with torch.autograd.set_multithreading_enabled(False):  # one thread: one request order
             run = execution.measure(_safe_predict(schedule, profile, opts["duplex"]))
     finally:
-        execution.close()
+        try:
+            execution.close()
+        except Exception:  # noqa: BLE001
+            if hook.out_of_memory is None:
+                raise  # after a NULL handed to torch every CUDA call fails; the oom row says why
     if hook.errors or real.stats.errors:
         errors = hook.errors + real.stats.errors
         run = replace(run, metrics={**run.metrics, "allocator_errors": float(len(errors))},
                       message=(run.message + " " if run.message else "") + f"allocator: {errors[0]}")
-    grads = {n: p.grad.detach().cpu() for n, p in chain.model.named_parameters() if p.grad is not None}
-    torch.save(grads, out / "grads.pt")
+    if run.status == "ok":  # the caching run's gradients are compared with these
+        grads = {n: p.grad.detach().cpu() for n, p in chain.model.named_parameters() if p.grad is not None}
+        torch.save(grads, out / "grads.pt")
     (out / "run.json").write_text(json.dumps(to_dict(run)))
     return 0
 

@@ -246,6 +246,7 @@ def test_torch_executor_gradients_of_a_plan_that_offloads_and_recomputes():
     torch.set_num_threads(1)
     try:
         model = "torchvision:resnet18"
+        torch.manual_seed(0)  # weights and batch reproducible
         chain: TorchChain = build_chain(Workload(model, 2, (3, 64, 64), "cpu"), "cpu")
         profile = registry().profiler("analytic").profile(Workload(model, 2, (3, 64, 64), "V100-PCIe"))
         lo, hi = min_memory(profile), peak_memory(profile)

@@ -556,4 +556,10 @@ def load(cls: type[T], path: str | Path) -> T:
         from harness.files import not_utf8
 
         raise ModelError(f"{path}: not valid JSON: {not_utf8(exc)}") from None
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            json.loads(text)
+        except json.JSONDecodeError:
+            raise ModelError(f"{path}: a YAML file where a {cls.__name__.lower()} (JSON) was expected; a suite runs "
+                             "with `membudget run`") from None
     return from_json(cls, text, source=str(path))

@@ -463,12 +463,18 @@ def does_what(rows: pd.DataFrame) -> bool:
     return bool(rows["kept_bytes"].notna().any())
 
 
+def _lead(time_s: float, winner_s: float) -> str:
+    """``time_s`` over the winner's, to three decimals: a 0.4% lead reads 1.004x, not a tie's 1.00x."""
+    return f"{time_s / winner_s:.3f}x" if winner_s > 0 else "-"
+
+
 def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
     """Budget x (the fastest strategy, its time, the runner-up and the lead, what the winner does).
 
     One line per budget, ascending: the fastest strategy by iteration time (the quantity common
-    to the budget), its time and slowdown over the ideal iteration, the second fastest strategy and
-    how many times faster the winner is (its time over the winner's), and the winner's saved data
+    to the budget; every strategy of a tie, the first listed describing the line), its time and
+    slowdown over the ideal iteration, the fastest of the others and how many times faster the
+    winner is (its time over the winner's), and the winner's saved data
     of one iteration kept on the device, offloaded and recomputed. Names carry ``_marks``. When a
     winner's arena exceeds the budget (†), a last column names the fastest whose arena fits in every
     allocator model of the suite, with its time over the winner's. A budget where nothing ran says
@@ -489,23 +495,25 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
                                  *["-"] * (8 if fit_column else 7)])
             bad.add((i, 1))
             continue
-        winner = next(p for p in planners if p in winners)  # ties: the first listed
+        tied = [p for p in planners if p in winners]
+        winner = tied[0]  # what the line says the winner does: the first listed of a tie
         cell = table.cells[winner, budget]
         time_s = cell.time_s
-        ran = [(time_s, winner)] + sorted(((c.time_s, p) for (p, b), c in table.cells.items()
-                                           if b == budget and p != winner and c.ranked),
-                                          key=lambda r: (r[0], planners.index(r[1])))
-        line += [winner + _marks(cell), f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
-        if len(ran) > 1:
-            line += [ran[1][1] + _marks(table.cells[ran[1][1], budget]),
-                     f"{ran[1][0] / time_s:.2f}x" if time_s > 0 else "-"]
+        others = sorted(((c.time_s, p) for (p, b), c in table.cells.items()
+                         if b == budget and p not in winners and c.ranked),
+                        key=lambda r: (r[0], planners.index(r[1])))
+        ran = [(table.cells[p, budget].time_s, p) for p in tied] + others
+        names = ", ".join(p + _marks(table.cells[p, budget]) for p in tied)
+        line += [names + (" (tie)" if len(tied) > 1 else ""), f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
+        if others:
+            line += [others[0][1] + _marks(table.cells[others[0][1], budget]), _lead(others[0][0], time_s)]
         else:
             line += ["-", "-"]
         plan = plan_rows(at[at["planner_label"] == winner]).iloc[0]
         line += [fmt_bytes(plan["kept_bytes"]), fmt_bytes(plan["offloaded_bytes"]), fmt_bytes(plan["recomputed_bytes"])]
         if fit_column:
             fits = [(t, p) for t, p in ran if not table.cells[p, budget].over_allocators]
-            lead = f" ({fits[0][0] / time_s:.2f}x the winner's time)" if fits and time_s > 0 else ""
+            lead = f" ({_lead(fits[0][0], time_s)} the winner's time)" if fits and time_s > 0 else ""
             line.append("-" if not cell.over_allocators else "none" if not fits else
                         f"{fits[0][1]}{_marks(table.cells[fits[0][1], budget])}{lead}")
         lines.append(line)
@@ -931,9 +939,10 @@ def budget_words(frame: pd.DataFrame) -> str:
 
 
 STRATEGY_TABLE = (
-    "One line per budget: the fastest strategy by iteration time (ties: the first listed), its time and its time "
-    "over the ideal iteration; the second fastest and the lead (its time over the winner's: 1.50x means the "
-    "winner is 1.5 times faster); and what the winner does with one iteration's saved data (the bytes the "
+    "One line per budget: the fastest strategy by iteration time (strategies with the same time are all named, "
+    "'(tie)', the first listed being the one the line describes), its time and its time over the ideal iteration; "
+    "the second fastest and the lead (its time over the winner's: 1.500x means the winner is 1.5 times faster); "
+    "and what the winner does with one iteration's saved data (the bytes the "
     "forward passes keep for the backward): kept on the device, offloaded to the host, recomputed before the "
     "backward (they sum to the same total for every strategy that does not split the batch; one that does "
     "counts every sub-batch's). Names carry the marks of the time table."

@@ -85,12 +85,25 @@ def _where(source: str, line: int | None, field_name: str) -> str:
 # --------------------------------------------------------------------------- YAML with lines
 
 
+def _nearby(path: Path) -> str:
+    """``; did you mean X?`` for the suite file beside ``path`` whose name is closest, if one is close."""
+    from harness.plugins import close_names
+
+    try:
+        files = [f.name for f in path.parent.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()]
+    except OSError:
+        return ""
+    near = close_names(path.name, files, n=1)
+    return f"; did you mean {path.parent / near[0]}?" if near else ""
+
+
 def _compose(path: Path) -> tuple[Any, Locations]:
     """Load YAML keeping, for every key and item, the line where its value starts."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}", source=str(path)) from None
+        raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}{_nearby(path)}",
+                         source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise SuiteError(f"{path}: not a suite: {not_utf8(exc)}", source=str(path)) from None
     loader = yaml.SafeLoader(text)
@@ -269,6 +282,14 @@ class Entry(BaseModel):
     name: StrictStr
     optional: StrictBool = False
     label: StrictStr | None = None
+
+    @field_validator("label")
+    @classmethod
+    def _label_is_a_field_of_the_case_id(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "/" in value):
+            raise ValueError(f"label {value!r}: a label names a column and is a field of the case id "
+                             "(fields separated by '/'): give a non-empty one without '/'")
+        return value
 
     @property
     def options(self) -> dict[str, Any]:
@@ -607,15 +628,30 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _unknown_key(loc: tuple[Any, ...]) -> str:
-    """The message for a key no suite model has: the closest allowed key when one is near."""
+def _near_key(loc: tuple[Any, ...]) -> str | None:
+    """The allowed key closest to the unknown key at ``loc``, when one is near."""
     from harness.plugins import close_names
 
+    near = close_names(str(loc[-1]), _keys_beside(loc), n=1) if loc else []
+    return near[0] if near else None
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """The message for a key no suite model has: the closest allowed key when one is near."""
     keys = _keys_beside(loc)
-    near = close_names(str(loc[-1]), keys, n=1) if loc else []
+    near = [_near_key(loc)] if _near_key(loc) else []
     hint = f"did you mean {near[0]!r}? " if near else ""
     allowed = f"the keys here are {', '.join(keys)}; " if keys and not near else ""
     return f"unknown field ({hint}{allowed}the suite format is in docs/cli.md, \"Suites\")"
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"
 
 
 def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
@@ -623,6 +659,9 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
     first: tuple[str, int, str] | None = None
     errors = [(tuple("bytes" if p == "bytes_" else p for p in err["loc"]), err) for err in exc.errors()]
     errors.sort(key=lambda e: e[0] not in locations)  # errors at a line of their own first
+    # a misspelt required key is one mistake: its "did you mean" line says it, not also "missing"
+    meant = {(*loc[:-1], _near_key(loc)) for loc, err in errors if err["type"] == "extra_forbidden"}
+    errors = [(loc, err) for loc, err in errors if not (err["type"] == "missing" and loc in meant)]
     for loc, err in errors:
         msg = err["msg"].removeprefix("Value error, ")
         if msg.startswith("[") and "]: " in msg and msg[1:msg.index("]")].isdigit():  # names its item
@@ -638,6 +677,13 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
             msg = _unknown_key(loc)
         elif err["type"].startswith("too_short") and "input" in err:
             msg = "must not be empty: the grid would have no cases"
+        elif err["type"] == "model_type":  # pydantic's "Input should be a valid dictionary or instance of ..."
+            keys = [k for k in _keys_beside((*loc, "")) if k != "include"]
+            msg = (f"a mapping with the keys {', '.join(keys)}, got {_yaml_kind(err.get('input'))} "
+                   "(the suite format is in docs/cli.md, \"Suites\")")
+        elif err["type"] == "string_pattern_mismatch":
+            msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "
+                   "starting with a letter or digit")
         name = _field_name(loc)
         lines.append(f"{source}:{line}: {name or '(suite)'}: {msg}")
         first = first or (source, line, name)

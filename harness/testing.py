@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from harness.bounds import min_memory, peak_memory, schedule_lower_bound
 from harness.errors import InfeasibleBudget
 from harness.model import Algorithm, Profile, Stage
+from harness.schedules import checked_schedule
 from harness.simulate.executor import simulate
 from harness.validate import validate
 
@@ -134,11 +135,14 @@ class PlannerConformance:
         return min_memory(profile, memory_optimal=True)
 
     def _plan(self, profile: Profile, budget: int):
+        """The planner's schedule, checked as the runner checks it (``checked_schedule``), or None
+        for a well-formed refusal."""
         try:
-            return self.planner.plan(profile, budget, **self.options)
+            schedule = self.planner.plan(profile, budget, **self.options)
         except InfeasibleBudget as exc:
             check_refusal(exc, budget, self.planner.name)
             return None
+        return checked_schedule(self.planner, schedule, budget)
 
     @_SETTINGS
     @given(profile=chains())

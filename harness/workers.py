@@ -140,6 +140,9 @@ _started: Any = None  # in a worker: the queue its start reports go to
 def _start_worker(started: Any) -> None:
     global _started
     _started = started
+    # Ctrl-C reaches the whole process group: the main process stops the run and terminates the
+    # workers, which would otherwise each print "Process SpawnProcess-N:" as they die of it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> Any:

@@ -389,6 +389,21 @@ def test_a_suite_or_a_profile_that_is_not_utf8_is_one_line(capsys, tmp_path):
         "start byte at byte 0)"
 
 
+
+def test_a_suite_where_a_profile_belongs_and_a_misspelt_suite_file_say_what_was_meant(capsys, tmp_path):
+    """QA (2026-11-25): ``simulate suite.yaml`` said only "not valid JSON: Expecting value", and a suite
+    file named ``.yml`` beside the ``.yaml`` one only "No such file or directory"."""
+    suite = support.write_suite(tmp_path)
+    code, _, err = _run(capsys, "simulate", str(suite), "--planner", "keep-all", "--budget", "1GiB")
+    assert code == 2 and err.strip() == f"membudget: error: {suite}: a YAML file where a profile (JSON) was " \
+        "expected; a suite runs with `membudget run`"
+    typo = suite.with_suffix(".yml")
+    code, _, err = _run(capsys, "run", str(typo), "-o", str(tmp_path / "r"), "--no-progress")
+    assert code == 2 and err.strip() == f"membudget: error: {typo}: cannot read the suite: No such file or " \
+        f"directory; did you mean {suite}?"
+    assert not (tmp_path / "r").exists()
+
+
 def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
     """infeasible and oom rows are results; an error row is a case the harness could not run."""
     suite = support.write_suite(tmp_path, support.SUITE.format(name="err").replace("[keep-all, prefix]",

@@ -690,8 +690,8 @@ def test_a_winner_whose_arena_exceeds_the_budget_gets_the_fastest_that_fits_besi
     header, lines = _cells(tmp_path / "site" / "pub" / "index.html", "the fastest strategy per budget")
     assert header[-1] == f"fastest with its arena in the budget ({ARENA_FLAG} winners)"
     f1 = next(line for line in lines if line[0].startswith("f1"))
-    ratio = times[second] / times[winner]
-    assert f1[1] == f"{winner} {ARENA_FLAG}" and f1[-1] == f"{second} ({ratio:.2f}x the winner's time)"
+    assert times[second] == times[winner]  # at the peak both keep everything: a tie, both named
+    assert f1[1] == f"{winner} {ARENA_FLAG}, {second} (tie)" and f1[-1] == f"{second} (1.000x the winner's time)"
     assert all(line[-1] == "-" for line in lines if not line[0].startswith("f1"))
 
 
@@ -756,3 +756,32 @@ def test_plot_titles_stay_inside_the_figure():
     fig.canvas.draw()
     title = fig.axes[0].title.get_window_extent()
     assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, (title, fig.bbox)
+
+
+def test_a_tie_names_every_tied_strategy_and_a_small_lead_shows_in_three_decimals(results, tmp_path):
+    """QA (2026-11-25): a 0.37% lead and an exact tie both read 1.00x, and a tie named only the strategy
+    listed first, so a page called greedy the fastest of three that took the same time."""
+    _, _, _, run_b = results
+    frame = pd.read_csv(run_b / "rows.csv", dtype=str, keep_default_na=False)
+    first = frame["case_id"].iloc[0].rsplit("/", 4)[0]
+    at_f1 = frame["case_id"].str.startswith(first + "/") & frame["budget_label"].eq("f1")
+    times = frame[at_f1 & frame["status"].eq("ok")].groupby("planner_label")["makespan_s"].first().astype(float)
+    assert set(times.index) == {"keep-all", "prefix"} and times["keep-all"] == times["prefix"]
+
+    def slower(frame):
+        rows = at_f1 & frame["planner_label"].eq("prefix")
+        frame.loc[rows, "makespan_s"] = repr(float(times["prefix"]) * 1.004)
+        return frame
+
+    tied = tmp_path / "tied"
+    publish([run_b], tied)
+    _, lines = _cells(tied / "pub" / "index.html", "the fastest strategy per budget")
+    f1 = next(line for line in lines if line[0].startswith("f1"))
+    assert f1[1].endswith(" (tie)") and f1[4:6] == ["-", "-"]  # no runner-up outside the tie
+    assert [name.split(" ")[0] for name in f1[1].removesuffix(" (tie)").split(", ")] == ["keep-all", "prefix"]
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "lead", slower)
+    publish([run], tmp_path / "site")
+    _, lines = _cells(tmp_path / "site" / "pub" / "index.html", "the fastest strategy per budget")
+    f1 = next(line for line in lines if line[0].startswith("f1"))
+    assert f1[1].split(" ")[0] == "keep-all" and "(tie)" not in f1[1]
+    assert f1[4].split(" ")[0] == "prefix" and f1[5] == "1.004x"

@@ -417,7 +417,8 @@ def test_resuming_a_run_id_that_does_not_exist_says_so(tmp_path):
     suite = _suite(tmp_path)
     run_suite(suite, tmp_path / "r", run_id="other", progress=False)
     outcome = run_suite(suite, tmp_path / "r", run_id="new", resume=True, progress=False)
-    assert f"{tmp_path / 'r' / 'synth' / 'new'} does not exist yet: started it" in outcome.notes
+    assert f"{tmp_path / 'r' / 'synth' / 'new'} does not exist yet: started it (a misspelt id? the suite's runs " \
+        "are other)" in outcome.notes  # the ids it could have meant, for a typo that starts a whole run
 
 
 def test_a_run_folder_that_cannot_be_replaced_is_named(tmp_path, monkeypatch):
@@ -608,6 +609,7 @@ def _only_the_hanging_case_stopped(suite, outcome, limit=3):
     stopped = [r for r in rows if r["status"] == "error"]
     assert [(r["planner"], r["model"], r["batch_size"]) for r in stopped] == [("hang", "synthetic:chain8", "1")]
     assert stopped[0]["message"] == timed_out(limit) and f"{limit} s" in stopped[0]["message"]
+    assert float(stopped[0]["budget_lower_bound_s"]) > 0  # the column it is ranked beside, as every row has it
     assert all(r["status"] == "ok" for r in rows if r not in stopped)
     meta = read_meta(outcome.run_dir)
     assert meta["status"] == "complete" and meta["sessions"][-1]["case_timeout_s"] == limit
@@ -847,3 +849,18 @@ def test_an_allocator_option_it_does_not_take_is_a_suite_error(tmp_path):
     text = support.SUITE.format(name="alloc") + "allocators: [{name: first-fit, time_limit: 5}]\n"
     with pytest.raises(SuiteError, match=r"allocators\[0\]: allocator 'first-fit' has no option 'time_limit'"):
         _suite(tmp_path, text)
+
+
+def _ignores_sigint(_task):
+    import signal
+
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_a_worker_leaves_ctrl_c_to_the_main_process():
+    """Ctrl-C reaches the whole process group; a worker that took it died printing "Process
+    SpawnProcess-2:" above the main process's one line (QA, 2 tries in 3 under --jobs 2). The main
+    process stops the run and terminates the workers, so they ignore it."""
+    from harness.workers import run_in_workers
+
+    assert list(run_in_workers([0], 1, _ignores_sigint, lambda task, why: why)) == [True]

@@ -418,6 +418,25 @@ def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, message", [
+    ("budgets: {fractions: [0, 0.5, 1.0]}", "budgets: [0, 0.5]",
+     "budgets: a mapping with the keys fractions, peak_fractions, bytes, got a list (the suite format is in "),
+    ("name: t", "name: ../../x", "name: '../../x' is not one plain folder name: letters, digits, '.', '_' and '-'"),
+    ("[keep-all, prefix]", "[keep-all, {name: prefix, label: a/b}]",
+     "planners[1].label: label 'a/b': a label names a column and is a field of the case id"),
+])
+def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, message):
+    """pydantic's own wording ("Input should be a valid dictionary or instance of Budgets", "String should
+    match pattern ...") reached the user; a label with '/' was taken, though it is a field of the case id."""
+    install()
+    text = SUITE.format(name="t")
+    assert old in text
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
+    (line,) = str(exc.value).splitlines()
+    assert line.startswith(f"{tmp_path / 'synth.yaml'}:") and f": {message}" in line, line
+
+
+@pytest.mark.parametrize("old, new, message", [
     ("planners:", "planner:", "planner: unknown field (did you mean 'planners'?"),
     ("    batch_sizes: [2]", "    batch_size: [2]", "models[0].batch_size: unknown field (did you mean 'batch_sizes'?"),
     ("{fractions:", "{fraction:", "budgets.fraction: unknown field (did you mean 'fractions'?"),
@@ -433,6 +452,7 @@ def test_a_misspelt_suite_key_is_named_with_the_key_it_resembles(tmp_path, old, 
     line = 1 + next(k for k, l in enumerate(text.splitlines()) if new.strip().splitlines()[0] in l)
     with pytest.raises(SuiteError) as exc:
         load_suite(write_suite(tmp_path, text))
-    first = str(exc.value).splitlines()[0]
+    first, *more = str(exc.value).splitlines()
     assert first.startswith(f"{tmp_path / 'synth.yaml'}:{line}: {message}"), first
     assert first.endswith('the suite format is in docs/cli.md, "Suites")')
+    assert not more, more  # the required key it misspells is not also reported missing

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from harness.bounds import min_memory
-from harness.errors import InfeasibleBudget
+from harness.errors import InfeasibleBudget, PlanContractError
 from harness.model import Profile, Stage
 from harness.planners.keep_all import KeepAll
 from harness.schedules import check_budget, keep_all_schedule
@@ -66,3 +66,38 @@ def test_check_budget_reports_the_minimum_as_needed_bytes() -> None:
         check_budget(profile, need - 1, "probe")
     assert caught.value.needed_bytes == need
     check_budget(profile, need, "probe")  # at the minimum: no refusal
+
+
+class Overclaiming:
+    """Plans within the budget but says its schedule is for ten times more (the budget the executors enforce)."""
+
+    name = "overclaiming"
+    description = "claims a larger budget than it was given"
+
+    def plan(self, profile, budget_bytes, **options):
+        if budget_bytes < min_memory(profile):
+            raise InfeasibleBudget("infeasible: below the minimum", needed_bytes=min_memory(profile))
+        return keep_all_schedule(profile, 10 * budget_bytes + 10, self.name)
+
+
+class AsDict(Wordy):
+    """Returns the schedule as a dict."""
+
+    name = "as-dict"
+
+    def plan(self, profile, budget_bytes, **options):
+        from harness.model import to_dict
+
+        return to_dict(keep_all_schedule(profile, budget_bytes, self.name))
+
+
+@pytest.mark.parametrize("planner, why", [(Overclaiming(), "above the"), (AsDict(), "not a Schedule")])
+def test_the_kit_fails_a_schedule_the_runner_would_refuse(planner, why) -> None:
+    """The kit checks the contract the runner checks (``checked_schedule``), with the runner's words,
+    so that a planner passing the kit never errors on every case of a suite."""
+    class TestIt(PlannerConformance):
+        pass
+
+    TestIt.planner = planner
+    with pytest.raises(PlanContractError, match=why):
+        TestIt().test_peak_budget_reproduces_keep_all()

@@ -30,24 +30,29 @@ class _Logits(torch.nn.Module):
 
 
 class _Factory:
-    """test:tuple-out, a model factory registered the way a plugin's is."""
+    """The factory of one test model, ``test:<model>``, an image classifier built from ``module``."""
 
-    name = "test-tuple"
-    description = "a model that returns (logits,)"
+    def __init__(self, model: str, module: type, description: str) -> None:
+        self.model, self.module = model, module
+        self.name, self.description = f"test-{model}", description
 
     def names(self) -> list[str]:
-        return ["test:tuple-out"]
+        return [f"test:{self.model}"]
 
     def build(self, workload: Workload, device="cpu"):
-        model = prepare(on_device(_Logits, device), device, workload.dtype)
+        model = prepare(on_device(self.module, device), device, workload.dtype)
         return model, image_batch(workload.batch_size, tuple(workload.input_size), device, workload.dtype)
 
 
-class _Plugin:
-    @staticmethod
-    @hookimpl
-    def membudget_register_models(register):
-        register(_Factory())
+def _register(factory: _Factory) -> None:
+    """Register ``factory`` the way a plugin's is."""
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def membudget_register_models(register):
+            register(factory)
+
+    registry().add_plugin(Plugin(), f"membudget-{factory.name}", "0.0")
 
 
 def _halfway(profile) -> int:
@@ -94,7 +99,7 @@ def test_a_stage_run_without_saving_reads_the_attention_mask_that_crosses_its_cu
 
 def test_a_model_that_returns_a_one_tuple_is_checked_against_its_logits():
     """The chain reads the one tensor inside ``(logits,)``; so does the gradient check."""
-    registry().add_plugin(_Plugin(), "membudget-test-tuple", "0.0")
+    _register(_Factory("tuple-out", _Logits, "a model that returns (logits,)"))
     _, _, run = _run("test:tuple-out", (3, 4, 4), "keep-all")
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] == 0.0
@@ -133,33 +138,12 @@ class _SharedShift(torch.nn.Module):
         return self.d(x + shift)
 
 
-class _ShiftFactory(_Factory):
-    """test:shared-shift, registered the way a plugin's is."""
-
-    name = "test-shared-shift"
-    description = "a model that reuses a tensor computed from a parameter"
-
-    def names(self) -> list[str]:
-        return ["test:shared-shift"]
-
-    def build(self, workload: Workload, device="cpu"):
-        model = prepare(on_device(_SharedShift, device), device, workload.dtype)
-        return model, image_batch(workload.batch_size, tuple(workload.input_size), device, workload.dtype)
-
-
-class _ShiftPlugin:
-    @staticmethod
-    @hookimpl
-    def membudget_register_models(register):
-        register(_ShiftFactory())
-
-
 @pytest.mark.parametrize("planner", ["keep-all", "recompute", "torch-checkpoint"])
 def test_a_tensor_computed_from_a_parameter_never_crosses_a_cut(planner):
     """A tensor made from a parameter alone is not a constant of the workload: Fn and Fc would compute
     it without its graph (the parameter's gradient lost), and F would run its backward once per stage
     that reads it. The cut keeps it inside one stage, so every schedule trains the plain network."""
-    registry().add_plugin(_ShiftPlugin(), "membudget-test-shared-shift", "0.0")
+    _register(_Factory("shared-shift", _SharedShift, "a model that reuses a tensor computed from a parameter"))
     chain, schedule, run = _run("test:shared-shift", (3, 4, 4), planner, _three_tenths)
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-5

@@ -941,7 +941,8 @@ def budget_words(frame: pd.DataFrame) -> str:
 STRATEGY_TABLE = (
     "One line per budget: the fastest strategy by iteration time (strategies with the same time are all named, "
     "'(tie)', the first listed being the one the line describes), its time and its time over the ideal iteration; "
-    "the second fastest and the lead (its time over the winner's: 1.500x means the winner is 1.5 times faster); "
+    "the fastest of the others and the lead (its time over the winner's: 1.500x means the winner is 1.5 times "
+    "faster); "
     "and what the winner does with one iteration's saved data (the bytes the "
     "forward passes keep for the backward): kept on the device, offloaded to the host, recomputed before the "
     "backward (they sum to the same total for every strategy that does not split the batch; one that does "

@@ -90,7 +90,8 @@ def _nearby(path: Path) -> str:
     from harness.plugins import close_names
 
     try:
-        files = [f.name for f in path.parent.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()]
+        files = [f.name for f in path.parent.iterdir()
+                 if f.suffix in (".yaml", ".yml") and f.is_file() and f.name != path.name]
     except OSError:
         return ""
     near = close_names(path.name, files, n=1)
@@ -102,8 +103,8 @@ def _compose(path: Path) -> tuple[Any, Locations]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}{_nearby(path)}",
-                         source=str(path)) from None
+        near = _nearby(path) if isinstance(exc, FileNotFoundError) else ""
+        raise SuiteError(f"{path}: cannot read the suite: {exc.strerror or exc}{near}", source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise SuiteError(f"{path}: not a suite: {not_utf8(exc)}", source=str(path)) from None
     loader = yaml.SafeLoader(text)

@@ -141,8 +141,14 @@ def _start_worker(started: Any) -> None:
     global _started
     _started = started
     # Ctrl-C reaches the whole process group: the main process stops the run and terminates the
-    # workers, which would otherwise each print "Process SpawnProcess-N:" as they die of it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # workers, which would otherwise each print "Process SpawnProcess-N:" as they die of it. A handler
+    # that does nothing, not SIG_IGN: a program a worker starts (the planned process) gets the default
+    # back at exec and stops with the run instead of outliving it
+    signal.signal(signal.SIGINT, _leave_to_the_main_process)
+
+
+def _leave_to_the_main_process(signum: int, frame: Any) -> None:
+    """A worker's SIGINT handler: nothing (the main process ends the run and terminates the workers)."""
 
 
 def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> Any:

@@ -402,6 +402,10 @@ def test_a_suite_where_a_profile_belongs_and_a_misspelt_suite_file_say_what_was_
     assert code == 2 and err.strip() == f"membudget: error: {typo}: cannot read the suite: No such file or " \
         f"directory; did you mean {suite}?"
     assert not (tmp_path / "r").exists()
+    unreadable = tmp_path / "dir.yaml"
+    unreadable.mkdir()  # it exists but cannot be read: never "did you mean" itself
+    code, _, err = _run(capsys, "run", str(unreadable), "-o", str(tmp_path / "r"), "--no-progress")
+    assert code == 2 and "cannot read the suite" in err and "did you mean" not in err
 
 
 def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):

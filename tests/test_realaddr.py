@@ -247,6 +247,41 @@ def test_a_free_from_inside_another_call_waits_for_it_instead_of_deadlocking():
     assert memory.live_bytes == 0 and not real.stats.errors
 
 
+class _FailingMemory(_CollectingMemory):
+    """Once ``victim`` is set: frees it (a collection) and has no memory left."""
+
+    def malloc(self, size: int) -> int:
+        if self.victim is not None:
+            super().malloc(size)  # frees the victim on the way, then allocates: give that back
+            self.live_bytes -= self.live.pop(max(self.live))
+            raise MemoryError("fake device memory: full")
+        return super().malloc(size)
+
+
+def test_a_free_deferred_inside_a_call_that_fails_still_happens_and_a_nested_request_is_refused():
+    """The deferred frees run when the interrupted call ends, also when it raised (they waited for a later
+    call); a request other than a free inside another call would run in the middle of its bookkeeping:
+    refused, so that on CUDA the callback serves it with cudaMalloc instead."""
+    memory = _FailingMemory(alignment=ALIGN)
+    real = RealAddressAllocator(BestFit(), memory, alignment=ALIGN)
+    memory.real = real
+    victim = real.alloc(4096)
+    memory.victim = victim
+    with pytest.raises(MemoryError):
+        real.alloc(8192)
+    assert victim not in real._by_ptr and not real._deferred and memory.live_bytes == 0
+    assert not real.stats.errors
+
+    class Nested(FakeMemory):
+        def malloc(self, size: int) -> int:
+            with pytest.raises(RuntimeError, match="inside another one"):
+                real.alloc(64)
+            return super().malloc(size)
+
+    real.fallback = Nested(alignment=ALIGN)
+    assert real.alloc(128)
+
+
 # --------------------------------------------------------------------------- the executor and the glue
 
 
@@ -296,6 +331,27 @@ def test_cuda_glue_imports_on_the_cpu_and_refuses_in_one_line():
     if not torch.cuda.is_available():
         with pytest.raises(PlannedPathError, match="needs a CUDA GPU"):
             hook.install()
+
+
+def test_only_cudas_out_of_memory_error_is_an_out_of_memory():
+    """After a kernel's illegal access every cudaMalloc fails with error 700: that is a fault, not a
+    full device, and must not turn the row into an oom (as_out_of_memory reads out_of_memory)."""
+    from harness.executors._cuda_pluggable import CUDA_ERROR_MEMORY_ALLOCATION, CudaRuntime, PluggableAllocator
+
+    runtime = CudaRuntime.__new__(CudaRuntime)  # no libcudart here: cudaMalloc stubbed with its error codes
+    codes = iter([CUDA_ERROR_MEMORY_ALLOCATION, 700])
+    runtime._malloc = lambda out, size: next(codes)
+    with pytest.raises(MemoryError, match="out of device memory"):
+        runtime.malloc(4096)
+    with pytest.raises(RuntimeError, match="CUDA error 700"):
+        runtime.malloc(4096)
+    real, _ = allocator([])
+    real.fallback = None  # the allocator fails, and so does the emergency cudaMalloc: error 700
+    runtime._malloc = lambda out, size: 700
+    hook = PluggableAllocator(real, runtime)
+    assert hook._alloc(4096, 0, None) == 0 and hook.out_of_memory is None and hook.errors
+    runtime._malloc = lambda out, size: CUDA_ERROR_MEMORY_ALLOCATION
+    assert hook._alloc(4096, 0, None) == 0 and "could not serve 4096 bytes" in hook.out_of_memory
 
 
 def test_the_planned_executor_on_the_cpu_emulates_the_arena():

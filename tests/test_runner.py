@@ -851,16 +851,27 @@ def test_an_allocator_option_it_does_not_take_is_a_suite_error(tmp_path):
         _suite(tmp_path, text)
 
 
-def _ignores_sigint(_task):
+def _ctrl_c_in_a_worker(_task):
+    """Send this worker SIGINT; then what a program it starts does with SIGINT."""
+    import os
     import signal
+    import subprocess
+    import sys
+    import time
 
-    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGINT)  # raised KeyboardInterrupt here before
+    time.sleep(0.1)
+    child = subprocess.run([sys.executable, "-c", "import signal; "
+                            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
+                           capture_output=True, text=True, check=True)
+    return ("survived", child.stdout.strip())
 
 
-def test_a_worker_leaves_ctrl_c_to_the_main_process():
+def test_a_worker_leaves_ctrl_c_to_the_main_process_and_what_it_starts_does_not():
     """Ctrl-C reaches the whole process group; a worker that took it died printing "Process
     SpawnProcess-2:" above the main process's one line (QA, 2 tries in 3 under --jobs 2). The main
-    process stops the run and terminates the workers, so they ignore it."""
+    process stops the run and terminates the workers, so a worker lets it pass; a program it starts
+    (the planned process) still stops on Ctrl-C, instead of outliving the run (SIG_IGN would be inherited)."""
     from harness.workers import run_in_workers
 
-    assert list(run_in_workers([0], 1, _ignores_sigint, lambda task, why: why)) == [True]
+    assert list(run_in_workers([0], 1, _ctrl_c_in_a_worker, lambda task, why: why)) == [("survived", "True")]

@@ -210,22 +210,25 @@ class RealAddressAllocator:
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """The lock for one call; on leaving the outermost, the frees deferred meanwhile."""
+        """The lock for one call; on leaving it, the frees deferred meanwhile (also when it raised).
+
+        Only a free may arrive inside another call of the same thread (it waits); anything else there
+        would run in the middle of that call's bookkeeping, and is refused (on CUDA the callback then
+        serves it with cudaMalloc)."""
         with self._lock:
-            self._depth += 1
+            if self._depth:
+                raise RuntimeError("an allocator call inside another one on the same thread")
+            self._depth = 1
             try:
                 yield
             finally:
-                self._depth -= 1
-            while self._deferred and not self._depth:
-                ptr = self._deferred.pop(0)
-                self._depth += 1
-                try:
-                    self._release(ptr)
-                except Exception as exc:  # noqa: BLE001 - the call it follows succeeded; a free has no caller
-                    self.stats.errors.append(f"deferred free of {ptr:#x}: {type(exc).__name__}: {exc}")
-                finally:
-                    self._depth -= 1
+                while self._deferred:
+                    ptr = self._deferred.pop(0)
+                    try:
+                        self._release(ptr)
+                    except Exception as exc:  # noqa: BLE001 - a free has no caller to tell
+                        self.stats.errors.append(f"deferred free of {ptr:#x}: {type(exc).__name__}: {exc}")
+                self._depth = 0
 
     # ------------------------------------------------------------------ iterations
     def begin_iteration(self) -> None:

@@ -45,9 +45,10 @@ Assumptions no CPU test can check (to confirm on a GPU: the planned tests of ``t
    callback returns in a ``DataPtr``; read in its 2.14 source, not seen on a GPU): a kernel
    then writes at address 0 and fails later with an illegal memory access. So every
    callback catches everything and serves the request with ``cudaMalloc`` instead (counted
-   in ``errors``); only when that too fails (the device is out of memory) does it return
-   NULL, and it says so in ``out_of_memory``: the planned process turns the error that
-   follows into an ``oom`` row with that message (:func:`as_out_of_memory`);
+   in ``errors``); only when that too fails does it return NULL, and when cudaMalloc said
+   ``cudaErrorMemoryAllocation`` (not another error, such as the 700 every call returns after
+   a kernel's illegal access) it says so in ``out_of_memory``: the planned process turns the
+   error that follows into an ``oom`` row with that message (:func:`as_out_of_memory`);
 4. streams: the pluggable allocator ignores ``record_stream``, so a planned address freed
    while a side stream (the executor's copy streams) still reads it could be handed out
    again too early. With side streams registered (:meth:`PluggableAllocator.set_streams`),
@@ -76,6 +77,9 @@ __all__ = ["PlannedPathError", "CudaRuntime", "PluggableAllocator", "ALLOC_FN", 
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 #: ``void free(void* ptr, ssize_t size, int device, cudaStream_t stream)``
 FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+
+#: ``cudaErrorMemoryAllocation``: the one cudaMalloc error that means the device is out of memory
+CUDA_ERROR_MEMORY_ALLOCATION = 2
 
 # callbacks and allocators installed in this process: torch may call them until exit
 _INSTALLED: list[Any] = []
@@ -127,8 +131,10 @@ class CudaRuntime:
     def malloc(self, size: int) -> int:
         ptr = ctypes.c_void_p()
         err = self._malloc(ctypes.byref(ptr), max(int(size), 1))
-        if err != 0 or not ptr.value:
-            raise MemoryError(f"cudaMalloc({size}) failed with CUDA error {err}")
+        if err == CUDA_ERROR_MEMORY_ALLOCATION:
+            raise MemoryError(f"cudaMalloc({size}) failed: out of device memory (CUDA error {err})")
+        if err != 0 or not ptr.value:  # e.g. 700 after a kernel's illegal access: not a question of memory
+            raise RuntimeError(f"cudaMalloc({size}) failed with CUDA error {err}")
         return int(ptr.value)
 
     def free(self, ptr: int, size: int) -> None:
@@ -218,8 +224,8 @@ class PluggableAllocator:
         self.errors.append(f"alloc({size}): {type(exc).__name__}: {exc}")
         try:
             ptr = self.runtime.malloc(size)
-        except BaseException as oom:  # noqa: BLE001 - out of device memory: NULL (assumption 3)
-            if self.out_of_memory is None:
+        except BaseException as oom:  # noqa: BLE001 - nothing can serve it: NULL (assumption 3)
+            if isinstance(oom, MemoryError) and self.out_of_memory is None:  # not a CUDA error after a fault
                 self.out_of_memory = (f"the device could not serve {size} bytes (arena {self.real.reserved_bytes} "
                                       f"bytes held): {type(oom).__name__}: {oom}")
             return 0

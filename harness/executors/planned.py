@@ -183,29 +183,31 @@ def _planned_execution_class():
             self.departures_before = self.real.stats.departures
 
         def _iteration(self, record: bool, timeline: bool = False) -> float:
-            k, self.k = self.k, self.k + 1
-            if k == 0:  # lazily made handles and workspaces: once, not part of the sequence
-                return super()._iteration(record, timeline)
             import torch
 
             from harness.executors._cuda_pluggable import as_out_of_memory
 
-            self.real.begin_iteration()
+            k, self.k = self.k, self.k + 1
+            monitored = k > 0  # the first makes handles and workspaces lazily: once, not part of the sequence
+            if monitored:
+                self.real.begin_iteration()
             try:
                 time = super()._iteration(record, timeline)
                 torch.cuda.synchronize(self.chain.device)
                 if self.hook is not None and self.hook.out_of_memory is not None:
                     raise MemoryError(self.hook.out_of_memory)  # a NULL went to torch: nothing after it holds
             except BaseException as exc:
-                try:  # close the iteration, but never hide why it failed (e.g. an oom) behind a re-plan
-                    self.real.end_iteration()
-                except Exception:  # noqa: BLE001
-                    pass
+                if monitored:
+                    try:  # close the iteration, but never hide why it failed (e.g. an oom) behind a re-plan
+                        self.real.end_iteration()
+                    except Exception:  # noqa: BLE001
+                        pass
                 meant = as_out_of_memory(exc, self.hook)
                 if meant is exc:
                     raise
                 raise meant from exc
-            self.real.end_iteration()
+            if monitored:
+                self.real.end_iteration()
             return time
 
         def _oom(self, exc, prediction):

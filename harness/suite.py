@@ -650,9 +650,22 @@ def _yaml_kind(value: Any) -> str:
     """What a YAML value is, in YAML's words."""
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
     if isinstance(value, str):
         return f"the text {value!r}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
     return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+
+
+# what a suite value should have been, by pydantic's error type (its own words name Python's types)
+_EXPECTED = {"list_type": "a list", "string_type": "a text", "int_type": "a whole number",
+             "int_parsing": "a whole number", "int_from_float": "a whole number", "float_type": "a number",
+             "float_parsing": "a number", "bool_type": "true or false", "bool_parsing": "true or false",
+             "dict_type": "a mapping"}
 
 
 def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
@@ -682,6 +695,10 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
             keys = [k for k in _keys_beside((*loc, "")) if k != "include"]
             msg = (f"a mapping with the keys {', '.join(keys)}, got {_yaml_kind(err.get('input'))} "
                    "(the suite format is in docs/cli.md, \"Suites\")")
+        elif err["type"] in _EXPECTED:
+            value = err.get("input")
+            one = isinstance(value, (str, int, float)) and err["type"] == "list_type"
+            msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write [{value}])" if one else "")
         elif err["type"] == "string_pattern_mismatch":
             msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "
                    "starting with a letter or digit")

@@ -255,7 +255,7 @@ def test_console_script_exits_2_without_a_traceback(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(bad)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert f"{bad}:4: models[0].batch_sizes[0]: Input should be a valid integer" in done.stderr
+    assert f"{bad}:4: models[0].batch_sizes[0]: a whole number, got the text 'one'" in done.stderr
 
 
 def test_run_prints_a_table_and_json(capsys, tmp_path):

@@ -423,10 +423,14 @@ def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
     ("name: t", "name: ../../x", "name: '../../x' is not one plain folder name: letters, digits, '.', '_' and '-'"),
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: a/b}]",
      "planners[1].label: label 'a/b': a label names a column and is a field of the case id"),
+    ("executors: [simulate]", "executors: simulate", "executors: a list, got the text 'simulate' (write [simulate])"),
+    ("batch_sizes: [2]", "batch_sizes: [two]", "models[0].batch_sizes[0]: a whole number, got the text 'two'"),
+    ("[keep-all, prefix]", "[keep-all, {name: prefix, label: 3}]", "planners[1].label: a text, got the number 3"),
 ])
 def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, message):
     """pydantic's own wording ("Input should be a valid dictionary or instance of Budgets", "String should
-    match pattern ...") reached the user; a label with '/' was taken, though it is a field of the case id."""
+    match pattern ...", "Input should be a valid list") reached the user; a label with '/' was taken,
+    though it is a field of the case id."""
     install()
     text = SUITE.format(name="t")
     assert old in text

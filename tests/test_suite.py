@@ -101,13 +101,14 @@ def test_byte_budgets_parse_units(tmp_path):
 
 
 @pytest.mark.parametrize("old,new,needle,field,words", [
-    ("batch_sizes: [1, 2]", "batch_sizes: [1, two]", "batch_sizes", "models[0].batch_sizes[1]", "integer"),
+    ("batch_sizes: [1, 2]", "batch_sizes: [1, two]", "batch_sizes", "models[0].batch_sizes[1]",
+     "a whole number, got the text 'two'"),
     ("batch_sizes: [1, 2]", "batch_sizes: 2", "batch_sizes", "models[0].batch_sizes", "list"),
     ("{fractions: [0, 1]}", "{fractions: [0, -0.5]}", "budgets:", "budgets.fractions[1]", "must be within 0..100%"),
     ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
     ("{fractions: [0, 1]}", "{bytes: ['-1GiB']}", "budgets:", "budgets.bytes[0]",
      "a byte quantity cannot be negative: '-1GiB'"),
-    ("device: synthetic", "device: [a, b]", "device:", "device", "string"),
+    ("device: synthetic", "device: [a, b]", "device:", "device", "a text, got a list"),
     ("{fractions: [0, 1]}", "{peak_fractions: [0.5, 0]}", "budgets:", "budgets.peak_fractions[1]",
      "a fraction of the keep-all peak is a number in (0, 1], got 0"),
     ("{fractions: [0, 1]}", "{peak_fractions: [1.5]}", "budgets:", "budgets.peak_fractions[0]", "(0, 1]"),

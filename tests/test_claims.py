@@ -102,8 +102,9 @@ def test_the_strategy_table_ranks_by_time_and_says_what_the_winner_does():
     by = {line[0].split()[0]: line for line in lines}
     assert by["b30"][1:6] == ["greedy", "4000.00", "4.00x", "-", "-"]
     assert by["b30"][6:] == ["1.00 GiB", "2.00 GiB", "0 B"]
-    assert by["b60"][1:6] == ["torch-checkpoint", "1400.00", "1.40x", "greedy", "1.50x"]
-    assert by["b110"][1] == "keep-all" and by["b110"][4:6] == ["torch-checkpoint", "1.00x"]  # a tie: first listed
+    assert by["b60"][1:6] == ["torch-checkpoint", "1400.00", "1.40x", "greedy", "1.500x"]
+    # a three-way tie: all named, the first listed's figures; no runner-up outside the tie
+    assert by["b110"][1] == "keep-all, torch-checkpoint, greedy (tie)" and by["b110"][4:6] == ["-", "-"]
     assert [line[0].split()[0] for line in lines] == ["b30", "b60", "b110"] and not bad
 
 

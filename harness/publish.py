@@ -464,8 +464,17 @@ def does_what(rows: pd.DataFrame) -> bool:
 
 
 def _lead(time_s: float, winner_s: float) -> str:
-    """``time_s`` over the winner's, to three decimals: a 0.4% lead reads 1.004x, not a tie's 1.00x."""
-    return f"{time_s / winner_s:.3f}x" if winner_s > 0 else "-"
+    """``time_s`` over the winner's, to three decimals: a 0.4% lead reads 1.004x, not a tie's 1.00x; a
+    lead below 0.05% (not a tie: that is named) to the first digit that shows it (1.0001x)."""
+    if winner_s <= 0:
+        return "-"
+    ratio = time_s / winner_s
+    text = f"{ratio:.3f}x"
+    digits = 3
+    while text == "1.000x" and ratio > 1 and digits < 12:
+        digits += 1
+        text = f"{ratio:.{digits}f}x"
+    return text
 
 
 def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tuple[int, int]]]:
@@ -522,10 +531,21 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         lines, bad
 
 
+CHAIN_BUDGETS = (
+    "Budgets on this page are bytes of the chain model (weights, saved data, gradients and workspaces as the "
+    "profile counts them), not what a CUDA process reserves: its context, the libraries' workspaces and the "
+    "allocator's fragmentation come on top (budget_model: device plans within a device's bytes instead; "
+    "docs/cli.md, \"What a budget means\").")
+DEVICE_BUDGETS = (
+    "Budgets on this page are what the training process may reserve on the device (budget_model: device): "
+    "each planner planned within what is left of it once the runtime's bytes and the allocator's "
+    "fragmentation are set aside.")
+
 PLACEMENT_TABLE = (
     "One line per schedule that ran (executor, strategy, budget): every allocator placed that schedule's "
     "allocation trace, so the line shares one lower bound, the trace's max-live bytes. Each cell is the arena "
-    "the allocator needed and, in brackets, the arena over max-live.")
+    "the allocator needed with no cap and, in brackets, the arena over max-live (whether a schedule fits its "
+    "budget, the time table's mark, is judged by a replay capped at the budget, which may need less).")
 PLACEMENT_MARKS = f" {FASTEST} marks the smallest arena of the line; '-' is an allocator that did not place the trace."
 
 
@@ -1099,6 +1119,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
              + HOW_TO_READ.format(fastest=FASTEST, spread=SPREAD.format(statistic=statistic) if has_spread(frame)
                                   else "") + " " + budget_words(frame))
+    doc.para(CHAIN_BUDGETS if not device_budget else DEVICE_BUDGETS, small=True)
     for note in _layout_notes(frame):
         doc.para(note, small=True)
     for note in meta.get("skipped_plugins", []):

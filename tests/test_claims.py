@@ -113,3 +113,13 @@ def test_a_budget_where_nothing_runs_is_marked():
     headers, lines, bad = strategy_table(ExecutorTable.of(model_groups(rows)[0], "simulate"))
     assert lines[0][1] == "none fits" and len(lines[0]) == len(headers) and bad == {(0, 1)}
     assert not math.isnan(float(lines[1][2]))
+
+
+def test_a_lead_that_rounds_to_one_shows_the_digit_that_makes_it_a_lead():
+    """QA (2026-11-25): modnn-k40's vgg101 at 4GiB read 1.000x for 47798.25 ms against 47794.23 ms, like a
+    tie; ties are named as such, so a lead shows the first digit that tells it from one."""
+    from harness.publish import _lead
+
+    assert _lead(47798.25, 47794.23) == "1.0001x"
+    assert _lead(1.004, 1.0) == "1.004x" and _lead(2.5, 1.0) == "2.500x" and _lead(1.0, 1.0) == "1.000x"
+    assert _lead(1.0, 0.0) == "-"

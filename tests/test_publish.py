@@ -785,3 +785,12 @@ def test_a_tie_names_every_tied_strategy_and_a_small_lead_shows_in_three_decimal
     f1 = next(line for line in lines if line[0].startswith("f1"))
     assert f1[1].split(" ")[0] == "keep-all" and "(tie)" not in f1[1]
     assert f1[4].split(" ")[0] == "prefix" and f1[5] == "1.004x"
+
+
+def test_a_page_says_what_its_budgets_count(results, tmp_path):
+    """QA (2026-11-25): a simulated page's budgets are the chain model's bytes, a real process needs more
+    (the 13 oom rows of the first H100 run); only a footnote said so. The page says it under its counts."""
+    _, _, _, run_b = results
+    publish([run_b], tmp_path / "site")
+    text = "".join(ET.fromstring((tmp_path / "site" / "pub" / "index.html").read_text()).itertext())
+    assert "Budgets on this page are bytes of the chain model" in text and "not what a CUDA process reserves" in text

@@ -471,7 +471,7 @@ def _lead(time_s: float, winner_s: float) -> str:
     ratio = time_s / winner_s
     text = f"{ratio:.3f}x"
     digits = 3
-    while text == "1.000x" and ratio > 1 and digits < 12:
+    while ratio > 1 and float(text[:-1]) == 1.0 and digits < 12:
         digits += 1
         text = f"{ratio:.{digits}f}x"
     return text
@@ -545,7 +545,8 @@ PLACEMENT_TABLE = (
     "One line per schedule that ran (executor, strategy, budget): every allocator placed that schedule's "
     "allocation trace, so the line shares one lower bound, the trace's max-live bytes. Each cell is the arena "
     "the allocator needed with no cap and, in brackets, the arena over max-live (whether a schedule fits its "
-    "budget, the time table's mark, is judged by a replay capped at the budget, which may need less).")
+    "budget, the time table's mark, is judged by this arena, except for a model of PyTorch's caching allocator, "
+    "which gives cached segments back at a cap: it is replayed capped at the budget, which may need less).")
 PLACEMENT_MARKS = f" {FASTEST} marks the smallest arena of the line; '-' is an allocator that did not place the trace."
 
 

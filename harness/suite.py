@@ -646,6 +646,10 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
     return f"unknown field ({hint}{allowed}the suite format is in docs/cli.md, \"Suites\")"
 
 
+# list fields whose items are mappings or lists: a single value there is no "[value]" away from right
+_LISTS_OF_COMPOUNDS = frozenset({"models", "input_sizes", "excludes"})
+
+
 def _yaml_kind(value: Any) -> str:
     """What a YAML value is, in YAML's words."""
     if isinstance(value, list):
@@ -693,11 +697,14 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
             msg = "must not be empty: the grid would have no cases"
         elif err["type"] == "model_type":  # pydantic's "Input should be a valid dictionary or instance of ..."
             keys = [k for k in _keys_beside((*loc, "")) if k != "include"]
-            msg = (f"a mapping with the keys {', '.join(keys)}, got {_yaml_kind(err.get('input'))} "
+            named = len(loc) == 2 and loc[0] in ("planners", "executors", "allocators")  # NamedEntry: a name too
+            msg = (f"{'a name or ' if named else ''}a mapping with the keys {', '.join(keys)}, "
+                   f"got {_yaml_kind(err.get('input'))} "
                    "(the suite format is in docs/cli.md, \"Suites\")")
         elif err["type"] in _EXPECTED:
             value = err.get("input")
-            one = isinstance(value, (str, int, float)) and err["type"] == "list_type"
+            one = (err["type"] == "list_type" and isinstance(value, (str, int, float))
+                   and not isinstance(value, bool) and loc[-1] not in _LISTS_OF_COMPOUNDS)
             msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write [{value}])" if one else "")
         elif err["type"] == "string_pattern_mismatch":
             msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "

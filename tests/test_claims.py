@@ -121,5 +121,7 @@ def test_a_lead_that_rounds_to_one_shows_the_digit_that_makes_it_a_lead():
     from harness.publish import _lead
 
     assert _lead(47798.25, 47794.23) == "1.0001x"
+    # below 0.005% a fourth decimal still reads 1.0000x (beaumont-fig5's runner-up did, review 2026-11-28)
+    assert _lead(1.00004, 1.0) == "1.00004x" and _lead(1 + 2e-9, 1.0) == "1.000000002x"
     assert _lead(1.004, 1.0) == "1.004x" and _lead(2.5, 1.0) == "2.500x" and _lead(1.0, 1.0) == "1.000x"
     assert _lead(1.0, 0.0) == "-"

@@ -341,10 +341,13 @@ def test_only_cudas_out_of_memory_error_is_an_out_of_memory():
     runtime = CudaRuntime.__new__(CudaRuntime)  # no libcudart here: cudaMalloc stubbed with its error codes
     codes = iter([CUDA_ERROR_MEMORY_ALLOCATION, 700])
     runtime._malloc = lambda out, size: next(codes)
+    cleared = []  # cudaGetLastError: a failed cudaMalloc's error must not wait for torch's next launch check
+    runtime._last_error = lambda: cleared.append(1) or 0
     with pytest.raises(MemoryError, match="out of device memory"):
         runtime.malloc(4096)
     with pytest.raises(RuntimeError, match="CUDA error 700"):
         runtime.malloc(4096)
+    assert len(cleared) == 2
     real, _ = allocator([])
     real.fallback = None  # the allocator fails, and so does the emergency cudaMalloc: error 700
     runtime._malloc = lambda out, size: 700
@@ -528,6 +531,7 @@ def test_the_planned_process_writes_its_row_and_the_gradients_of_an_ok_run(monke
     run = from_dict(Run, json.loads((tmp_path / "run.json").read_text()))
     if nothing_left:
         assert run.status == "oom" and "could not serve 4096 bytes" in run.message, run.message
+        assert run.message.startswith("the device ran out of memory (planned placement"), run.message
         assert not (tmp_path / "grads.pt").exists()
     else:
         assert run.status == "ok" and run.executor == "torch-planned", run.message

@@ -419,6 +419,11 @@ def test_resuming_a_run_id_that_does_not_exist_says_so(tmp_path):
     outcome = run_suite(suite, tmp_path / "r", run_id="new", resume=True, progress=False)
     assert f"{tmp_path / 'r' / 'synth' / 'new'} does not exist yet: started it (a misspelt id? the suite's runs " \
         "are other)" in outcome.notes  # the ids it could have meant, for a typo that starts a whole run
+    for k in range(5):
+        run_suite(suite, tmp_path / "r", run_id=f"x{k}", progress=False)
+    outcome = run_suite(suite, tmp_path / "r", run_id="newer", resume=True, progress=False)
+    assert any(n.endswith("the suite's runs are x0, x1, x2, x3, x4 and 2 more)") for n in outcome.notes), \
+        outcome.notes  # five of seven named: the note says that there are more
 
 
 def test_a_run_folder_that_cannot_be_replaced_is_named(tmp_path, monkeypatch):

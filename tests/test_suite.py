@@ -427,6 +427,8 @@ def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
     ("executors: [simulate]", "executors: simulate", "executors: a list, got the text 'simulate' (write [simulate])"),
     ("batch_sizes: [2]", "batch_sizes: [two]", "models[0].batch_sizes[0]: a whole number, got the text 'two'"),
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: 3}]", "planners[1].label: a text, got the number 3"),
+    ("[keep-all, prefix]", "[keep-all, [prefix]]",
+     "planners[1]: a name or a mapping with the keys name, optional, label, got a list"),
 ])
 def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, message):
     """pydantic's own wording ("Input should be a valid dictionary or instance of Budgets", "String should
@@ -439,6 +441,23 @@ def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, 
         load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
     (line,) = str(exc.value).splitlines()
     assert line.startswith(f"{tmp_path / 'synth.yaml'}:") and f": {message}" in line, line
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("executors: [simulate]", "executors: true", "executors: a list, got true"),
+    ("    batch_sizes: [2]\n  - model: synthetic:chain8", "    batch_sizes: [2]\n    input_sizes: 224\n  - model: synthetic:chain8",
+     "models[0].input_sizes: a list, got the number 224"),
+])
+def test_a_single_value_where_a_list_is_due_gets_no_hint_that_would_fail_again(tmp_path, old, new, message):
+    """Review (2026-11-28): 'executors: true' was told '(write [True])', and 'input_sizes: 224' '(write
+    [224])', which fails again at input_sizes[0] (its items are lists): the hint only where it is right."""
+    install()
+    text = SUITE.format(name="t")
+    assert old in text
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
+    (line,) = str(exc.value).splitlines()
+    assert line.endswith(f": {message}"), line
 
 
 @pytest.mark.parametrize("old, new, message", [

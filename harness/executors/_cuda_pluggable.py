@@ -127,10 +127,17 @@ class CudaRuntime:
         self._sync = lib.cudaStreamSynchronize
         self._sync.argtypes = [ctypes.c_void_p]
         self._sync.restype = ctypes.c_int
+        self._last_error = lib.cudaGetLastError
+        self._last_error.argtypes = []
+        self._last_error.restype = ctypes.c_int
 
     def malloc(self, size: int) -> int:
         ptr = ctypes.c_void_p()
         err = self._malloc(ctypes.byref(ptr), max(int(size), 1))
+        if err != 0:
+            # A failed cudaMalloc leaves its error as the runtime's last error, which torch's next
+            # kernel-launch check would raise as its own; clear it, as the caching allocator does.
+            self._last_error()
         if err == CUDA_ERROR_MEMORY_ALLOCATION:
             raise MemoryError(f"cudaMalloc({size}) failed: out of device memory (CUDA error {err})")
         if err != 0 or not ptr.value:  # e.g. 700 after a kernel's illegal access: not a question of memory

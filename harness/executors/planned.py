@@ -219,6 +219,10 @@ def _planned_execution_class():
             return replace(run, executor=TorchPlannedExecutor.name, peak_bytes=int(self.real.reserved_bytes),
                            metrics={**run.metrics, **self.real.summary()})
 
+        def _oom_message(self, text):
+            # the planned process caps nothing (its arena is the plan): the device itself ran out
+            return f"the device ran out of memory (planned placement, no budget cap): {text}"
+
         def _report(self, times, moved, stall, prediction):
             self.cuda = False  # the caching allocator's statistics raise under a pluggable allocator
             try:

@@ -587,7 +587,6 @@ class _Execution:
 
     def _oom(self, exc: BaseException, prediction: Run | None) -> Run:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        cap = f" (memory cap {self.cap:.4f} of the device)" if self.cap is not None else ""
         metrics: dict[str, float] = {}
         peak = self.resident_max
         if self.cuda:
@@ -597,10 +596,15 @@ class _Execution:
             metrics["predicted_s"] = prediction.makespan
         return Run(
             executor="torch", planner=self.schedule.planner, status="oom",
-            message=f"out of memory under the budget of {self.schedule.budget_bytes} bytes{cap}: {text}",
+            message=self._oom_message(text),
             makespan=float("nan"), compute_time=self.profile.compute_time, peak_bytes=int(peak),
             moved_bytes=int(self.copies.moved_bytes), metrics=metrics,
         )
+
+    def _oom_message(self, text: str) -> str:
+        """An ``oom`` row's message: the budget (and cap) it ran under, then what ran out."""
+        cap = f" (memory cap {self.cap:.4f} of the device)" if self.cap is not None else ""
+        return f"out of memory under the budget of {self.schedule.budget_bytes} bytes{cap}: {text}"
 
     def close(self) -> None:
         """Release the store, the host buffers and (on CUDA) the cached memory."""

@@ -418,6 +418,17 @@ def test_the_example_suite_of_docs_cli_loads_as_its_comments_say(tmp_path):
     assert {c.dtype for c in cases} == {"bfloat16"}  # the model's dtype wins over the suite's
 
 
+def _one_line_error(tmp_path, old, new):
+    """The one line the small synthetic suite, with ``old`` replaced by ``new``, is refused with."""
+    install()
+    text = SUITE.format(name="t")
+    assert old in text
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
+    (line,) = str(exc.value).splitlines()
+    return line
+
+
 @pytest.mark.parametrize("old, new, message", [
     ("budgets: {fractions: [0, 0.5, 1.0]}", "budgets: [0, 0.5]",
      "budgets: a mapping with the keys fractions, peak_fractions, bytes, got a list (the suite format is in "),
@@ -434,12 +445,7 @@ def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, 
     """pydantic's own wording ("Input should be a valid dictionary or instance of Budgets", "String should
     match pattern ...", "Input should be a valid list") reached the user; a label with '/' was taken,
     though it is a field of the case id."""
-    install()
-    text = SUITE.format(name="t")
-    assert old in text
-    with pytest.raises(SuiteError) as exc:
-        load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
-    (line,) = str(exc.value).splitlines()
+    line = _one_line_error(tmp_path, old, new)
     assert line.startswith(f"{tmp_path / 'synth.yaml'}:") and f": {message}" in line, line
 
 
@@ -451,12 +457,7 @@ def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, 
 def test_a_single_value_where_a_list_is_due_gets_no_hint_that_would_fail_again(tmp_path, old, new, message):
     """Review (2026-11-28): 'executors: true' was told '(write [True])', and 'input_sizes: 224' '(write
     [224])', which fails again at input_sizes[0] (its items are lists): the hint only where it is right."""
-    install()
-    text = SUITE.format(name="t")
-    assert old in text
-    with pytest.raises(SuiteError) as exc:
-        load_suite(write_suite(tmp_path, text.replace(old, new, 1)))
-    (line,) = str(exc.value).splitlines()
+    line = _one_line_error(tmp_path, old, new)
     assert line.endswith(f": {message}"), line
 
 

@@ -173,25 +173,18 @@ class CaseOutcome:
     run: Run | None = None
 
 
-def budget_lower_bound(profile: Profile, budget: int, executor: Any = None,
-                       options: dict[str, Any] | None = None) -> float:
-    """The budget's lower bound on the iteration time (papers/004 Prop. 3), with the copy engines the
-    case's executor and options give: the column every row of a budget shares, planned or not."""
-    from harness.bounds import lower_bound
-
-    return lower_bound(profile, budget, duplex=copy_layout(executor, options))
-
-
 def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workload: Any, *,
              options: dict[str, Any] | None = None, device_budget: bool = False, validate: bool = True,
              seed: int = 0) -> CaseOutcome:
     """Plan, run and judge one case; a failure is the outcome's status and message, never an exception
     (but an interrupt, which is re-raised)."""
+    from harness.bounds import lower_bound
+
     duplex = copy_layout(executor, options)
     fields: dict[str, Any] = {"n_stages": profile.n_stages}
     try:
         # the budget's bound (the tables' common column) is the row's even when no plan comes of it
-        fields["budget_lower_bound_s"] = budget_lower_bound(profile, budget, executor, options)
+        fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
         planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
                             seed=seed)
     except MemoryError as exc:  # the host's memory (the planner's tables), not the budget failing on the device

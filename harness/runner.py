@@ -38,7 +38,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 
 import pandas as pd
 
-from harness.case import budget_lower_bound, classify, run_case
+from harness.case import classify, copy_layout, run_case
 from harness.device_memory import arena_fits
 from harness.errors import PLUGIN_FAILURES, MembudgetError
 from harness.model import Profile, load, save
@@ -355,10 +355,12 @@ def _failed(task: UnitTask, message: str) -> UnitResult:
     budget's bound when the profile is at hand (the tables' common column, as any other row has it)."""
     result = execute_unit(replace(task, profile=None, profile_error=("error", message)))
     if task.profile is not None and task.bounds is not None:
+        from harness.bounds import lower_bound
+
         case = task.cases[0]
         budget = case.budget.resolve(task.bounds.min_memory, task.bounds.peak_memory)
         try:
-            bound = budget_lower_bound(task.profile, budget, task.executor, case.planner_options)
+            bound = lower_bound(task.profile, budget, duplex=copy_layout(task.executor, case.planner_options))
         except Exception:  # noqa: BLE001 - the rows say why the unit failed; the bound is a courtesy
             return result
         for row in result.rows:
@@ -481,14 +483,14 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
-    if resume and not resuming and run_dir.name == run_id:
+    if resume and not resuming and run_dir.name != run_id:
+        notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
+    elif resume and not resuming:
         others = sorted(d.name for d in (root / suite.name).iterdir() if d.is_dir() and d != run_dir
                         and (d / "meta.json").is_file())
         shown = ", ".join(others[-5:]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         known = f" (a misspelt id? the suite's runs are {shown})" if others else ""
         notes.append(f"{run_dir} does not exist yet: started it{known}")
-    elif resume and not resuming:
-        notes.append(f"nothing to resume under {root / suite.name}: started run {run_dir.name}")
     cases = suite.cases()
     ids = {c.case_id for c in cases}
     if resuming:

@@ -603,19 +603,49 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _keys_beside(loc: tuple[Any, ...]) -> list[str]:
-    """The keys a suite allows where ``loc``'s last key stands (the fields of the model that holds it)."""
+def _model_holding(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose field ``loc``'s last key is (None where no model holds one)."""
     model: type[BaseModel] = SuiteSpec
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        field = _field(model, part)
         held = _model_in(field.annotation) if field is not None else None
         if held is None:
-            return []
+            return None
         model = held
+    return model
+
+
+def _field(model: type[BaseModel], key: Any) -> Any:
+    """``model``'s field named ``key`` (by name or by alias), or None."""
+    return next((f for n, f in model.model_fields.items() if key in (n, f.alias)), None)
+
+
+def _keys_beside(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a suite allows where ``loc``'s last key stands (the fields of the model that holds it)."""
+    model = _model_holding(loc)
+    if model is None:
+        return []
     keys = [f.alias or n for n, f in model.model_fields.items()]
     return [*keys, "include"] if model is SuiteSpec else keys
+
+
+def _one_value_is_an_item(loc: tuple[Any, ...]) -> bool:
+    """Whether the list field at ``loc`` takes a single plain value as an item: numbers and texts, and
+    entries that a name stands for (``planners: [greedy]``); not mappings (``models``) or lists."""
+    model = _model_holding(loc)
+    field = _field(model, loc[-1]) if model is not None and loc else None
+    lists = [a for a in (field.annotation, *typing.get_args(field.annotation))
+             if typing.get_origin(a) is list] if field is not None else []
+    return bool(lists) and _plain_value_fits(typing.get_args(lists[0])[0])
+
+
+def _plain_value_fits(item: Any) -> bool:
+    if typing.get_origin(item) is Annotated:
+        return (any(getattr(m, "func", None) is _named for m in item.__metadata__)
+                or _plain_value_fits(typing.get_args(item)[0]))
+    return item is Any or item in (int, float, str)
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -644,10 +674,6 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
     hint = f"did you mean {near[0]!r}? " if near else ""
     allowed = f"the keys here are {', '.join(keys)}; " if keys and not near else ""
     return f"unknown field ({hint}{allowed}the suite format is in docs/cli.md, \"Suites\")"
-
-
-# list fields whose items are mappings or lists: a single value there is no "[value]" away from right
-_LISTS_OF_COMPOUNDS = frozenset({"models", "input_sizes", "excludes"})
 
 
 def _yaml_kind(value: Any) -> str:
@@ -697,14 +723,14 @@ def _pydantic_errors(exc: ValidationError, suite_source: str, locations: Locatio
             msg = "must not be empty: the grid would have no cases"
         elif err["type"] == "model_type":  # pydantic's "Input should be a valid dictionary or instance of ..."
             keys = [k for k in _keys_beside((*loc, "")) if k != "include"]
-            named = len(loc) == 2 and loc[0] in ("planners", "executors", "allocators")  # NamedEntry: a name too
+            named = bool(loc) and isinstance(loc[-1], int) and _one_value_is_an_item(loc[:-1])
             msg = (f"{'a name or ' if named else ''}a mapping with the keys {', '.join(keys)}, "
                    f"got {_yaml_kind(err.get('input'))} "
                    "(the suite format is in docs/cli.md, \"Suites\")")
         elif err["type"] in _EXPECTED:
             value = err.get("input")
             one = (err["type"] == "list_type" and isinstance(value, (str, int, float))
-                   and not isinstance(value, bool) and loc[-1] not in _LISTS_OF_COMPOUNDS)
+                   and not isinstance(value, bool) and _one_value_is_an_item(loc))
             msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write [{value}])" if one else "")
         elif err["type"] == "string_pattern_mismatch":
             msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "

@@ -451,6 +451,8 @@ def test_a_wrongly_shaped_value_is_said_in_the_suites_words(tmp_path, old, new, 
 
 @pytest.mark.parametrize("old, new, message", [
     ("executors: [simulate]", "executors: true", "executors: a list, got true"),
+    ("models:\n  - model: synthetic:chain4\n    batch_sizes: [2]\n  - model: synthetic:chain8\n    batch_sizes: [1, 2]",
+     "models: synthetic:chain4", "models: a list, got the text 'synthetic:chain4'"),
     ("    batch_sizes: [2]\n  - model: synthetic:chain8", "    batch_sizes: [2]\n    input_sizes: 224\n  - model: synthetic:chain8",
      "models[0].input_sizes: a list, got the number 224"),
 ])

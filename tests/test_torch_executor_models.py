@@ -148,3 +148,41 @@ def test_a_tensor_computed_from_a_parameter_never_crosses_a_cut(planner):
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-5
     assert chain.n_stages >= 2  # the layers around the shared tensor still form a chain
+
+
+class _PositionGate(torch.nn.Module):
+    """Scales a hidden layer by a gate an MLP computes from fixed coordinates, as Swin-V2's continuous
+    position bias does: the gate depends on parameters alone, and the product saves it for its backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("coords", torch.randn(64, 4))
+        self.gate_mlp = torch.nn.Linear(4, 1)
+        self.a, self.b, self.c = torch.nn.Linear(48, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.a(x.flatten(1)))
+        gate = torch.sigmoid(self.gate_mlp(self.coords)).flatten()
+        x = torch.relu(self.b(x) * gate)
+        return self.c(x)
+
+
+def test_what_autograd_saves_of_a_tensor_made_from_a_parameter_is_its_stage_s_saved_data():
+    """The gate is made anew by every forward of its stage and saved by its sigmoid and its product, so it
+    is that stage's saved data: the executor offloads it with the rest of the stage. The profile counted
+    it once with the weights, as if it were a causal mask, so the simulator moved fewer bytes than the
+    executor did and held the gate when the schedule had offloaded or dropped it."""
+    from harness.schedules import ordered_schedule
+    from harness.simulate.executor import simulate
+
+    _register(_Factory("position-gate", _PositionGate, "a model that saves a tensor made from a parameter"))
+    workload = Workload("test:position-gate", 2, (3, 4, 4), "cpu")
+    profile = registry().profiler("analytic").profile(Workload(workload.model, 2, (3, 4, 4), "V100-PCIe"))
+    gated = [i for i, s in enumerate(profile.stages) if s.saved_bytes >= 64 * 4]
+    assert gated, [(s.name, s.saved_bytes) for s in profile.stages]
+    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
+    torch.manual_seed(0)
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, build_chain(workload, "cpu"))
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] < 1e-5
+    assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0

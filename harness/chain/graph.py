@@ -234,6 +234,11 @@ class Graph:
                 seen.update(self.position[u] for u in self.nodes[i].users)
         return seen
 
+    def is_workload_constant(self, index: int) -> bool:
+        """Whether the value at ``index`` depends neither on the input nor on a trainable parameter (a
+        causal mask, position ids): the same every iteration, resident like the weights, no gradient."""
+        return index not in self.input_dependent and index not in self.weight_dependent
+
     def is_constant(self, index: int) -> bool:
         """Parameters, buffers and other module attributes: weights, not activations."""
         return index in self.constants

@@ -108,7 +108,7 @@ def plan_stages(graph: Graph, example: torch.Tensor) -> StagePlan:
         candidates.append(_Candidate(graph.input_index, graph.input_index, storage_key(example), example._version))
 
     def on_node(i: int, value: object, env_now: dict[int, object]) -> None:
-        if (i in graph.input_dependent or i in graph.weight_dependent) and info[i].last_use > i and tensors_in(value):
+        if not graph.is_workload_constant(i) and info[i].last_use > i and tensors_in(value):
             live.add(i)
         for j in info[i].inputs:
             if info[j].last_use <= i:

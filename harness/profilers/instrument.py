@@ -17,9 +17,13 @@ How each figure is obtained (papers/004 section 3.1 notation):
   first stage: the data needs no gradient);
 - ``fwd_workspace``, ``bwd_workspace``: estimates from liveness in the graph (see
   ``_Liveness``); the measured profiler replaces them with peak-memory deltas on CUDA;
-- tensors that do not depend on the input (a causal mask shared by every layer) are
-  constants of the workload: when autograd saves them they count once, with the
-  weights (``constant_bytes``), never in a stage.
+- tensors that depend neither on the input nor on a trainable parameter (a causal mask
+  shared by every layer) are constants of the workload: when autograd saves them they
+  count once, with the weights (``constant_bytes``), never in a stage. A tensor computed
+  from a parameter alone (Swin-V2's continuous position bias, an MLP of fixed
+  coordinates) is not one: every forward makes it anew inside one stage (no cut passes it
+  on, ``harness.chain.stages``), and what autograd saves of it is that stage's saved data,
+  which the executor offloads or drops with the rest.
 
 ATTRIBUTION RULE (no storage is counted in two stages): a boundary tensor x_{i+1} that
 stage i saves for its own backward (a trailing ReLU keeps its output) is counted in
@@ -173,10 +177,10 @@ class _Liveness:
         for t in tensors_in(list(env.values())):
             live[storage_key(t)] = storage_bytes(t)
         self.live.append(live)
-        if i in self.graph.input_dependent:
+        if not self.graph.is_workload_constant(i):
             node = self.graph.nodes[i]
             inputs = [(j, env[j], first) for j, first in operand_uses(node, self.graph.position)
-                      if j in env and j in self.graph.input_dependent]
+                      if j in env and not self.graph.is_workload_constant(j)]
             self.grads.on_node(i, node, value, inputs)
 
     def fwd_workspace(self, excluded: set[int]) -> int:
@@ -253,7 +257,7 @@ class _Iteration:
         self.im2col: list[int] = []
         self.fwd_ws: list[int] = []
         self.bwd_ws: list[int] = []
-        self.constants: dict[int, int] = {}  # storages of tensors that do not depend on the input
+        self.constants: dict[int, int] = {}  # storages of tensors made from neither the input nor a parameter
         self.constant_saved: dict[int, int] = {}
         self.output_bytes = 0
         self._held: list[Any] = []  # keeps those storages alive, so that their ids stay unique
@@ -282,7 +286,7 @@ class _Iteration:
 
         def on_node(i: int, value: Any, env: dict[int, Any]) -> None:
             liveness.on_node(i, value, env)
-            if i not in graph.input_dependent:
+            if graph.is_workload_constant(i):
                 self._held.append(value)
                 self.constants.update((storage_key(t), storage_bytes(t)) for t in tensors_in(value))
 

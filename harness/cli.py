@@ -148,8 +148,24 @@ def _load_profile(path: str):
     from harness.model import Profile, load
 
     if not Path(path).exists():
+        if _is_model_name(path):
+            raise MembudgetError(f"{path} is a model, not a profile file: profile it first "
+                                 f"(membudget profile {path} --batch B --device H100 -o profile.json) and pass the file")
         raise MembudgetError(f"{path}: no such profile file (make one with: membudget profile MODEL ... -o {path})")
     return load(Profile, path)
+
+
+def _is_model_name(name: str) -> bool:
+    """Whether a registered model factory knows ``name`` (``torchvision:resnet50``)."""
+    from harness.plugins import registry
+
+    if ":" not in name:
+        return False
+    try:
+        registry().model_factory(name)
+    except (MembudgetError, KeyError, ValueError):
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- list
@@ -662,6 +678,33 @@ def _percentage(text: str) -> float:
 _TAKES_NEGATIVE = ("--budget",)  # options whose value may start with "-" (refused with a reason, not a usage error)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, except that an argument the command does not take is reported with the
+    command's usage (argparse gives the top-level one) and, where another command takes that option,
+    names it: ``membudget plan torchvision:resnet50 --batch 8`` says ``--batch`` is ``profile``'s."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    commands = _commands(parser)
+    options = list(dict.fromkeys(a.split("=", 1)[0] for a in extra if a.startswith("-")))
+    owners = sorted({name for name, command in commands.items() if name != args.command
+                     for option in options if option in command._option_string_actions})
+    theirs = [o for o in options if any(o in commands[name]._option_string_actions for name in owners)]
+    hint = ""
+    if owners:
+        kind = "an option" if len(theirs) == 1 else "options"
+        hint = f" ({', '.join(theirs)}: {kind} of {' and '.join(f'membudget {name}' for name in owners)})"
+    commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's own parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def _attach_negative_values(argv: list[str]) -> list[str]:
     """``--budget -1GiB`` -> ``--budget=-1GiB``: argparse would read ``-1GiB`` as an option."""
     out: list[str] = []
@@ -692,7 +735,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``membudget`` console script; returns the exit status."""
-    args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    args = _parse(build_parser(), _attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     _plugin_warnings_in_one_line()
     previous = _stop_on_sigterm()
     try:

@@ -249,6 +249,33 @@ def test_malformed_profile_names_the_field(capsys, tmp_path, profile_file):
     assert code == 2 and "no such profile file" in err
 
 
+def test_a_model_name_where_a_profile_file_goes_says_to_profile_it_first(capsys):
+    code, _, err = _run(capsys, "simulate", "torchvision:resnet18", "--planner", "prefix", "--budget", "1GiB")
+    assert code == 2
+    assert "torchvision:resnet18 is a model, not a profile file" in err
+    assert "membudget profile torchvision:resnet18 --batch B" in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["plan", "p.json", "--planner", "prefix", "--budget", "1GiB", "--batch", "2", "--device", "H100"],
+     "membudget plan: error: unrecognized arguments: --batch 2 --device H100 (--batch, --device: options of "
+     "membudget profile)"),
+    (["profile", "torchvision:resnet18", "--batch", "2", "-o", "p.json", "--planner=prefix"],
+     "membudget profile: error: unrecognized arguments: --planner=prefix (--planner: an option of membudget plan "
+     "and membudget simulate)"),
+    (["run", "suite.yaml", "--bogus"], "membudget run: error: unrecognized arguments: --bogus\n"),
+])
+def test_an_argument_the_command_does_not_take_is_reported_with_its_usage(capsys, argv, expected):
+    """argparse reported it with the top-level usage ("membudget [-h] COMMAND ..."); the command's own
+    usage, and the command an option belongs to, say what to write instead."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert f"usage: membudget {argv[0]} " in err
+    assert expected in err
+
+
 def test_console_script_exits_2_without_a_traceback(tmp_path):
     bad = tmp_path / "suite.yaml"
     bad.write_text("name: x\nprofiler: file\ndevice: cpu\nmodels: [{model: p.json, batch_sizes: [one]}]\n")

@@ -218,6 +218,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     """Profile a model into a profile JSON file."""
     input_size = _input_size(args.input_size)
     _output_file(args.output, "-o")
+    if args.profiler != "file" and Path(args.model).is_file():
+        raise MembudgetError(f"{args.model} is a file, not a model name: plan or simulate a profile file as it is, "
+                             f"or rescale it to --batch with --profiler file")
     from harness.commands import profile_command
 
     profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,

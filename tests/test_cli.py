@@ -256,6 +256,15 @@ def test_a_model_name_where_a_profile_file_goes_says_to_profile_it_first(capsys)
     assert "membudget profile torchvision:resnet18 --batch B" in err
 
 
+def test_a_profile_file_where_a_model_name_goes_says_what_reads_it(capsys, profile_file, tmp_path):
+    path = str(profile_file[1])
+    rescaled = str(tmp_path / "rescaled.json")
+    code, _, err = _run(capsys, "profile", path, "--batch", "4", "-o", rescaled)
+    assert code == 2 and f"{path} is a file, not a model name" in err and "--profiler file" in err
+    code, _, err = _run(capsys, "profile", path, "--profiler", "file", "--batch", "4", "-o", rescaled)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["plan", "p.json", "--planner", "prefix", "--budget", "1GiB", "--batch", "2", "--device", "H100"],
      "membudget plan: error: unrecognized arguments: --batch 2 --device H100 (--batch, --device: options of "

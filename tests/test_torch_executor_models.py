@@ -160,29 +160,100 @@ class _PositionGate(torch.nn.Module):
         self.gate_mlp = torch.nn.Linear(4, 1)
         self.a, self.b, self.c = torch.nn.Linear(48, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
 
+    def gate(self) -> torch.Tensor:
+        return torch.sigmoid(self.gate_mlp(self.coords)).flatten()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.a(x.flatten(1)))
-        gate = torch.sigmoid(self.gate_mlp(self.coords)).flatten()
-        x = torch.relu(self.b(x) * gate)
+        x = torch.relu(self.b(x) * self.gate())
         return self.c(x)
 
 
-def test_what_autograd_saves_of_a_tensor_made_from_a_parameter_is_its_stage_s_saved_data():
-    """The gate is made anew by every forward of its stage and saved by its sigmoid and its product, so it
-    is that stage's saved data: the executor offloads it with the rest of the stage. The profile counted
-    it once with the weights, as if it were a causal mask, so the simulator moved fewer bytes than the
-    executor did and held the gate when the schedule had offloaded or dropped it."""
+class _FrozenGate(_PositionGate):
+    """The gate's MLP frozen: a constant of the workload, which the profile counts with the weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_mlp.requires_grad_(False)
+
+
+class _InPlaceGate(_PositionGate):
+    """A frozen MLP's output shifted in place by a trainable parameter: the write makes it the parameter's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_mlp = torch.nn.Linear(4, 64).requires_grad_(False)
+        self.shift = torch.nn.Parameter(torch.randn(64))
+
+    def gate(self) -> torch.Tensor:
+        gate = self.gate_mlp(self.coords[:1]).flatten()
+        gate.add_(self.shift)
+        return gate
+
+
+@pytest.mark.parametrize("module", [_PositionGate, _FrozenGate, _InPlaceGate], ids=["trained", "frozen", "in-place"])
+def test_the_executor_moves_what_the_profile_says_a_stage_saves_of_a_tensor_the_input_does_not_reach(module):
+    """A gate made from a trained parameter (alone, or written in place into a frozen layer's output) is made
+    anew by every forward of its stage and saved by the product: that stage's saved data, which the executor
+    offloads with the rest. The profile counted it once with the weights, as if it were a causal mask, so
+    the simulator moved fewer bytes than the executor (4352 against 3840 for the trained gate). A gate made
+    from frozen weights alone is such a constant: the executor moved it all the same (2816 against 3328)."""
     from harness.schedules import ordered_schedule
     from harness.simulate.executor import simulate
 
-    _register(_Factory("position-gate", _PositionGate, "a model that saves a tensor made from a parameter"))
-    workload = Workload("test:position-gate", 2, (3, 4, 4), "cpu")
+    name = f"gate-{module.__name__.lower()}"
+    _register(_Factory(name, module, "a model that saves a tensor the input does not reach"))
+    workload = Workload(f"test:{name}", 2, (3, 4, 4), "cpu")
     profile = registry().profiler("analytic").profile(Workload(workload.model, 2, (3, 4, 4), "V100-PCIe"))
-    gated = [i for i, s in enumerate(profile.stages) if s.saved_bytes >= 64 * 4]
-    assert gated, [(s.name, s.saved_bytes) for s in profile.stages]
     schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
     torch.manual_seed(0)
     run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, build_chain(workload, "cpu"))
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-5
     assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0
+
+
+def test_offloading_every_stage_of_a_transformer_leaves_its_constants_on_the_device():
+    """GPT-2's position ids cross every cut, and its embedding saves them. The executor packed them with
+    that stage, and its offload freed the memory the later stages read them from: the second forward
+    stopped with "setStorage: ... out of bounds for storage of size 0"."""
+    pytest.importorskip("transformers")
+    from harness.schedules import ordered_schedule
+    from harness.simulate.executor import simulate
+
+    workload = Workload("transformers:tiny-gpt2", 2, (16,), "cpu")
+    profile = registry().profiler("analytic").profile(Workload(workload.model, 2, (16,), "V100-PCIe"))
+    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
+    torch.manual_seed(0)
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, build_chain(workload, "cpu"))
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] < 1e-4
+    assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0
+
+
+class _InPlaceShift(_SharedShift):
+    """``_SharedShift`` with its shift made in place: a frozen layer's output, then ``add_`` of the parameter.
+    Its later readers read the frozen layer's node, which the parameter reaches only through the write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = torch.nn.Linear(4, 32).requires_grad_(False)
+        self.register_buffer("coords", torch.randn(1, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shift = self.frozen(self.coords).flatten()
+        shift.add_(self.shift)
+        x = torch.relu(self.a(x.flatten(1)))
+        x = torch.relu(self.b(x) + shift)
+        x = torch.relu(self.c(x))
+        return self.d(x + shift)
+
+
+@pytest.mark.parametrize("planner", ["keep-all", "recompute"])
+def test_a_tensor_a_parameter_writes_into_never_crosses_a_cut(planner):
+    """The cut let the shift cross (a frozen layer's output looks constant): the profiler stopped with
+    "backward through the graph a second time" and a recomputed stage lost the parameter's gradient."""
+    _register(_Factory("inplace-shift", _InPlaceShift, "a model that writes a parameter into a frozen output"))
+    chain, _, run = _run("test:inplace-shift", (3, 4, 4), planner, peak_memory)
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] < 1e-5

@@ -111,6 +111,23 @@ def _mutates(user: fx.Node, value: fx.Node, gm: fx.GraphModule) -> bool:
 
 # Modules whose output may be (a view of) their input.
 _VIEW_MODULES = (torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten)
+# Functions and methods whose result may view their first operand.
+_VIEW_NAMES = {"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
+               "transpose", "swapaxes", "t", "permute", "movedim", "expand", "expand_as", "narrow", "select",
+               "getitem", "unbind", "split", "chunk", "diagonal", "as_strided", "detach", "contiguous", "unfold"}
+
+
+def _may_view(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``node``'s result may share the memory of its first operand."""
+    if node.op == "call_module":
+        return isinstance(gm.get_submodule(str(node.target)), _VIEW_MODULES)
+    if node.op == "call_method":
+        return str(node.target) in _VIEW_NAMES
+    if node.op == "call_function":
+        if isinstance(node.target, torch._ops.OpOverload):
+            return bool(getattr(node.target, "is_view", False))
+        return getattr(node.target, "__name__", "") in _VIEW_NAMES
+    return False
 
 
 def _aliases(value: fx.Node, gm: fx.GraphModule) -> list[fx.Node]:
@@ -186,10 +203,12 @@ class Graph:
     are evaluated once and are available everywhere; every other value lives in the
     ``env`` dict that ``run`` receives, keyed by position. ``input_dependent`` holds the
     positions whose value depends on the model input; the others (a causal mask, position
-    ids) are constants of the workload, like the weights. ``weight_dependent`` holds the
+    ids) are input-independent. ``weight_dependent`` holds the
     positions, parameters themselves aside, whose value a trainable parameter reaches (through
     a ``get_attr`` node or a module call): a gradient flows through them, so they are not
-    constants even when the input does not reach them.
+    constants even when the input does not reach them. What neither reaches is a constant of
+    the workload (``is_workload_constant``). Both sets follow in-place writes as well as uses:
+    a value another one writes into depends on what that one depends on.
     """
 
     def __init__(self, gm: fx.GraphModule) -> None:
@@ -213,9 +232,9 @@ class Graph:
         self.constants: dict[int, Any] = {
             i: self._fetch_attr(n.target) for i, n in enumerate(self.nodes) if n.op == "get_attr"
         }
-        self.input_dependent = self._reachable_from([self.input_index])
+        self.input_dependent = self._dependent_on([self.input_index])
         trained = [i for i, n in enumerate(self.nodes) if self._trains(n)]
-        self.weight_dependent = self._reachable_from(trained) - set(self.constants)
+        self.weight_dependent = self._dependent_on(trained) - set(self.constants)
 
     # -- structure
     def _trains(self, n: fx.Node) -> bool:
@@ -233,6 +252,31 @@ class Graph:
             if i in seen:
                 seen.update(self.position[u] for u in self.nodes[i].users)
         return seen
+
+    def _dependent_on(self, starts: list[int]) -> set[int]:
+        """What ``starts`` reach through the users, and through writes: an in-place operation they
+        reach (``gate.add_(shift)``) changes its first operand, and the memory that operand views,
+        which later users read under the nodes that made them; those nodes (a parameter or buffer
+        aside) then depend on ``starts`` too."""
+        seen = self._reachable_from(starts)
+        while True:
+            written: set[int] = set()
+            for i in seen:
+                target = self.nodes[i].args[0] if self.nodes[i].args else None
+                if isinstance(target, fx.Node) and _mutates(self.nodes[i], target, self.gm):
+                    written.update(self._viewed(target))
+            written -= seen | set(self.constants)
+            if not written:
+                return seen
+            seen |= self._reachable_from(sorted(written))
+
+    def _viewed(self, node: fx.Node) -> list[int]:
+        """``node`` and, while it may be a view of its first operand (a reshape, a slice), that operand."""
+        found = [self.position[node]]
+        while _may_view(node, self.gm) and node.args and isinstance(node.args[0], fx.Node):
+            node = node.args[0]
+            found.append(self.position[node])
+        return found
 
     def is_workload_constant(self, index: int) -> bool:
         """Whether the value at ``index`` depends neither on the input nor on a trainable parameter (a

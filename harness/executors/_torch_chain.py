@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from harness.executors._torch_store import concrete
-from harness.chain.graph import Graph, trace
+from harness.chain.graph import Graph, tensors_in, trace
 from harness.chain.stages import StagePlan, plan_stages
 from harness.protocols import Workload
 
@@ -148,7 +148,9 @@ class ChainPass:
     ``packing(sub_batch, stage)`` is the saved-tensor context for a forward that saves and
     for a recomputation (the executor's store); ``on_forward_end(sub_batch, stage, output)``
     is called when such an operation is over (``output`` None when no later stage saves
-    it); ``algorithm(stage)`` gives the context that selects the stage's algorithm.
+    it); ``algorithm(stage)`` gives the context that selects the stage's algorithm;
+    ``on_constant(tensor)`` receives every tensor a constant of the workload holds when a
+    stage computes it (``Graph.is_workload_constant``: the store passes them through).
 
     The operations are ``harness.model.Op``'s: ``forward`` runs F (saving), Fc (keeping
     only its input, a checkpoint) or Fn (saving nothing: under ``torch.no_grad``);
@@ -166,11 +168,22 @@ class ChainPass:
         packing: Callable[[int, int], ContextManager],
         on_forward_end: Callable[[int, int, torch.Tensor | None], None],
         algorithm: Callable[[int], ContextManager] = lambda stage: nullcontext(),
+        on_constant: Callable[[torch.Tensor], None] | None = None,
     ) -> None:
         self.chain, self.inputs, self.grads = chain, inputs, grads
         self.packing, self.on_forward_end, self.algorithm = packing, on_forward_end, algorithm
         self.token = torch.zeros((), device=chain.device, requires_grad=True)
         self.state: dict[int, _SubBatch] = {}
+        graph = chain.graph
+        computed = {i for i, n in enumerate(graph.nodes) if graph.is_workload_constant(i)
+                    and n.op in ("call_function", "call_method", "call_module")}
+        self._on_node = None  # no per-node call where the model computes no constant (every CNN)
+        if on_constant is not None and computed:
+            def on_node(i: int, value: Any, env: dict[int, Any]) -> None:
+                if i in computed:
+                    for t in tensors_in(value):
+                        on_constant(t)
+            self._on_node = on_node
 
     def _sub(self, sb: int) -> _SubBatch:
         if sb not in self.state:
@@ -195,7 +208,7 @@ class ChainPass:
             st.env[first.input] = _Entry.apply(self.token, st.next_input, box)
         st.next_input = None
         with self.algorithm(stage), self.packing(sb, stage):
-            self.chain.graph.run(first.first, first.last, st.env)
+            self.chain.graph.run(first.first, first.last, st.env, on_node=self._on_node)
         out = st.env.pop(first.output)
         self._produced(stage, sb, st, out, forward_pass=True)
 
@@ -218,7 +231,7 @@ class ChainPass:
         env = dict(st.env)
         env[first.input] = x
         with torch.no_grad(), self.algorithm(stage):
-            self.chain.graph.run(first.first, first.last, env)
+            self.chain.graph.run(first.first, first.last, env, on_node=self._on_node)
         out = env.pop(first.output)
         for k in [k for k in st.env if k not in env]:  # their last use was in this stage
             del st.env[k]
@@ -242,7 +255,7 @@ class ChainPass:
         with torch.random.fork_rng(devices=devices):
             self._set_rng_state(st.rng.pop(stage))
             with self.algorithm(stage), self.packing(sb, stage):
-                self.chain.graph.run(first.first, first.last, env)
+                self.chain.graph.run(first.first, first.last, env, on_node=self._on_node)
         if buffers:  # the forward already updated the running statistics: once, as the plain model
             with torch.no_grad():  # .data: no version bump for autograd's saved copies to trip on
                 torch._foreach_copy_([b.data for b in buffers], as_left)

@@ -93,14 +93,18 @@ class SavedRef:
 class SavedStore:
     """The saved tensors of one training iteration, by group (sub-batch, stage).
 
-    ``weight_keys`` are the storages of parameters and buffers (never packed). Tensors
-    on another device than ``device`` (a CPU scalar saved by a CUDA operation) and
+    ``weight_keys`` are the storages of parameters and buffers (never packed), and so are
+    the constants of the workload the iteration computes (``hold_constant``: position ids, a
+    causal mask; the profile counts what autograd saves of them once, with the weights).
+    Tensors on another device than ``device`` (a CPU scalar saved by a CUDA operation) and
     storages that cannot be resized pass through untouched: they stay where they are.
     """
 
     def __init__(self, weight_keys: set[int], device: torch.device) -> None:
         self.weight_keys = weight_keys
         self.device = concrete(device)
+        self._constants: list[torch.Tensor] = []  # held for the iteration, so that their storage ids stay theirs
+        self._constant_keys: set[int] = set()
         self._groups: dict[GroupKey, list[weakref.ref[Block]]] = {}
         self._by_storage: dict[int, weakref.ref[Block]] = {}
         self._kept: dict[GroupKey, Block] = {}  # checkpoints held for their recomputation
@@ -157,7 +161,7 @@ class SavedStore:
             key = storage_key(t)
         except (RuntimeError, NotImplementedError):
             return None, False
-        if key in self.weight_keys or t.device != self.device:
+        if key in self.weight_keys or key in self._constant_keys or t.device != self.device:
             return None, False
         ref = self._by_storage.get(key)
         block = ref() if ref is not None else None
@@ -207,11 +211,24 @@ class SavedStore:
         """Full size of the live blocks of ``group`` (wherever their bytes are)."""
         return sum(b.nbytes for b in self.blocks(group))
 
+    def hold_constant(self, t: torch.Tensor) -> None:
+        """``t`` is a constant of the workload (neither the input nor a parameter reaches it): what
+        saves it passes it through, and it stays where it is until ``clear``. Offloading it with the
+        stage that saves it would free the memory that later stages read it from (GPT-2's position
+        ids cross every cut)."""
+        try:
+            self._constant_keys.add(storage_key(t))
+        except (RuntimeError, NotImplementedError):
+            return
+        self._constants.append(t)
+
     def clear(self) -> None:
-        """Forget every block (the end of an iteration)."""
+        """Forget every block and constant (the end of an iteration)."""
         self._groups.clear()
         self._by_storage.clear()
         self._kept.clear()
+        self._constants.clear()
+        self._constant_keys.clear()
         self.packed_bytes = 0
 
 

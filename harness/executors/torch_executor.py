@@ -391,7 +391,8 @@ class _Execution:
         if self.cuda:
             torch.cuda.synchronize(chain.device)
         self.clock.start(stream)
-        chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm)
+        chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm,
+                               on_constant=self.store.hold_constant)
         try:
             for k, op in enumerate(schedule.ops):
                 self._issue(k, "start")

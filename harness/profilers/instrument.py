@@ -19,11 +19,12 @@ How each figure is obtained (papers/004 section 3.1 notation):
   ``_Liveness``); the measured profiler replaces them with peak-memory deltas on CUDA;
 - tensors that depend neither on the input nor on a trainable parameter (a causal mask
   shared by every layer) are constants of the workload: when autograd saves them they
-  count once, with the weights (``constant_bytes``), never in a stage. A tensor computed
-  from a parameter alone (Swin-V2's continuous position bias, an MLP of fixed
-  coordinates) is not one: every forward makes it anew inside one stage (no cut passes it
-  on, ``harness.chain.stages``), and what autograd saves of it is that stage's saved data,
-  which the executor offloads or drops with the rest.
+  count once, with the weights (``constant_bytes``), never in a stage, and the executor
+  leaves them on the device. A tensor computed from a trainable parameter alone (Swin-V2's
+  continuous position bias, an MLP of fixed coordinates, or a frozen layer's output that a
+  parameter is added to in place) is not one: every forward makes it anew inside one stage
+  (no cut passes it on, ``harness.chain.stages``), and what autograd saves of it is that
+  stage's saved data, which the executor offloads or drops with the rest.
 
 ATTRIBUTION RULE (no storage is counted in two stages): a boundary tensor x_{i+1} that
 stage i saves for its own backward (a trailing ReLU keeps its output) is counted in
@@ -161,11 +162,13 @@ class _Liveness:
     Forward: the most bytes held at once by values of the stage that are neither saved,
     nor the stage input or output (temporaries such as a concatenation feeding a conv).
     Backward: the most bytes of the gradients of the stage's inner values alive at once
-    (``GradLiveness``, which replays autograd's order over the gradient buffers).
+    (``GradLiveness``, which replays autograd's order over the gradient buffers). A view of a
+    parameter is the parameter there: the gradient it receives becomes the parameter's own,
+    which the weights count (``grad_param_bytes``).
     """
 
-    def __init__(self, graph: Graph, span: StageSpan) -> None:
-        self.graph, self.span = graph, span
+    def __init__(self, graph: Graph, span: StageSpan, weight_keys: set[int]) -> None:
+        self.graph, self.span, self.weight_keys = graph, span, weight_keys
         self.live: list[dict[int, int]] = []
         self.grads = GradLiveness(span.first, span.last, span.output)
         self._hold: list[Any] = []  # keeps storages alive so that their ids stay unique
@@ -180,8 +183,13 @@ class _Liveness:
         if not self.graph.is_workload_constant(i):
             node = self.graph.nodes[i]
             inputs = [(j, env[j], first) for j, first in operand_uses(node, self.graph.position)
-                      if j in env and not self.graph.is_workload_constant(j)]
+                      if j in env and not self.graph.is_workload_constant(j) and not self._weight(env[j])]
             self.grads.on_node(i, node, value, inputs)
+
+    def _weight(self, value: Any) -> bool:
+        """Whether ``value`` is (a view of, or a tuple of views of) parameters and buffers."""
+        tensors = tensors_in(value)
+        return bool(tensors) and all(storage_key(t) in self.weight_keys for t in tensors)
 
     def fwd_workspace(self, excluded: set[int]) -> int:
         """Peak bytes of live values whose storage is not in ``excluded``."""
@@ -282,7 +290,7 @@ class _Iteration:
                 record[k] = storage_bytes(t)
             return t
 
-        liveness = _Liveness(graph, span)
+        liveness = _Liveness(graph, span, self.weight_keys)
 
         def on_node(i: int, value: Any, env: dict[int, Any]) -> None:
             liveness.on_node(i, value, env)

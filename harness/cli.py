@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import math
 import re
 import signal
@@ -123,13 +124,19 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _output_file(path: str | None, flag: str) -> None:
-    """Check an output file's path before any work, and create its missing folders."""
+def _output_file(path: str | None, flag: str, example: str = "out.json", inputs: Sequence[str] = ()) -> None:
+    """Check an output file's path before any work, and create its missing folders. ``example``: a file
+    name to suggest; ``inputs``: the command's input files, which the output must not overwrite."""
     if not path:
         return
     target = Path(path)
-    if target.is_dir():
-        raise MembudgetError(f"{flag} {path}: is a folder; give a file name, e.g. {target / 'out.json'}")
+    if target.is_dir() or path.endswith(("/", os.sep)):
+        what = "is a folder" if target.is_dir() else "names a folder"
+        raise MembudgetError(f"{flag} {path}: {what}; give a file name, e.g. {target / example}")
+    for source in inputs:
+        if target.exists() and Path(source).exists() and target.resolve() == Path(source).resolve():
+            raise MembudgetError(f"{flag} {path}: is the input file, which the output would overwrite; give another "
+                                 f"file, e.g. {target.parent / example}")
     _output_folder(str(target.parent), flag, path)
 
 
@@ -147,12 +154,27 @@ def _output_folder(path: str, flag: str, shown: str | None = None, create: bool 
 def _load_profile(path: str):
     from harness.model import Profile, load
 
+    if Path(path).is_dir():
+        raise MembudgetError(f"{path} is a folder, not a profile file")
     if not Path(path).exists():
         if _is_model_name(path):
             raise MembudgetError(f"{path} is a model, not a profile file: profile it first "
-                                 f"(membudget profile {path} --batch B --device H100 -o profile.json) and pass the file")
-        raise MembudgetError(f"{path}: no such profile file (make one with: membudget profile MODEL ... -o {path})")
+                                 f"(membudget profile {path} --batch B --device DEVICE -o profile.json) and pass the file")
+        close = _close_model_names(path)
+        hint = f"; is it the model {' or '.join(close)}? profile it first (membudget profile MODEL ...)" if close else \
+            f" (make one with: membudget profile MODEL ... -o {path})"
+        raise MembudgetError(f"{path}: no such profile file{hint}")
+    if Path(path).suffix.lower() == ".csv":  # a YAML suite is named by the profile loader
+        what, reader = _what_file(path)
+        raise MembudgetError(f"{path} is {what}, not a profile (a JSON file from membudget profile): {reader}")
     return load(Profile, path)
+
+
+def _close_model_names(name: str) -> list[str]:
+    """Registered model names close to ``name`` (``resnet18`` -> ``torchvision:resnet18``)."""
+    from harness.plugins import close_names, registry
+
+    return close_names(name, [m for m, _ in registry().models()], n=2)
 
 
 def _is_model_name(name: str) -> bool:
@@ -217,14 +239,25 @@ def _device_entries() -> list[dict[str, str]]:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Profile a model into a profile JSON file."""
     input_size = _input_size(args.input_size)
-    _output_file(args.output, "-o")
-    if args.profiler != "file" and Path(args.model).is_file():
-        raise MembudgetError(f"{args.model} is a file, not a model name: plan or simulate a profile file as it is, "
-                             f"or rescale it to --batch with --profiler file")
+    _output_file(args.output, "-o", "profile.json", inputs=[args.model])
+    if args.profiler == "file":
+        given = [flag for flag, value in (("--device", args.device), ("--input-size", args.input_size),
+                                          ("--dtype", args.dtype)) if value is not None]
+        if given:
+            raise MembudgetError(f"--profiler file rescales a profile to --batch only; {', '.join(given)} would be "
+                                 "ignored: profile the model again for another device, input size or dtype")
     from harness.commands import profile_command
+    from harness.errors import UnknownPlugin
 
-    profile = profile_command(args.model, profiler=args.profiler, device=args.device, batch=args.batch,
-                              input_size=input_size, output=args.output, dtype=args.dtype)
+    try:
+        profile = profile_command(args.model, profiler=args.profiler, device=args.device or DEFAULT_DEVICE,
+                                  batch=args.batch, input_size=input_size, output=args.output,
+                                  dtype=args.dtype or "float32")
+    except UnknownPlugin as exc:
+        if exc.kind == "model" and exc.name == args.model and Path(args.model).is_file():
+            what, reader = _what_file(args.model)
+            raise MembudgetError(f"{args.model} is {what}, not a model name: {reader}") from None
+        raise
     from harness.bounds import min_memory, peak_memory
 
     report = {"model": profile.model, "batch_size": profile.batch_size,
@@ -234,6 +267,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
               "peak_memory_bytes": peak_memory(profile), "output": args.output}
     _json(report) if args.json else _print_report(report)
     return 0
+
+
+DEFAULT_DEVICE = "V100-PCIe"  # the analytic profiler's device when --device is not given
+
+
+def _what_file(path: str) -> tuple[str, str]:
+    """What a file given in the wrong place is, and what reads it."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return "a suite", f"membudget run {path} runs it"
+    if suffix == ".csv":
+        return "a memory trace or a run's rows", f"membudget place {path} --allocator A places a trace"
+    return "a file", (f"a profile is planned as it is (membudget plan {path} --planner P --budget B) or rescaled "
+                      "to --batch with --profiler file")
 
 
 def _input_size(text: str | None) -> tuple[int, ...] | None:
@@ -328,7 +375,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan for a budget; print the schedule summary and the validator's verdict."""
-    _output_file(args.output, "-o")
+    _output_file(args.output, "-o", "schedule.json", inputs=[args.profile])
     profile, budget, planned, report = _plan(args)
     schedule = planned.schedule
     report.update(_validation(schedule, profile, budget))
@@ -347,8 +394,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from harness.plugins import registry
     from harness.protocols import Workload
 
-    _output_file(args.timeline, "--timeline")
-    _output_file(args.trace, "--trace")
+    _output_file(args.timeline, "--timeline", "timeline.json", inputs=[args.profile])
+    _output_file(args.trace, "--trace", "trace.csv", inputs=[args.profile])
     profile, budget, planned, report = _plan(args)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
@@ -384,7 +431,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     """Place a memory trace with an allocator."""
     from harness.commands import place_command
 
-    _output_file(args.output, "-o")
+    _output_file(args.output, "-o", "placed.csv", inputs=[args.trace])
     return int(place_command(args.trace, args.allocator, args.json, output=args.output,
                              options=_options(args.option)) or 0)
 
@@ -527,6 +574,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.publish import compare, compare_table
 
     result = compare(args.a, args.b, rtol=args.rtol, tolerance=args.tolerance)
+    if not result["summary"]["common"] and result["only_in_a"] and result["only_in_b"]:
+        raise MembudgetError(f"{result['a']} and {result['b']} share no case: compare two runs of one suite")
     status = 1 if result["beyond_tolerance"] else 0
     if args.json:
         _json(result)
@@ -571,11 +620,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("profile", cmd_profile, "profile a model into a profile JSON file")
     p.add_argument("model", help="registered model name, e.g. torchvision:resnet50")
     p.add_argument("--profiler", default="analytic")
-    p.add_argument("--device", default="V100-PCIe", help="device spec (analytic) or torch device")
+    p.add_argument("--device", help=f"device spec (analytic; default {DEFAULT_DEVICE}) or torch device")
     p.add_argument("--batch", type=_positive_int, required=True)
     p.add_argument("--input-size", help="one input's shape: C,H,W (3,224,224), or a sequence length (1024) for a "
                                         "model fed token ids; default: the model's")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", help="float32 (default), bfloat16, float16")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -678,7 +727,7 @@ def _percentage(text: str) -> float:
     return value
 
 
-_TAKES_NEGATIVE = ("--budget",)  # options whose value may start with "-" (refused with a reason, not a usage error)
+_TAKES_NEGATIVE = ("--budget", "--tolerance")  # options whose value may start with "-" (refused with a reason, not a usage error)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -688,15 +737,20 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     args, extra = parser.parse_known_args(argv)
     if not extra:
         return args
+    if argv.index(args.command) > argv.index(extra[0]):  # before the command: the top level's
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     commands = _commands(parser)
-    options = list(dict.fromkeys(a.split("=", 1)[0] for a in extra if a.startswith("-")))
-    owners = sorted({name for name, command in commands.items() if name != args.command
-                     for option in options if option in command._option_string_actions})
-    theirs = [o for o in options if any(o in commands[name]._option_string_actions for name in owners)]
-    hint = ""
-    if owners:
-        kind = "an option" if len(theirs) == 1 else "options"
-        hint = f" ({', '.join(theirs)}: {kind} of {' and '.join(f'membudget {name}' for name in owners)})"
+    separator = extra.index("--") if "--" in extra else len(extra)  # after "--" nothing is an option
+    options = dict.fromkeys(a.split("=", 1)[0] for a in extra[:separator] if a.startswith("--"))
+    by_owners: dict[tuple[str, ...], list[str]] = {}  # the commands that take an option -> those options
+    for option in options:
+        owners = tuple(name for name, command in commands.items()
+                       if name != args.command and option in command._option_string_actions)
+        if owners:
+            by_owners.setdefault(owners, []).append(option)
+    owned = [f"{', '.join(opts)}: {'an option' if len(opts) == 1 else 'options'} of "
+             f"{' and '.join(f'membudget {name}' for name in owners)}" for owners, opts in by_owners.items()]
+    hint = f" ({'; '.join(owned)})" if owned else ""
     commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 

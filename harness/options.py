@@ -12,7 +12,7 @@ reads its options itself (the protocol allows it).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from harness.errors import OptionValueError, UnknownOption
 from harness.lazy import resolve
@@ -63,6 +63,15 @@ def int_option(planner: str, name: str, value: Any, minimum: int) -> int:
     or compared)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OptionValueError(f"{planner}: option {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def choice_option(planner: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """``value`` when it is one of ``choices``, else an ``OptionValueError`` (a ``ValueError``) naming the
+    planner's (or allocator's) option and its choices."""
+    if isinstance(value, bool) or value not in choices:
+        raise OptionValueError(f"{planner}: option {name} must be one of {', '.join(map(str, choices))}, "
+                               f"got {value!r}")
     return value
 
 

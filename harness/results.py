@@ -399,6 +399,8 @@ def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:
         path = Path(raw)
         if not path.exists():
             raise ResultsError(f"{path}: no such file or folder")
+        if path.name == ROWS_CSV and path.is_file():  # a run's rows: its run folder
+            path = path.parent
         if is_run_folder(path):
             meta = read_meta(path)
             found.append(RunFolder(meta.get("suite", path.parent.name), path.name, path))

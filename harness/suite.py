@@ -778,11 +778,23 @@ def _check_names(suite: Suite) -> None:
             try:
                 reg.model_factory(entry.model)
             except UnknownPlugin as exc:
+                if entry.model.endswith(".json") or Path(suite.model_name(entry)).is_file():
+                    source, line = suite.line_of("models", k, "model")
+                    raise SuiteError(f"{source}:{line}: models[{k}].model: {entry.model!r} is a file, not a model "
+                                     "name: a profile file is read with profiler: file", source=source, line=line,
+                                     field=f"models[{k}].model") from None
                 raise fail(exc, "models", k, "model") from None
         else:
-            if not Path(suite.model_name(entry)).exists():
+            if not Path(suite.model_name(entry)).is_file():
                 source, line = suite.line_of("models", k, "model")
-                raise SuiteError(f"{source}:{line}: models[{k}].model: no profile file {suite.model_name(entry)!r}",
+                if entry.model in dict(reg.models()):
+                    problem = (f"{entry.model!r} is a model name, not a profile file: profile it with "
+                               "profiler: analytic (or torch)")
+                elif Path(suite.model_name(entry)).is_dir():
+                    problem = f"{suite.model_name(entry)!r} is a folder, not a profile file"
+                else:
+                    problem = f"no profile file {suite.model_name(entry)!r}"
+                raise SuiteError(f"{source}:{line}: models[{k}].model: {problem}",
                                  source=source, line=line, field=f"models[{k}].model")
     for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
         for k, entry in enumerate(getattr(spec, key)):
@@ -790,7 +802,11 @@ def _check_names(suite: Suite) -> None:
                 plugin = reg.get(kind, entry.name)
             except UnknownPlugin as exc:
                 if entry.optional:
-                    suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped")
+                    from harness.plugins import close_names
+
+                    close = close_names(entry.name, reg.names(kind), n=1)
+                    typo = f" (did you mean {close[0]!r}?)" if close else ""
+                    suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped{typo}")
                     suite.absent.add((key, entry.name))
                     continue
                 raise fail(exc, key, k, "name") from None

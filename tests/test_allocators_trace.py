@@ -233,3 +233,10 @@ def test_inference_trace_of_a_chain():
     assert (blocks["output"].alloc, blocks["output"].free) == (2.0, 3.0)
     # the peak is during F_1: weights, x1 (its input), x2 (its output) and its workspace
     assert max_live_bytes(list(blocks.values())) == 1000 + 200 + 300 + 10
+
+
+def test_a_json_file_given_as_a_trace_says_what_writes_a_trace():
+    """QA (2026-11-28): a profile given to ``membudget place`` read "the first line must be the header ...,
+    got '{'"."""
+    with pytest.raises(TraceError, match=r"<stream>: a JSON file, not a trace .* --trace trace.csv"):
+        read_csv(io.StringIO('{\n  "model": "builtin:mlp"\n}\n'))

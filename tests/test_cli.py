@@ -263,6 +263,40 @@ def test_a_profile_file_where_a_model_name_goes_says_what_reads_it(capsys, profi
     assert code == 2 and f"{path} is a file, not a model name" in err and "--profiler file" in err
     code, _, err = _run(capsys, "profile", path, "--profiler", "file", "--batch", "4", "-o", rescaled)
     assert code == 0, err
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\n")
+    code, _, err = _run(capsys, "profile", str(suite), "--batch", "4", "-o", rescaled)
+    assert code == 2 and f"{suite} is a suite, not a model name: membudget run {suite} runs it" in err
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,lower,upper,size\n0,0,1,8\n")
+    code, _, err = _run(capsys, "plan", str(trace), "--planner", "prefix", "--budget", "50%")
+    assert code == 2 and f"{trace} is a memory trace or a run's rows, not a profile" in err
+
+
+def test_the_file_profiler_refuses_the_options_it_would_ignore(capsys, profile_file, tmp_path):
+    """It rescales a profile to --batch; --device H100 was accepted and the profile kept its device."""
+    code, _, err = _run(capsys, "profile", str(profile_file[1]), "--profiler", "file", "--batch", "4",
+                        "--device", "H100", "--dtype", "bfloat16", "-o", str(tmp_path / "r.json"))
+    assert code == 2 and "--device, --dtype would be ignored" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_output_never_overwrites_the_input_and_a_trailing_slash_names_a_folder(capsys, profile_file, tmp_path):
+    """plan -o on its own profile replaced the profile with the schedule; -o out/ wrote a file named out."""
+    path = profile_file[1]
+    before = path.read_text()
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%", "-o", str(path))
+    assert code == 2 and "is the input file, which the output would overwrite" in err
+    assert path.read_text() == before
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%",
+                        "-o", str(tmp_path / "out") + "/")
+    assert code == 2 and "names a folder; give a file name, e.g." in err and "schedule.json" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_near_model_name_given_as_a_profile_names_the_model(capsys):
+    code, _, err = _run(capsys, "plan", "resnet18", "--planner", "prefix", "--budget", "50%")
+    assert code == 2 and "resnet18: no such profile file; is it the model torchvision:resnet18" in err
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -272,6 +306,10 @@ def test_a_profile_file_where_a_model_name_goes_says_what_reads_it(capsys, profi
     (["profile", "torchvision:resnet18", "--batch", "2", "-o", "p.json", "--planner=prefix"],
      "membudget profile: error: unrecognized arguments: --planner=prefix (--planner: an option of membudget plan "
      "and membudget simulate)"),
+    (["plan", "p.json", "--planner", "prefix", "--budget", "1GiB", "--batch", "2", "--allocator", "exact"],
+     "(--batch: an option of membudget profile; --allocator: an option of membudget place)"),
+    (["plan", "p.json", "--planner", "prefix", "--budget", "1GiB", "--", "--batch", "2"],
+     "membudget plan: error: unrecognized arguments: -- --batch 2\n"),
     (["run", "suite.yaml", "--bogus"], "membudget run: error: unrecognized arguments: --bogus\n"),
 ])
 def test_an_argument_the_command_does_not_take_is_reported_with_its_usage(capsys, argv, expected):
@@ -283,6 +321,14 @@ def test_an_argument_the_command_does_not_take_is_reported_with_its_usage(capsys
     assert exc.value.code == 2
     assert f"usage: membudget {argv[0]} " in err
     assert expected in err
+
+
+def test_an_unknown_option_before_the_command_is_the_top_level_s(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--bogus", "list"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage: membudget [-h] COMMAND" in err
+    assert "membudget: error: unrecognized arguments: --bogus" in err
 
 
 def test_console_script_exits_2_without_a_traceback(tmp_path):
@@ -469,7 +515,7 @@ def test_output_paths_are_checked_before_any_work_and_their_folders_made(capsys,
     plan = ["plan", str(path), "--planner", "prefix", "--budget", "50%"]
     code, _, err = _run(capsys, *plan, "-o", str(tmp_path))
     assert code == 2 and err.strip() == f"membudget: error: -o {tmp_path}: is a folder; give a file name, e.g. " \
-                                        f"{tmp_path / 'out.json'}"
+                                        f"{tmp_path / 'schedule.json'}"
     assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
     code, _, err = _run(capsys, *plan, "-o", str(path / "s.json"))
     assert code == 2 and err.strip() == f"membudget: error: -o {path / 's.json'}: {path} is a file, not a folder"
@@ -525,6 +571,23 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
     assert code == 2 and "no results here" in err
+    # a run's rows.csv stands for its run folder (QA: "no results here (expected .../rows.csv)")
+    rows = [str(tmp_path / "r" / "synth" / run_id / "rows.csv") for run_id in ("a", "b")]
+    code, out, _ = _run(capsys, "compare", *rows)
+    assert code == 0 and "18 cases in both: 18 same, 0 changed" in out
+
+
+def test_compare_of_two_runs_that_share_no_case_is_an_error_not_a_difference(capsys, tmp_path):
+    """QA (2026-11-28): it printed "0 cases in both ... 5 cases differ" and exited 1, as a regression would."""
+    suite = support.write_suite(tmp_path)
+    other = support.write_suite(tmp_path, support.SUITE.format(name="other").replace("chain8", "chain4"),
+                                filename="other.yaml")
+    other.write_text(other.read_text().replace("batch_sizes: [2]", "batch_sizes: [3]", 1)
+                     .replace("batch_sizes: [1, 2]", "batch_sizes: [4]"))
+    for path in (suite, other):
+        assert _run(capsys, "run", str(path), "-o", str(tmp_path / "r"), "--run-id", "a", "--json")[0] == 0
+    code, out, err = _run(capsys, "compare", str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "other" / "a"))
+    assert code == 2 and out == "" and "share no case: compare two runs of one suite" in err
 
 
 def test_run_and_compare_print_labels_with_their_options(capsys, tmp_path):
@@ -789,3 +852,15 @@ def test_plan_says_what_a_recomputing_schedule_keeps_offloads_and_recomputes(cap
         assert report["recomputed_bytes"] == sum(s.saved_bytes - k for s, k in zip(profile.stages, kept))
         assert report["recompute_s"] == pytest.approx(
             sum(profile.stages[i].fwd_time for i in report["recomputed_stages"]))
+
+
+@pytest.mark.parametrize("planner, option, needle", [
+    ("dynprog", "engine=numbaa", "dynprog: option engine must be one of kernel, reference, got 'numbaa'"),
+    ("modnn", "sub_batch=abc", "modnn: option sub_batch must be one of eq3, search, got 'abc'"),
+    ("torch-checkpoint", "every=0", "torch-checkpoint: option every is 'sqrt', 'auto' or a whole number >= 1"),
+])
+def test_a_bad_option_value_names_the_option_not_a_source_line(capsys, profile_file, planner, option, needle):
+    """QA (2026-11-28): these read "... (at membudget_dynprog.planner:269 in solve)", as a plugin's crash does."""
+    code, _, err = _run(capsys, "plan", str(profile_file[1]), "--planner", planner, "--budget", "50%",
+                        "--option", option)
+    assert code == 2 and needle in err and "(at " not in err, err

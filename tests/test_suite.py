@@ -185,6 +185,26 @@ def test_optional_planner_that_is_not_installed_is_skipped_and_reported(tmp_path
     assert suite.skipped == ["planner 'not-installed' is not installed (optional): skipped"]
 
 
+def test_a_model_name_read_as_a_profile_file_and_a_profile_file_read_as_a_model_say_which_profiler(tmp_path):
+    """QA (2026-11-28): "no profile file 's/synthetic:chain4'" and "unknown model 'p.json'; no model has a
+    similar name"."""
+    named = _suite(tmp_path, BASE.replace("profiler: synthetic", "profiler: file"))
+    err = _error(named)
+    assert "models[0].model: 'synthetic:chain4' is a model name, not a profile file: profile it with " \
+           "profiler: analytic (or torch)" in str(err)
+    (tmp_path / "p.json").write_text("{}")
+    filed = _suite(tmp_path, BASE.replace("synthetic:chain4", "p.json"), filename="f.yaml")
+    assert "models[0].model: 'p.json' is a file, not a model name: a profile file is read with profiler: file" \
+        in str(_error(filed))
+
+
+def test_a_misspelt_optional_planner_is_skipped_with_the_name_it_resembles(tmp_path):
+    """QA (2026-11-28): {name: gredy, optional: true} was skipped as "not installed", with no word of greedy."""
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                         "planners: [prefix, {name: prefx, optional: true}]"))
+    assert load_suite(path).skipped == ["planner 'prefx' is not installed (optional): skipped (did you mean 'prefix'?)"]
+
+
 @pytest.mark.parametrize("old,new,needle,expect", [
     ("models:\n  - model: synthetic:chain4\n    batch_sizes: [1, 2]\n", "models: []\n", "models:",
      "models: must not be empty"),

@@ -357,6 +357,9 @@ def _parse(
 ) -> tuple[IntTrace, list[int] | None]:
     header, rows, where = _read_rows(source)
     if not set(header) & _KNOWN_COLUMNS:
+        if header and header[0].startswith(("{", "[")):
+            raise TraceError(f"{where}: a JSON file, not a trace (CSV id,lower,upper,size); a profile's trace is "
+                             "written by membudget simulate PROFILE --planner P --budget B --trace trace.csv")
         raise TraceError(f"{where}:1: the first line must be the header id,lower,upper,size, got "
                          f"{','.join(header)!r}")
     inclusive_end = "end" in header and end_inclusive

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from harness.errors import InfeasibleBudget
+from harness.errors import InfeasibleBudget, OptionValueError
 from harness.model import Profile, Schedule, Transfer, training_ops
 from harness.schedules import check_budget, op_index, recompute_ops, unconstrained_peak
 from harness.units import format_bytes
@@ -101,7 +101,8 @@ class TorchCheckpoint:
         if every == "auto":
             return self._fastest(profile, budget_bytes)
         if every != "sqrt" and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-            raise ValueError(f"{self.name}: option every is 'sqrt', 'auto' or a whole number >= 1, got {every!r}")
+            raise OptionValueError(f"{self.name}: option every is 'sqrt', 'auto' or a whole number >= 1, "
+                                   f"got {every!r}")
         k = math.ceil(math.sqrt(n)) if every == "sqrt" else every
         schedule = checkpoint_schedule(profile, budget_bytes, k, self.name)
         _fits(schedule, profile, budget_bytes, f"{self.name} (every {k} stages)")

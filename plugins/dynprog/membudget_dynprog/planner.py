@@ -76,7 +76,7 @@ from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget, MembudgetError
 from harness.memory import stage_memory
 from harness.model import Profile, Schedule
-from harness.options import int_option, seconds_option
+from harness.options import choice_option, int_option, seconds_option
 from harness.schedules import (best_ordered_schedule, check_budget, fastest_ordered_schedule, keep_all_schedule,
                                offload_set_refusal)
 
@@ -258,15 +258,14 @@ def solve(disc: Discretised, engine: str = "kernel", deadline: float | None = No
 
     ``candidates`` > 1 also backtracks the runner-up last states (``Solution.candidates``).
     """
+    choice_option("dynprog", "engine", engine, ENGINES)
     if engine == "kernel":
         from membudget_dynprog._kernels import solve_kernel
 
         return solve_kernel(disc, deadline, candidates)
-    if engine == "reference":
-        from membudget_dynprog.reference import solve_reference
+    from membudget_dynprog.reference import solve_reference
 
-        return solve_reference(disc, deadline, candidates)
-    raise ValueError(f"unknown DP engine {engine!r}; choose one of {ENGINES}")
+    return solve_reference(disc, deadline, candidates)
 
 
 def _bump(disc: Discretised, offload: tuple[int, ...]) -> int | None:

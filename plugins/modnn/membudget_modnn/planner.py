@@ -8,7 +8,7 @@ from dataclasses import replace
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule, Transfer, training_ops
-from harness.options import int_option
+from harness.options import choice_option, int_option
 from harness.schedules import keep_all_schedule
 from harness.simulate.executor import makespan
 from harness.units import format_bytes
@@ -83,8 +83,7 @@ class MoDNN:
              **options) -> Schedule:
         """A schedule for ``budget_bytes``; ``InfeasibleBudget`` below M_min (eq. 2)."""
         check_defragment(defragment)  # also where the keep-all shortcut below skips Algorithm 1
-        if sub_batch not in SUB_BATCH_MODES:
-            raise ValueError(f"sub_batch must be one of {SUB_BATCH_MODES}, got {sub_batch!r}")
+        choice_option(self.name, "sub_batch", sub_batch, SUB_BATCH_MODES)
         budget = int(budget_bytes)
         if sub_batches is None and budget >= peak_memory(profile):
             # papers/000 III.A: moDNN steps in when the memory cannot hold everything

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.memory import stage_memory
+from harness.options import choice_option
 from harness.model import Profile, Transfer
 from membudget_modnn import _kernels
 from membudget_modnn.memory import LinkedListMemory
@@ -56,10 +57,8 @@ DEFRAGMENT_MODES = ("enough", "all")
 
 
 def check_defragment(mode: str) -> str:
-    """``mode`` if it is one of ``DEFRAGMENT_MODES``; ValueError naming them otherwise."""
-    if mode not in DEFRAGMENT_MODES:
-        raise ValueError(f"defragment must be one of {DEFRAGMENT_MODES}, got {mode!r}")
-    return mode
+    """``mode`` if it is one of ``DEFRAGMENT_MODES``; an ``OptionValueError`` (a ValueError) naming them otherwise."""
+    return choice_option("modnn", "defragment", mode, DEFRAGMENT_MODES)
 
 ABSENT, RESIDENT, HOST, BACK, DEAD = range(5)
 

@@ -167,7 +167,28 @@ def _load_profile(path: str):
     if Path(path).suffix.lower() == ".csv":  # a YAML suite is named by the profile loader
         what, reader = _what_file(path)
         raise MembudgetError(f"{path} is {what}, not a profile (a JSON file from membudget profile): {reader}")
-    return load(Profile, path)
+    try:
+        return load(Profile, path)
+    except ModelError:
+        if kind := _json_kind(path):
+            raise MembudgetError(f"{path} is {kind}, not a profile (a JSON file from membudget profile)") from None
+        raise
+
+
+def _json_kind(path: str) -> str | None:
+    """What the JSON files membudget writes that are not profiles are, by their keys."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    keys = set(data) if isinstance(data, dict) else set()
+    if {"ops", "planner"} <= keys:
+        return "a schedule (membudget plan -o writes one)"
+    if "events" in keys:
+        return "a timeline (membudget simulate --timeline writes one)"
+    if {"suite", "run_id"} <= keys:
+        return "a run's meta.json (membudget publish and compare read its folder)"
+    return None
 
 
 def _close_model_names(name: str) -> list[str]:
@@ -239,6 +260,11 @@ def _device_entries() -> list[dict[str, str]]:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Profile a model into a profile JSON file."""
     input_size = _input_size(args.input_size)
+    if args.dtype is not None:
+        from harness.models.dtypes import unknown_dtype
+
+        if problem := unknown_dtype(args.dtype):
+            raise MembudgetError(f"--dtype: {problem}")
     _output_file(args.output, "-o", "profile.json", inputs=[args.model])
     if args.profiler == "file":
         given = [flag for flag, value in (("--device", args.device), ("--input-size", args.input_size),
@@ -313,9 +339,10 @@ def _plan(args: argparse.Namespace):
         planned = plan_case(planner, profile, budget, options)
     except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
         need = exc.needed_bytes
+        percent = f"; did you mean {args.budget}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
         raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
-                               + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else ""),
-                               need) from None
+                               + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else "")
+                               + percent, need) from None
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              "planning (a smaller table, e.g. fewer slots, may fit)") from None
@@ -751,6 +778,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     owned = [f"{', '.join(opts)}: {'an option' if len(opts) == 1 else 'options'} of "
              f"{' and '.join(f'membudget {name}' for name in owners)}" for owners, opts in by_owners.items()]
     hint = f" ({'; '.join(owned)})" if owned else ""
+    if args.command == "list" and extra[0] in ("profiler", "planner", "executor", "allocator", "model", "device"):
+        hint = f" (write --kind {extra[0]})"
     commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 

@@ -222,8 +222,12 @@ class Registry:
             return self._items[kind][name].obj
         except KeyError:
             hint = None
+            other = [k for k in self._items if k != kind and name in self._items[k]]
             if kind == "profiler" and name in _TORCH_PROFILERS and importlib.util.find_spec("torch") is None:
                 hint = "it needs PyTorch, not installed here: pip install 'membudget[torch]'"
+            elif other:
+                hint = (f"{name!r} is {_a(other[0])}, not {_a(kind)}; the {kind}s: "
+                        + ", ".join(sorted(self.names(kind))))
             elif close := close_names(name, self.names(kind), n=1):
                 hint = f"did you mean {close[0]!r}? available: " + ", ".join(sorted(self.names(kind)))
             raise UnknownPlugin(kind, name, self.names(kind), hint=hint) from None
@@ -282,6 +286,11 @@ def close_names(name: str, known: list[str], n: int = 5) -> list[str]:
     found = [full for t in difflib.get_close_matches(tail, list(by_tail), n=n) for full in by_tail[t]]
     found += difflib.get_close_matches(name, known, n=n)
     return list(dict.fromkeys(found))[:n]
+
+
+def _a(kind: str) -> str:
+    """``an allocator``, ``a planner``."""
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 def _model_hint(name: str, known: list[str]) -> str:

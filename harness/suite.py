@@ -90,16 +90,29 @@ def _nearby(path: Path) -> str:
     from harness.plugins import close_names
 
     try:
-        files = [f.name for f in path.parent.iterdir()
-                 if f.suffix in (".yaml", ".yml") and f.is_file() and f.name != path.name]
+        files = {f.stem: f.name for f in path.parent.iterdir()
+                 if f.suffix in (".yaml", ".yml") and f.is_file() and f.name != path.name}
     except OSError:
         return ""
-    near = close_names(path.name, files, n=1)
-    return f"; did you mean {path.parent / near[0]}?" if near else ""
+    near = close_names(path.stem, list(files), n=1)  # by stem: the shared ".yaml" made any name look close
+    return f"; did you mean {path.parent / files[near[0]]}?" if near else ""
+
+
+def _not_a_suite(path: Path, data: Any) -> str | None:
+    """Why a folder or a JSON file given as a suite is not one, and what to give instead."""
+    if path.is_dir():
+        suites = sorted(f.name for f in path.iterdir() if f.suffix in (".yaml", ".yml"))[:5]
+        return f"{path}: a folder, not a suite file" + (f" (it holds {', '.join(suites)})" if suites else "")
+    if isinstance(data, dict) and {"model", "stages"} <= set(data):
+        return (f"{path}: a profile, not a suite: membudget plan {path} --planner P --budget B plans it, and a "
+                "suite's models: reads it with profiler: file")
+    return None
 
 
 def _compose(path: Path) -> tuple[Any, Locations]:
     """Load YAML keeping, for every key and item, the line where its value starts."""
+    if problem := _not_a_suite(path, None):
+        raise SuiteError(problem, source=str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -136,6 +149,8 @@ def _compose(path: Path) -> tuple[Any, Locations]:
             return loader.construct_object(node, deep=True)
 
         data = build(root, ()) if root is not None else None
+        if problem := _not_a_suite(path, data):
+            raise SuiteError(problem, source=source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None

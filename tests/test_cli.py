@@ -487,7 +487,7 @@ def test_a_suite_where_a_profile_belongs_and_a_misspelt_suite_file_say_what_was_
     unreadable = tmp_path / "dir.yaml"
     unreadable.mkdir()  # it exists but cannot be read: never "did you mean" itself
     code, _, err = _run(capsys, "run", str(unreadable), "-o", str(tmp_path / "r"), "--no-progress")
-    assert code == 2 and "cannot read the suite" in err and "did you mean" not in err
+    assert code == 2 and "a folder, not a suite file" in err and "did you mean" not in err
 
 
 def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
@@ -864,3 +864,48 @@ def test_a_bad_option_value_names_the_option_not_a_source_line(capsys, profile_f
     code, _, err = _run(capsys, "plan", str(profile_file[1]), "--planner", planner, "--budget", "50%",
                         "--option", option)
     assert code == 2 and needle in err and "(at " not in err, err
+
+
+def test_a_schedule_or_timeline_given_as_a_profile_says_what_it_is(capsys, profile_file, tmp_path):
+    """QA (2026-11-28): a schedule given to plan listed the ten fields a profile lacks."""
+    path = str(profile_file[1])
+    schedule, timeline = str(tmp_path / "schedule.json"), str(tmp_path / "timeline.json")
+    assert _run(capsys, "plan", path, "--planner", "prefix", "--budget", "50%", "-o", schedule)[0] == 0
+    assert _run(capsys, "simulate", path, "--planner", "prefix", "--budget", "50%", "--timeline", timeline)[0] == 0
+    code, _, err = _run(capsys, "plan", schedule, "--planner", "prefix", "--budget", "50%")
+    assert code == 2 and err.strip() == f"membudget: error: {schedule} is a schedule (membudget plan -o writes " \
+        "one), not a profile (a JSON file from membudget profile)"
+    code, _, err = _run(capsys, "simulate", timeline, "--planner", "prefix", "--budget", "50%")
+    assert code == 2 and f"{timeline} is a timeline" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--budget", "50"], "the budget is 50 bytes (50 B); did you mean 50%?"),
+    (["--budget", "50%", "--executor", "first-fit"],
+     "unknown executor 'first-fit'; 'first-fit' is an allocator, not an executor; the executors: "),
+])
+def test_a_budget_or_plugin_name_that_reads_as_another_kind_says_so(capsys, profile_file, argv, needle):
+    code, _, err = _run(capsys, "simulate", str(profile_file[1]), "--planner", "prefix", *argv)
+    assert code == 2 and needle in err, err
+
+
+def test_a_suite_path_that_is_a_folder_or_a_profile_says_so_in_one_line(capsys, profile_file, tmp_path):
+    code, _, err = _run(capsys, "run", str(profile_file[1]), "-o", str(tmp_path / "r"))
+    assert code == 2 and err.count("\n") == 1 and f"{profile_file[1]}: a profile, not a suite" in err
+    suite = support.write_suite(tmp_path)
+    code, _, err = _run(capsys, "run", str(tmp_path), "-o", str(tmp_path / "r"))
+    assert code == 2 and err.strip() == f"membudget: error: {tmp_path}: a folder, not a suite file (it holds " \
+        f"{suite.name})"
+    code, _, err = _run(capsys, "run", str(tmp_path / "nothere.yaml"), "-o", str(tmp_path / "r"))
+    assert code == 2 and "did you mean" not in err  # synth.yaml is not near: the shared suffix does not count
+
+
+def test_list_with_a_kind_as_an_argument_says_to_write_kind(capsys):
+    with pytest.raises(SystemExit):
+        main(["list", "planner"])
+    assert "membudget list: error: unrecognized arguments: planner (write --kind planner)" in capsys.readouterr().err
+
+
+def test_an_unknown_dtype_is_refused_before_the_model_is_built(capsys, tmp_path):
+    code, _, err = _run(capsys, "profile", "builtin:mlp", "--batch", "2", "--dtype", "int8", "-o", str(tmp_path / "p"))
+    assert code == 2 and err.strip().startswith("membudget: error: --dtype: unknown dtype 'int8'; use one of")

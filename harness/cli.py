@@ -8,6 +8,7 @@ or profile, an infeasible budget) print one line to stderr and exit with status 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import math
@@ -159,7 +160,8 @@ def _load_profile(path: str):
     if not Path(path).exists():
         if _is_model_name(path):
             raise MembudgetError(f"{path} is a model, not a profile file: profile it first "
-                                 f"(membudget profile {path} --batch B --device DEVICE -o profile.json) and pass the file")
+                                 f"(membudget profile {path} --batch B --device DEVICE -o profile.json) and pass "
+                                 "the file")
         close = _close_model_names(path)
         hint = f"; is it the model {' or '.join(close)}? profile it first (membudget profile MODEL ...)" if close else \
             f" (make one with: membudget profile MODEL ... -o {path})"
@@ -630,7 +632,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``membudget``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="membudget", description="Benchmark GPU memory management strategies for DNN training.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -754,13 +756,32 @@ def _percentage(text: str) -> float:
     return value
 
 
-_TAKES_NEGATIVE = ("--budget", "--tolerance")  # options whose value may start with "-" (refused with a reason, not a usage error)
+# options whose value may start with "-" (refused with a reason, not a usage error)
+_TAKES_NEGATIVE = ("--budget", "--tolerance")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors also name the misspelt options of the command line being read
+    (``--planners greedy`` is reported as a missing ``--planner`` otherwise)."""
+
+    argv: list[str] = []  # the command line being parsed (``_parse`` sets it)
+
+    def error(self, message: str):  # type: ignore[override]
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        slips = []
+        for token in dict.fromkeys(a.split("=", 1)[0] for a in self.argv if a.startswith("--") and a != "--"):
+            if token not in self._option_string_actions and (near := difflib.get_close_matches(token, known, n=1, cutoff=0.7)):
+                slips.append(f"{token}: did you mean {near[0]}?")
+        if slips and "unrecognized arguments" not in message:
+            message = f"{message} ({'; '.join(slips)})"
+        super().error(message)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``parser.parse_args``, except that an argument the command does not take is reported with the
     command's usage (argparse gives the top-level one) and, where another command takes that option,
     names it: ``membudget plan torchvision:resnet50 --batch 8`` says ``--batch`` is ``profile``'s."""
+    _Parser.argv = argv
     args, extra = parser.parse_known_args(argv)
     if not extra:
         return args
@@ -777,6 +798,11 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
             by_owners.setdefault(owners, []).append(option)
     owned = [f"{', '.join(opts)}: {'an option' if len(opts) == 1 else 'options'} of "
              f"{' and '.join(f'membudget {name}' for name in owners)}" for owners, opts in by_owners.items()]
+    mine = [o for o in commands[args.command]._option_string_actions if o.startswith("--")]
+    for option in options:
+        near = difflib.get_close_matches(option, mine, n=1, cutoff=0.7)
+        if near and not any(option in opts for opts in by_owners.values()):
+            owned.append(f"{option}: did you mean {near[0]}?")
     hint = f" ({'; '.join(owned)})" if owned else ""
     if args.command == "list" and extra[0] in ("profiler", "planner", "executor", "allocator", "model", "device"):
         hint = f" (write --kind {extra[0]})"

@@ -909,3 +909,16 @@ def test_list_with_a_kind_as_an_argument_says_to_write_kind(capsys):
 def test_an_unknown_dtype_is_refused_before_the_model_is_built(capsys, tmp_path):
     code, _, err = _run(capsys, "profile", "builtin:mlp", "--batch", "2", "--dtype", "int8", "-o", str(tmp_path / "p"))
     assert code == 2 and err.strip().startswith("membudget: error: --dtype: unknown dtype 'int8'; use one of")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["plan", "p.json", "--planners", "greedy", "--budget", "50%"],
+     "the following arguments are required: --planner (--planners: did you mean --planner?)"),
+    (["plan", "p.json", "--planner", "greedy", "--budget", "50%", "--options", "slots=5"],
+     "unrecognized arguments: --options slots=5 (--options: did you mean --option?)"),
+])
+def test_a_misspelt_option_is_named_with_the_one_meant(capsys, argv, needle):
+    """QA (2026-11-28): --planners was reported only as a missing --planner, --options with no suggestion."""
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert needle in capsys.readouterr().err

@@ -786,7 +786,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if not extra:
         return args
     if argv.index(args.command) > argv.index(extra[0]):  # before the command: the top level's
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        theirs = [a for a in extra if a.split("=", 1)[0] in _commands(parser)[args.command]._option_string_actions]
+        hint = f" (options go after the command: membudget {args.command} ... {' '.join(theirs)})" if theirs else ""
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     commands = _commands(parser)
     separator = extra.index("--") if "--" in extra else len(extra)  # after "--" nothing is an option
     options = dict.fromkeys(a.split("=", 1)[0] for a in extra[:separator] if a.startswith("--"))

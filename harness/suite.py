@@ -547,9 +547,15 @@ class Suite:
         if entry.input_size:
             return [tuple(entry.input_size)]
         if self.profiler_of(entry) == "file":
-            from harness.model import Profile, load
+            from harness.model import ModelError, Profile, load
 
-            return [tuple(load(Profile, self.model_name(entry)).input_shape)]
+            try:
+                return [tuple(load(Profile, self.model_name(entry)).input_shape)]
+            except (ModelError, OSError) as exc:  # where in the suite: the file alone does not say
+                k = next(k for k, e in enumerate(self.spec.models) if e is entry)
+                source, line = self.line_of("models", k, "model")
+                raise SuiteError(f"{source}:{line}: models[{k}].model: not a profile: {exc}", source=source,
+                                 line=line, field=f"models[{k}].model") from None
         from harness.commands import DEFAULT_INPUT_SIZE, default_input_size
 
         try:

@@ -328,7 +328,11 @@ def test_an_unknown_option_before_the_command_is_the_top_level_s(capsys):
         main(["--bogus", "list"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "usage: membudget [-h] COMMAND" in err
-    assert "membudget: error: unrecognized arguments: --bogus" in err
+    assert "membudget: error: unrecognized arguments: --bogus\n" in err
+    with pytest.raises(SystemExit):
+        main(["--json", "list"])
+    assert "unrecognized arguments: --json (options go after the command: membudget list ... --json)" \
+        in capsys.readouterr().err
 
 
 def test_console_script_exits_2_without_a_traceback(tmp_path):

@@ -198,6 +198,15 @@ def test_a_model_name_read_as_a_profile_file_and_a_profile_file_read_as_a_model_
         in str(_error(filed))
 
 
+def test_a_file_profiled_model_that_is_no_profile_is_named_with_its_line(tmp_path):
+    """QA (2026-11-28): a trace named as a file-profiled model read only "order.csv: not valid JSON"."""
+    (tmp_path / "order.csv").write_text("id,lower,upper,size\n0,0,1,8\n")
+    path = _suite(tmp_path, BASE.replace("profiler: synthetic", "profiler: file")
+                  .replace("synthetic:chain4", str(tmp_path / "order.csv")))
+    err = str(_error(path))
+    assert f"{path}:5: models[0].model: not a profile: " in err and "not valid JSON" in err
+
+
 def test_a_misspelt_optional_planner_is_skipped_with_the_name_it_resembles(tmp_path):
     """QA (2026-11-28): {name: gredy, optional: true} was skipped as "not installed", with no word of greedy."""
     path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",

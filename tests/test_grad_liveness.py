@@ -204,12 +204,28 @@ class _ViewedBias(_LearnedBias):
         return self.c(self.b(self.a(x) + self.bias.view(8, 64, 64)))
 
 
-@pytest.mark.parametrize("model, expected", [(_LearnedBias, 8 * 64 * 64 * 4), (_ViewedBias, 0)],
-                         ids=["tanh-of-parameter", "view-of-parameter"])
+class _ExpandedScale(_LearnedBias):
+    """``h * s.view(1, 8, 1, 1).expand_as(h)``: the expansion views the parameter, yet its gradient (grad * h)
+    has the batch's size, a buffer of its own that the reduction to ``s``'s shape reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.c(self.b(h * self.scale.view(1, 8, 1, 1).expand_as(h)))
+
+
+@pytest.mark.parametrize("model, expected", [(_LearnedBias, 8 * 64 * 64 * 4), (_ViewedBias, 0),
+                                             (_ExpandedScale, 2 * 2 * 8 * 64 * 64 * 4)],
+                         ids=["tanh-of-parameter", "view-of-parameter", "expanded-parameter"])
 def test_a_tensor_made_from_a_parameter_gets_a_gradient_buffer_in_the_backward(model, expected):
     """tanh(b)'s gradient (8x64x64 floats, summed over the batch into a new buffer) is the stage's
     workspace: the estimate replayed only the values the input reaches and had 0. A view of b is b:
-    the summed gradient becomes b.grad, which the weights count (the first fix counted it twice)."""
+    the summed gradient becomes b.grad, which the weights count (the first fix counted it twice). An
+    expanded view is not: its gradient has the batch's size (the second fix had 0 for it; the product's
+    two operand gradients, each of h's size, are the estimate)."""
     rows = _stages_against_autograd(model(), trained=True)
     for name, ex, y, real in rows:
         assert ex <= real <= ex + y, rows

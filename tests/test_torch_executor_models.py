@@ -243,17 +243,31 @@ class _InPlaceShift(_SharedShift):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shift = self.frozen(self.coords).flatten()
         shift.add_(self.shift)
+        return self.forward_with(x, shift)
+
+    def forward_with(self, x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.a(x.flatten(1)))
         x = torch.relu(self.b(x) + shift)
         x = torch.relu(self.c(x))
         return self.d(x + shift)
 
 
+class _ShiftThroughTranspose(_InPlaceShift):
+    """The write goes through ``.mT``, which fx traces as ``getattr``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shift = self.frozen(self.coords)
+        shift.mT.add_(self.shift[:, None])
+        return self.forward_with(x, shift.flatten())
+
+
+@pytest.mark.parametrize("module", [_InPlaceShift, _ShiftThroughTranspose], ids=["add_", "mT.add_"])
 @pytest.mark.parametrize("planner", ["keep-all", "recompute"])
-def test_a_tensor_a_parameter_writes_into_never_crosses_a_cut(planner):
+def test_a_tensor_a_parameter_writes_into_never_crosses_a_cut(planner, module):
     """The cut let the shift cross (a frozen layer's output looks constant): the profiler stopped with
     "backward through the graph a second time" and a recomputed stage lost the parameter's gradient."""
-    _register(_Factory("inplace-shift", _InPlaceShift, "a model that writes a parameter into a frozen output"))
-    chain, _, run = _run("test:inplace-shift", (3, 4, 4), planner, peak_memory)
+    name = f"inplace-{module.__name__.lower()}"
+    _register(_Factory(name, module, "a model that writes a parameter into a frozen output"))
+    chain, _, run = _run(f"test:{name}", (3, 4, 4), planner, peak_memory)
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-5

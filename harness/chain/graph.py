@@ -117,8 +117,13 @@ _VIEW_NAMES = {"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten
                "getitem", "unbind", "split", "chunk", "diagonal", "as_strided", "detach", "contiguous", "unfold"}
 
 
+# Tensor attributes that are views (fx traces ``x.mT`` as ``getattr(x, "mT")``).
+_VIEW_ATTRIBUTES = {"T", "mT", "H", "mH", "real", "imag"}
+
+
 def _may_view(node: fx.Node, gm: fx.GraphModule) -> bool:
-    """Whether ``node``'s result may share the memory of its first operand."""
+    """Whether ``node``'s result may share the memory of its first operand (conservative: ``reshape`` and
+    ``contiguous`` count, though they copy when they must)."""
     if node.op == "call_module":
         return isinstance(gm.get_submodule(str(node.target)), _VIEW_MODULES)
     if node.op == "call_method":
@@ -126,6 +131,8 @@ def _may_view(node: fx.Node, gm: fx.GraphModule) -> bool:
     if node.op == "call_function":
         if isinstance(node.target, torch._ops.OpOverload):
             return bool(getattr(node.target, "is_view", False))
+        if node.target is getattr:
+            return len(node.args) > 1 and node.args[1] in _VIEW_ATTRIBUTES
         return getattr(node.target, "__name__", "") in _VIEW_NAMES
     return False
 
@@ -261,9 +268,10 @@ class Graph:
         seen = self._reachable_from(starts)
         while True:
             written: set[int] = set()
-            for i in seen:
-                target = self.nodes[i].args[0] if self.nodes[i].args else None
-                if isinstance(target, fx.Node) and _mutates(self.nodes[i], target, self.gm):
+            for i in seen:  # (x[k] = v: fx cannot trace it; torch.export's graph writes with a mutable aten op)
+                node = self.nodes[i]
+                target = node.args[0] if node.args else None
+                if isinstance(target, fx.Node) and _mutates(node, target, self.gm):
                     written.update(self._viewed(target))
             written -= seen | set(self.constants)
             if not written:

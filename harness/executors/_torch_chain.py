@@ -150,7 +150,8 @@ class ChainPass:
     is called when such an operation is over (``output`` None when no later stage saves
     it); ``algorithm(stage)`` gives the context that selects the stage's algorithm;
     ``on_constant(tensor)`` receives every tensor a constant of the workload holds when a
-    stage computes it (``Graph.is_workload_constant``: the store passes them through).
+    stage computes it (``Graph.is_workload_constant``: the store passes them through, and they
+    stay on the device until their last reader is done).
 
     The operations are ``harness.model.Op``'s: ``forward`` runs F (saving), Fc (keeping
     only its input, a checkpoint) or Fn (saving nothing: under ``torch.no_grad``);

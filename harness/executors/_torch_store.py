@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 GroupKey = tuple[int, int]  # (sub_batch, stage)
 
@@ -94,7 +95,7 @@ class SavedStore:
     """The saved tensors of one training iteration, by group (sub-batch, stage).
 
     ``weight_keys`` are the storages of parameters and buffers (never packed), and so are
-    the constants of the workload the iteration computes (``hold_constant``: position ids, a
+    the constants of the workload the iteration computes (``note_constant``: position ids, a
     causal mask; the profile counts what autograd saves of them once, with the weights).
     Tensors on another device than ``device`` (a CPU scalar saved by a CUDA operation) and
     storages that cannot be resized pass through untouched: they stay where they are.
@@ -103,8 +104,8 @@ class SavedStore:
     def __init__(self, weight_keys: set[int], device: torch.device) -> None:
         self.weight_keys = weight_keys
         self.device = concrete(device)
-        self._constants: list[torch.Tensor] = []  # held for the iteration, so that their storage ids stay theirs
-        self._constant_keys: set[int] = set()
+        # storage id -> a weak reference to the constant's storage: once it is freed, the id may be another's
+        self._constants: dict[int, StorageWeakRef] = {}
         self._groups: dict[GroupKey, list[weakref.ref[Block]]] = {}
         self._by_storage: dict[int, weakref.ref[Block]] = {}
         self._kept: dict[GroupKey, Block] = {}  # checkpoints held for their recomputation
@@ -161,7 +162,7 @@ class SavedStore:
             key = storage_key(t)
         except (RuntimeError, NotImplementedError):
             return None, False
-        if key in self.weight_keys or key in self._constant_keys or t.device != self.device:
+        if key in self.weight_keys or t.device != self.device or self._is_constant(key):
             return None, False
         ref = self._by_storage.get(key)
         block = ref() if ref is not None else None
@@ -211,16 +212,23 @@ class SavedStore:
         """Full size of the live blocks of ``group`` (wherever their bytes are)."""
         return sum(b.nbytes for b in self.blocks(group))
 
-    def hold_constant(self, t: torch.Tensor) -> None:
+    def note_constant(self, t: torch.Tensor) -> None:
         """``t`` is a constant of the workload (neither the input nor a parameter reaches it): what
-        saves it passes it through, and it stays where it is until ``clear``. Offloading it with the
-        stage that saves it would free the memory that later stages read it from (GPT-2's position
-        ids cross every cut)."""
+        saves it passes it through, so it stays where it is, freed when its last reader is done, as
+        without this store. Offloading it with the stage that saves it would free the memory that
+        later stages read it from (GPT-2's position ids cross every cut). The store holds no
+        reference to it."""
         try:
-            self._constant_keys.add(storage_key(t))
+            self._constants[storage_key(t)] = StorageWeakRef(t.untyped_storage())
         except (RuntimeError, NotImplementedError):
-            return
-        self._constants.append(t)
+            pass
+
+    def _is_constant(self, key: int) -> bool:
+        ref = self._constants.get(key)
+        if ref is not None and ref.expired():  # freed: the id now names another storage
+            del self._constants[key]
+            return False
+        return ref is not None
 
     def clear(self) -> None:
         """Forget every block and constant (the end of an iteration)."""
@@ -228,7 +236,6 @@ class SavedStore:
         self._by_storage.clear()
         self._kept.clear()
         self._constants.clear()
-        self._constant_keys.clear()
         self.packed_bytes = 0
 
 

@@ -392,7 +392,7 @@ class _Execution:
             torch.cuda.synchronize(chain.device)
         self.clock.start(stream)
         chain_pass = ChainPass(chain, self.inputs, self._grad, self.packing, self._forward_end, self.algorithm,
-                               on_constant=self.store.hold_constant)
+                               on_constant=self.store.note_constant)
         try:
             for k, op in enumerate(schedule.ops):
                 self._issue(k, "start")

@@ -187,9 +187,11 @@ class _Liveness:
             self.grads.on_node(i, node, value, inputs)
 
     def _weight(self, value: Any) -> bool:
-        """Whether ``value`` is (a view of, or a tuple of views of) parameters and buffers."""
+        """Whether ``value`` is (a view of, or a tuple of views of) parameters and buffers, no larger than
+        they are: an expanded parameter's gradient is a buffer of the expanded size, reduced afterwards."""
         tensors = tensors_in(value)
-        return bool(tensors) and all(storage_key(t) in self.weight_keys for t in tensors)
+        return bool(tensors) and all(storage_key(t) in self.weight_keys and dense_bytes(t) <= storage_bytes(t)
+                                     for t in tensors)
 
     def fwd_workspace(self, excluded: set[int]) -> int:
         """Peak bytes of live values whose storage is not in ``excluded``."""

@@ -136,8 +136,9 @@ def _output_file(path: str | None, flag: str, example: str = "out.json", inputs:
         raise MembudgetError(f"{flag} {path}: {what}; give a file name, e.g. {target / example}")
     for source in inputs:
         if target.exists() and Path(source).exists() and target.resolve() == Path(source).resolve():
+            other = target.parent / example if target.name != example else target.with_stem(f"{target.stem}-out")
             raise MembudgetError(f"{flag} {path}: is the input file, which the output would overwrite; give another "
-                                 f"file, e.g. {target.parent / example}")
+                                 f"file, e.g. {other}")
     _output_folder(str(target.parent), flag, path)
 
 
@@ -267,7 +268,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         if problem := unknown_dtype(args.dtype):
             raise MembudgetError(f"--dtype: {problem}")
-    _output_file(args.output, "-o", "profile.json", inputs=[args.model])
+    _output_file(args.output, "-o", "profile.json", inputs=[args.model.removeprefix("file:")])
     if args.profiler == "file":
         given = [flag for flag, value in (("--device", args.device), ("--input-size", args.input_size),
                                           ("--dtype", args.dtype)) if value is not None]
@@ -341,7 +342,7 @@ def _plan(args: argparse.Namespace):
         planned = plan_case(planner, profile, budget, options)
     except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
         need = exc.needed_bytes
-        percent = f"; did you mean {args.budget}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
+        percent = f"; did you mean {args.budget.strip()}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
         raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
                                + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else "")
                                + percent, need) from None
@@ -770,7 +771,9 @@ class _Parser(argparse.ArgumentParser):
         known = [o for o in self._option_string_actions if o.startswith("--")]
         slips = []
         for token in dict.fromkeys(a.split("=", 1)[0] for a in self.argv if a.startswith("--") and a != "--"):
-            if token not in self._option_string_actions and (near := difflib.get_close_matches(token, known, n=1, cutoff=0.7)):
+            if token in self._option_string_actions or any(o.startswith(token) for o in known):
+                continue  # an option of this command, or an abbreviation argparse took for one
+            if near := difflib.get_close_matches(token, known, n=1, cutoff=0.7):
                 slips.append(f"{token}: did you mean {near[0]}?")
         if slips and "unrecognized arguments" not in message:
             message = f"{message} ({'; '.join(slips)})"
@@ -782,7 +785,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     command's usage (argparse gives the top-level one) and, where another command takes that option,
     names it: ``membudget plan torchvision:resnet50 --batch 8`` says ``--batch`` is ``profile``'s."""
     _Parser.argv = argv
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    finally:
+        _Parser.argv = []  # a later parse of another command line must not read this one
     if not extra:
         return args
     if argv.index(args.command) > argv.index(extra[0]):  # before the command: the top level's

@@ -801,8 +801,8 @@ def _check_names(suite: Suite) -> None:
             except UnknownPlugin as exc:
                 if entry.model.endswith(".json") or Path(suite.model_name(entry)).is_file():
                     source, line = suite.line_of("models", k, "model")
-                    raise SuiteError(f"{source}:{line}: models[{k}].model: {entry.model!r} is a file, not a model "
-                                     "name: a profile file is read with profiler: file", source=source, line=line,
+                    raise SuiteError(f"{source}:{line}: models[{k}].model: {entry.model!r} names a file, not a model: "
+                                     "a profile file is read with profiler: file", source=source, line=line,
                                      field=f"models[{k}].model") from None
                 raise fail(exc, "models", k, "model") from None
         else:

@@ -926,3 +926,29 @@ def test_a_misspelt_option_is_named_with_the_one_meant(capsys, argv, needle):
     with pytest.raises(SystemExit):
         main(argv)
     assert needle in capsys.readouterr().err
+
+
+def test_the_overwrite_refusal_sees_through_file_prefixes_and_suggests_another_name(capsys, profile_file, tmp_path):
+    """Review (2026-11-28): -o profile.json on profile.json suggested profile.json itself, and file:p.json
+    -o p.json rewrote the input."""
+    path = tmp_path / "profile.json"
+    path.write_text(profile_file[1].read_text())
+    before = path.read_text()
+    for model in (str(path), f"file:{path}"):
+        code, _, err = _run(capsys, "profile", model, "--profiler", "file", "--batch", "8", "-o", str(path))
+        assert code == 2 and f"give another file, e.g. {tmp_path / 'profile-out.json'}" in err, err
+    assert path.read_text() == before
+
+
+def test_the_misspelling_hint_leaves_abbreviations_alone_and_reads_only_its_own_command_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "p.json", "--plan", "prefix"])  # argparse takes --plan for --planner
+    err = capsys.readouterr().err
+    assert "required: --budget" in err and "did you mean" not in err
+    with pytest.raises(SystemExit):
+        main(["plan", "p.json", "--planners", "prefix"])
+    assert "(--planners: did you mean --planner?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", "p.json"])  # the last command line's --planners is not this one's
+    err = capsys.readouterr().err
+    assert "required: --planner, --budget" in err and "did you mean" not in err

@@ -194,7 +194,7 @@ def test_a_model_name_read_as_a_profile_file_and_a_profile_file_read_as_a_model_
            "profiler: analytic (or torch)" in str(err)
     (tmp_path / "p.json").write_text("{}")
     filed = _suite(tmp_path, BASE.replace("synthetic:chain4", "p.json"), filename="f.yaml")
-    assert "models[0].model: 'p.json' is a file, not a model name: a profile file is read with profiler: file" \
+    assert "models[0].model: 'p.json' names a file, not a model: a profile file is read with profiler: file" \
         in str(_error(filed))
 
 

@@ -198,19 +198,25 @@ def test_the_executor_moves_what_the_profile_says_a_stage_saves_of_a_tensor_the_
     offloads with the rest. The profile counted it once with the weights, as if it were a causal mask, so
     the simulator moved fewer bytes than the executor (4352 against 3840 for the trained gate). A gate made
     from frozen weights alone is such a constant: the executor moved it all the same (2816 against 3328)."""
+    name = f"gate-{module.__name__.lower()}"
+    _register(_Factory(name, module, "a model that saves a tensor the input does not reach"))
+    run, simulated = _offload_everything(f"test:{name}", (3, 4, 4))
+    assert run.status == "ok", run.message
+    assert run.metrics["grad_error"] < 1e-5
+    assert run.moved_bytes == simulated.moved_bytes > 0
+
+
+def _offload_everything(model: str, size: tuple[int, ...]):
+    """The torch executor's run (on the CPU) and the simulator's of ``model`` with every stage offloaded."""
     from harness.schedules import ordered_schedule
     from harness.simulate.executor import simulate
 
-    name = f"gate-{module.__name__.lower()}"
-    _register(_Factory(name, module, "a model that saves a tensor the input does not reach"))
-    workload = Workload(f"test:{name}", 2, (3, 4, 4), "cpu")
-    profile = registry().profiler("analytic").profile(Workload(workload.model, 2, (3, 4, 4), "V100-PCIe"))
+    workload = Workload(model, 2, size, "cpu")
+    profile = registry().profiler("analytic").profile(Workload(model, 2, size, "V100-PCIe"))
     schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
     torch.manual_seed(0)
     run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, build_chain(workload, "cpu"))
-    assert run.status == "ok", run.message
-    assert run.metrics["grad_error"] < 1e-5
-    assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0
+    return run, simulate(schedule, profile, budget=float("inf"))
 
 
 def test_offloading_every_stage_of_a_transformer_leaves_its_constants_on_the_device():
@@ -218,17 +224,10 @@ def test_offloading_every_stage_of_a_transformer_leaves_its_constants_on_the_dev
     that stage, and its offload freed the memory the later stages read them from: the second forward
     stopped with "setStorage: ... out of bounds for storage of size 0"."""
     pytest.importorskip("transformers")
-    from harness.schedules import ordered_schedule
-    from harness.simulate.executor import simulate
-
-    workload = Workload("transformers:tiny-gpt2", 2, (16,), "cpu")
-    profile = registry().profiler("analytic").profile(Workload(workload.model, 2, (16,), "V100-PCIe"))
-    schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
-    torch.manual_seed(0)
-    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, build_chain(workload, "cpu"))
+    run, simulated = _offload_everything("transformers:tiny-gpt2", (16,))
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-4
-    assert run.moved_bytes == simulate(schedule, profile, budget=float("inf")).moved_bytes > 0
+    assert run.moved_bytes == simulated.moved_bytes > 0
 
 
 class _InPlaceShift(_SharedShift):

@@ -198,9 +198,10 @@ def _load_with_includes(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict,
     merged_loc: Locations = {(): (str(path), 1)}
     for k, name in enumerate(includes):
         target = (path.parent / name)
-        if not target.exists():
+        if not target.is_file():
             line = locations.get(("include", k), (str(path), inc_line))[1]
-            raise SuiteError(f"{path}:{line}: include[{k}]: no such suite file {str(target)!r}",
+            what = "a folder, not a suite file" if target.is_dir() else "no such suite file"
+            raise SuiteError(f"{path}:{line}: include[{k}]: {what} {str(target)!r}",
                              source=str(path), line=line, field=f"include[{k}]")
         sub, sub_loc = _load_with_includes(target, (*stack, path.resolve()))
         sub.pop("name", None)  # the including suite names the run

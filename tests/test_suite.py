@@ -332,6 +332,9 @@ def test_include_cycle_and_missing_include(tmp_path):
     assert "include cycle" in str(_error(tmp_path / "a.yaml"))
     path = _suite(tmp_path, "include: [nope.yaml]\n" + BASE, filename="c.yaml")
     assert f"{path}:1: include[0]: no such suite file" in str(_error(path))
+    (tmp_path / "parts").mkdir()  # QA (2026-11-28): "parts: cannot read the suite: Is a directory", no line
+    path = _suite(tmp_path, "include: [parts]\n" + BASE, filename="d.yaml")
+    assert f"{path}:1: include[0]: a folder, not a suite file" in str(_error(path))
 
 
 def test_the_shared_synthetic_suite_loads(tmp_path):

@@ -20,9 +20,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError, raised_at
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError, UnknownPlugin, raised_at
 from harness.model import ModelError
 from harness.options import check_planner_options
+from harness.profilers.devices import DEFAULT_DEVICE
 
 EXIT_USAGE = 2
 
@@ -159,11 +160,14 @@ def _load_profile(path: str):
     if Path(path).is_dir():
         raise MembudgetError(f"{path} is a folder, not a profile file")
     if not Path(path).exists():
-        if _is_model_name(path):
+        from harness.plugins import close_names, registry
+
+        models = [m for m, _ in registry().models()]
+        if path in models:
             raise MembudgetError(f"{path} is a model, not a profile file: profile it first "
                                  f"(membudget profile {path} --batch B --device DEVICE -o profile.json) and pass "
                                  "the file")
-        close = _close_model_names(path)
+        close = close_names(path, models, n=2)
         hint = f"; is it the model {' or '.join(close)}? profile it first (membudget profile MODEL ...)" if close else \
             f" (make one with: membudget profile MODEL ... -o {path})"
         raise MembudgetError(f"{path}: no such profile file{hint}")
@@ -193,25 +197,6 @@ def _json_kind(path: str) -> str | None:
         return "a run's meta.json (membudget publish and compare read its folder)"
     return None
 
-
-def _close_model_names(name: str) -> list[str]:
-    """Registered model names close to ``name`` (``resnet18`` -> ``torchvision:resnet18``)."""
-    from harness.plugins import close_names, registry
-
-    return close_names(name, [m for m, _ in registry().models()], n=2)
-
-
-def _is_model_name(name: str) -> bool:
-    """Whether a registered model factory knows ``name`` (``torchvision:resnet50``)."""
-    from harness.plugins import registry
-
-    if ":" not in name:
-        return False
-    try:
-        registry().model_factory(name)
-    except (MembudgetError, KeyError, ValueError):
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- list
@@ -276,12 +261,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise MembudgetError(f"--profiler file rescales a profile to --batch only; {', '.join(given)} would be "
                                  "ignored: profile the model again for another device, input size or dtype")
     from harness.commands import profile_command
-    from harness.errors import UnknownPlugin
 
+    given = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}  # else its defaults
     try:
-        profile = profile_command(args.model, profiler=args.profiler, device=args.device or DEFAULT_DEVICE,
-                                  batch=args.batch, input_size=input_size, output=args.output,
-                                  dtype=args.dtype or "float32")
+        profile = profile_command(args.model, profiler=args.profiler, batch=args.batch, input_size=input_size,
+                                  output=args.output, **given)
     except UnknownPlugin as exc:
         if exc.kind == "model" and exc.name == args.model and Path(args.model).is_file():
             what, reader = _what_file(args.model)
@@ -296,9 +280,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
               "peak_memory_bytes": peak_memory(profile), "output": args.output}
     _json(report) if args.json else _print_report(report)
     return 0
-
-
-DEFAULT_DEVICE = "V100-PCIe"  # the analytic profiler's device when --device is not given
 
 
 def _what_file(path: str) -> tuple[str, str]:
@@ -765,37 +746,38 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors also name the misspelt options of the command line being read
     (``--planners greedy`` is reported as a missing ``--planner`` otherwise)."""
 
-    argv: list[str] = []  # the command line being parsed (``_parse`` sets it)
+    argv: list[str] = []  # the command line being parsed: ``_parse`` sets it on this parse's parsers
+
+    def near_option(self, option: str) -> str | None:
+        """This parser's option that ``option`` is a slip for (None: none is close, or it is one of them)."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        if option in self._option_string_actions or any(o.startswith(option) for o in known):
+            return None  # an option of this parser, or an abbreviation argparse takes for one
+        near = difflib.get_close_matches(option, known, n=1, cutoff=0.7)
+        return near[0] if near else None
 
     def error(self, message: str):  # type: ignore[override]
-        known = [o for o in self._option_string_actions if o.startswith("--")]
-        slips = []
-        for token in dict.fromkeys(a.split("=", 1)[0] for a in self.argv if a.startswith("--") and a != "--"):
-            if token in self._option_string_actions or any(o.startswith(token) for o in known):
-                continue  # an option of this command, or an abbreviation argparse took for one
-            if near := difflib.get_close_matches(token, known, n=1, cutoff=0.7):
-                slips.append(f"{token}: did you mean {near[0]}?")
+        tokens = dict.fromkeys(a.split("=", 1)[0] for a in self.argv if a.startswith("--") and a != "--")
+        slips = [f"{token}: did you mean {near}?" for token in tokens if (near := self.near_option(token))]
         if slips and "unrecognized arguments" not in message:
             message = f"{message} ({'; '.join(slips)})"
         super().error(message)
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+def _parse(parser: _Parser, argv: list[str]) -> argparse.Namespace:
     """``parser.parse_args``, except that an argument the command does not take is reported with the
     command's usage (argparse gives the top-level one) and, where another command takes that option,
     names it: ``membudget plan torchvision:resnet50 --batch 8`` says ``--batch`` is ``profile``'s."""
-    _Parser.argv = argv
-    try:
-        args, extra = parser.parse_known_args(argv)
-    finally:
-        _Parser.argv = []  # a later parse of another command line must not read this one
+    commands = _commands(parser)
+    for p in (parser, *commands.values()):
+        p.argv = argv
+    args, extra = parser.parse_known_args(argv)
     if not extra:
         return args
     if argv.index(args.command) > argv.index(extra[0]):  # before the command: the top level's
-        theirs = [a for a in extra if a.split("=", 1)[0] in _commands(parser)[args.command]._option_string_actions]
+        theirs = [a for a in extra if a.split("=", 1)[0] in commands[args.command]._option_string_actions]
         hint = f" (options go after the command: membudget {args.command} ... {' '.join(theirs)})" if theirs else ""
         parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
-    commands = _commands(parser)
     separator = extra.index("--") if "--" in extra else len(extra)  # after "--" nothing is an option
     options = dict.fromkeys(a.split("=", 1)[0] for a in extra[:separator] if a.startswith("--"))
     by_owners: dict[tuple[str, ...], list[str]] = {}  # the commands that take an option -> those options
@@ -806,11 +788,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
             by_owners.setdefault(owners, []).append(option)
     owned = [f"{', '.join(opts)}: {'an option' if len(opts) == 1 else 'options'} of "
              f"{' and '.join(f'membudget {name}' for name in owners)}" for owners, opts in by_owners.items()]
-    mine = [o for o in commands[args.command]._option_string_actions if o.startswith("--")]
     for option in options:
-        near = difflib.get_close_matches(option, mine, n=1, cutoff=0.7)
+        near = commands[args.command].near_option(option)
         if near and not any(option in opts for opts in by_owners.values()):
-            owned.append(f"{option}: did you mean {near[0]}?")
+            owned.append(f"{option}: did you mean {near}?")
     hint = f" ({'; '.join(owned)})" if owned else ""
     if args.command == "list" and extra[0] in ("profiler", "planner", "executor", "allocator", "model", "device"):
         hint = f" (write --kind {extra[0]})"

@@ -41,6 +41,7 @@ from harness.lazy import resolve
 from harness.model import Profile, save
 from harness.plugins import registry as get_registry
 from harness.errors import ProfilingError
+from harness.profilers.devices import DEFAULT_DEVICE
 from harness.protocols import Workload
 
 __all__ = ["DEFAULT_INPUT_SIZE", "default_input_size", "profile_command", "place_trace_file", "place_command"]
@@ -62,7 +63,7 @@ def default_input_size(model: str, registry: Any = None) -> tuple[int, ...]:
 def profile_command(
     model: str,
     profiler: str = "analytic",
-    device: str = "V100-PCIe",
+    device: str = DEFAULT_DEVICE,
     batch: int = 32,
     input_size: Sequence[int] | None = None,
     output: str | Path | None = None,

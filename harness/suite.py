@@ -98,21 +98,12 @@ def _nearby(path: Path) -> str:
     return f"; did you mean {path.parent / files[near[0]]}?" if near else ""
 
 
-def _not_a_suite(path: Path, data: Any) -> str | None:
-    """Why a folder or a JSON file given as a suite is not one, and what to give instead."""
-    if path.is_dir():
-        suites = sorted(f.name for f in path.iterdir() if f.suffix in (".yaml", ".yml"))[:5]
-        return f"{path}: a folder, not a suite file" + (f" (it holds {', '.join(suites)})" if suites else "")
-    if isinstance(data, dict) and {"model", "stages"} <= set(data):
-        return (f"{path}: a profile, not a suite: membudget plan {path} --planner P --budget B plans it, and a "
-                "suite's models: reads it with profiler: file")
-    return None
-
-
 def _compose(path: Path) -> tuple[Any, Locations]:
     """Load YAML keeping, for every key and item, the line where its value starts."""
-    if problem := _not_a_suite(path, None):
-        raise SuiteError(problem, source=str(path))
+    if path.is_dir():
+        suites = sorted(f.name for f in path.iterdir() if f.suffix in (".yaml", ".yml"))[:5]
+        raise SuiteError(f"{path}: a folder, not a suite file" + (f" (it holds {', '.join(suites)})" if suites else ""),
+                         source=str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -149,8 +140,9 @@ def _compose(path: Path) -> tuple[Any, Locations]:
             return loader.construct_object(node, deep=True)
 
         data = build(root, ()) if root is not None else None
-        if problem := _not_a_suite(path, data):
-            raise SuiteError(problem, source=source)
+        if isinstance(data, dict) and {"model", "stages"} <= set(data):  # JSON is YAML: a profile reads as one
+            raise SuiteError(f"{path}: a profile, not a suite: membudget plan {path} --planner P --budget B plans "
+                             "it, and a suite's models: reads it with profiler: file", source=source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -807,15 +799,16 @@ def _check_names(suite: Suite) -> None:
                                      field=f"models[{k}].model") from None
                 raise fail(exc, "models", k, "model") from None
         else:
-            if not Path(suite.model_name(entry)).is_file():
+            profile_path = Path(suite.model_name(entry))
+            if not profile_path.is_file():
                 source, line = suite.line_of("models", k, "model")
                 if entry.model in dict(reg.models()):
                     problem = (f"{entry.model!r} is a model name, not a profile file: profile it with "
                                "profiler: analytic (or torch)")
-                elif Path(suite.model_name(entry)).is_dir():
-                    problem = f"{suite.model_name(entry)!r} is a folder, not a profile file"
+                elif profile_path.is_dir():
+                    problem = f"{str(profile_path)!r} is a folder, not a profile file"
                 else:
-                    problem = f"no profile file {suite.model_name(entry)!r}"
+                    problem = f"no profile file {str(profile_path)!r}"
                 raise SuiteError(f"{source}:{line}: models[{k}].model: {problem}",
                                  source=source, line=line, field=f"models[{k}].model")
     for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):

@@ -239,9 +239,18 @@ class Graph:
         self.constants: dict[int, Any] = {
             i: self._fetch_attr(n.target) for i, n in enumerate(self.nodes) if n.op == "get_attr"
         }
+        # in-place writes: the writing node -> the nodes whose memory it changes (its first operand and
+        # what that operand may view); later users read the change under those nodes
+        self._writes = {i: self._viewed(n.args[0]) for i, n in enumerate(self.nodes)
+                        if n.args and isinstance(n.args[0], fx.Node) and _mutates(n, n.args[0], gm)}
         self.input_dependent = self._dependent_on([self.input_index])
         trained = [i for i, n in enumerate(self.nodes) if self._trains(n)]
         self.weight_dependent = self._dependent_on(trained) - set(self.constants)
+        # computed constants of the workload (a causal mask, position ids), not attributes: the executor
+        # keeps what autograd saves of them on the device
+        self.computed_constants = frozenset(
+            i for i, n in enumerate(self.nodes) if self.is_workload_constant(i)
+            and n.op in ("call_function", "call_method", "call_module"))
 
     # -- structure
     def _trains(self, n: fx.Node) -> bool:
@@ -262,21 +271,14 @@ class Graph:
 
     def _dependent_on(self, starts: list[int]) -> set[int]:
         """What ``starts`` reach through the users, and through writes: an in-place operation they
-        reach (``gate.add_(shift)``) changes its first operand, and the memory that operand views,
-        which later users read under the nodes that made them; those nodes (a parameter or buffer
-        aside) then depend on ``starts`` too."""
+        reach (``gate.add_(shift)``) changes the nodes of ``_writes`` (a parameter or buffer aside),
+        which then depend on ``starts`` too. (``x[k] = v``: fx cannot trace it; torch.export's graph
+        writes with a mutable aten op.)"""
         seen = self._reachable_from(starts)
-        while True:
-            written: set[int] = set()
-            for i in seen:  # (x[k] = v: fx cannot trace it; torch.export's graph writes with a mutable aten op)
-                node = self.nodes[i]
-                target = node.args[0] if node.args else None
-                if isinstance(target, fx.Node) and _mutates(node, target, self.gm):
-                    written.update(self._viewed(target))
-            written -= seen | set(self.constants)
-            if not written:
-                return seen
+        while written := {j for i, targets in self._writes.items() if i in seen for j in targets
+                          if j not in seen and j not in self.constants}:
             seen |= self._reachable_from(sorted(written))
+        return seen
 
     def _viewed(self, node: fx.Node) -> list[int]:
         """``node`` and, while it may be a view of its first operand (a reshape, a slice), that operand."""

@@ -175,9 +175,7 @@ class ChainPass:
         self.packing, self.on_forward_end, self.algorithm = packing, on_forward_end, algorithm
         self.token = torch.zeros((), device=chain.device, requires_grad=True)
         self.state: dict[int, _SubBatch] = {}
-        graph = chain.graph
-        computed = {i for i, n in enumerate(graph.nodes) if graph.is_workload_constant(i)
-                    and n.op in ("call_function", "call_method", "call_module")}
+        computed = chain.graph.computed_constants
         self._on_node = None  # no per-node call where the model computes no constant (every CNN)
         if on_constant is not None and computed:
             def on_node(i: int, value: Any, env: dict[int, Any]) -> None:

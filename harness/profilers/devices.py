@@ -22,6 +22,8 @@ from typing import Mapping
 
 from harness.model import STAGE_KINDS, Profile
 
+DEFAULT_DEVICE = "V100-PCIe"  # the analytic profiler's device when none is named
+
 GB = 1e9
 GiB = 2**30
 TFLOPS = 1e12

@@ -23,11 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 # python3 of the GPU machine: `-m pip install tox` fails (no network), any other pip call is
-# logged and succeeds, everything else runs on this Python
+# logged and succeeds (but one from the carried wheels under NO_WHEELS), `import pydantic` fails
+# under NO_PYDANTIC (the image lacks it: 2026-11-28), everything else runs on this Python
 PYTHON3 = """\
     #!/usr/bin/env bash
+    if [[ $1 == -c && $2 == "import pydantic" && -n ${NO_PYDANTIC:-} ]]; then exit 1; fi
     if [[ $1 == -m && $2 == pip ]]; then
         if [[ " $* " == *" tox "* ]]; then echo "ERROR: No matching distribution found for tox" >&2; exit 1; fi
+        if [[ " $* " == *" --find-links "* && -n ${NO_WHEELS:-} ]]; then
+            echo "ERROR: No matching distribution found for pydantic" >&2; exit 1
+        fi
         echo "$*" >>"$PIP_CALLS"
         exit 0
     fi
@@ -97,3 +102,25 @@ def test_a_python3_whose_torch_sees_no_gpu_is_refused_with_the_reason(tmp_path):
     assert done.returncode == 1 and done.stdout == ""
     assert "torch sees no CUDA GPU" in log and "cannot run the GPU suite" in log
     assert not (tmp_path / "pip-calls").exists()  # nothing installed into a Python that cannot use it
+
+
+def test_a_python3_without_pydantic_gets_it_from_the_carried_wheels_before_the_checkout(tmp_path):
+    """The 2026-11-28 H200 image had no pydantic: every job failed at `import harness`. env.sh installs
+    it from benchmarks/gpu/wheels (benchmarks/gpu/wheels.sh, carried with the call), offline."""
+    work, env = _machine(tmp_path, tox=True)
+    done = _env_sh(work, env, GPU_ENV_CHECK="0", NO_PYDANTIC="1")
+    log = (work / "env.txt").read_text()
+    assert done.returncode == 0, done.stderr + log
+    first, second = (tmp_path / "pip-calls").read_text().splitlines()
+    assert first == "-m pip install -q --no-index --find-links benchmarks/gpu/wheels pydantic"
+    assert second.startswith("-m pip install -q --no-deps --no-build-isolation --no-index -e .")
+    assert "pydantic installed from benchmarks/gpu/wheels" in log
+
+
+def test_without_pydantic_or_its_wheels_the_log_names_the_script_that_downloads_them(tmp_path):
+    work, env = _machine(tmp_path, tox=True)
+    done = _env_sh(work, env, GPU_ENV_CHECK="0", NO_PYDANTIC="1", NO_WHEELS="1")
+    log = (work / "env.txt").read_text()
+    assert done.returncode == 1 and done.stdout == ""
+    assert "run benchmarks/gpu/wheels.sh here, then carry benchmarks/gpu/wheels" in log
+    assert not (tmp_path / "pip-calls").exists()  # the checkout is not installed into a Python that cannot import it

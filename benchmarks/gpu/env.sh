@@ -38,6 +38,16 @@ if [[ ${GPU_ENV_CHECK:-1} != 0 ]] && ! "$py" -c "$cuda_check" >>"$log" 2>&1; the
     echo "gpu env: $py cannot run the GPU suite (above)" >>"$log"
     exit 1
 fi
+# The machine's image lacks some of the core's dependencies (pydantic, 2026-11-28): wheels that
+# benchmarks/gpu/wheels.sh downloaded on the CPU machine travel with the call (carry it) and
+# fill in only what is missing.
+if ! "$py" -c "import pydantic" 2>/dev/null; then
+    if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-index --find-links benchmarks/gpu/wheels pydantic >>"$log" 2>&1; then
+        echo "gpu env: $py has no pydantic and benchmarks/gpu/wheels has none for it: run benchmarks/gpu/wheels.sh here, then carry benchmarks/gpu/wheels" >>"$log"
+        exit 1
+    fi
+    echo "gpu env: pydantic installed from benchmarks/gpu/wheels" >>"$log"
+fi
 mapfile -t plugins < <("$py" -c "import configparser; c = configparser.ConfigParser(interpolation=None); \
 c.read('tox.ini'); print(c['base']['plugins'])" 2>>"$log" | sed 's/^ *-e *//; /^ *$/d')
 if ((${#plugins[@]} == 0)); then

@@ -166,3 +166,21 @@ def test_a_factory_that_raises_anything_is_a_one_line_profiling_error():
     with pytest.raises(ProfilingError) as exc:
         build_model(Workload("failing:net", 2, (3, 8, 8), "cpu"), "meta")
     assert str(exc.value) == "cannot build failing:net for batch 2, input 3x8x8, float32: KeyError: 'hidden_size'"
+
+
+@pytest.mark.parametrize("model, size", [("builtin:tiny-cnn", (3, 8, 8)), ("torchvision:resnet18", (3, 32, 32))])
+def test_a_workload_builds_the_same_weights_and_batch_in_every_process(model, size):
+    """torch-planned compares its own process's gradients with the caching run's: both must train the
+    same network on the same batch (on the 2026-11-28 H200 run they did not, and ResNet-50's gradients
+    differed by twice their size). The caller's random state is left as it was."""
+    from harness.chain.extract import build_model
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    first = build_model(Workload(model, 2, size, "cpu"), "cpu")
+    assert torch.equal(torch.random.get_rng_state(), before)
+    torch.rand(5)  # the caller's state moves on: the next build does not depend on it
+    second = build_model(Workload(model, 2, size, "cpu"), "cpu")
+    assert torch.equal(first[1], second[1])
+    a, b = first[0].state_dict(), second[0].state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -23,13 +23,25 @@ class Chain:
     example: torch.Tensor
 
 
+MODEL_SEED = 0  # the random state every model and input batch is built from
+
+
 def build_model(workload: Workload, device: Any) -> tuple[torch.nn.Module, torch.Tensor]:
-    """The workload's model and an input batch from the model registry, on ``device``."""
+    """The workload's model and an input batch from the model registry, on ``device``.
+
+    Built from :data:`MODEL_SEED`, in a forked random state: the same workload gives the same
+    weights and batch in every process (torch-planned compares the gradients of its own process
+    with the caching run's), and the caller's random state is left as it was.
+    """
     from harness.plugins import registry
 
     factory = registry().model_factory(workload.model)
     try:
-        return factory.build(workload, device)
+        where = torch.device(device)
+        cuda = [torch.cuda.current_device() if where.index is None else where.index] if where.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(MODEL_SEED)
+            return factory.build(workload, device)
     except MembudgetError:
         raise
     except Exception as exc:  # a plugin's factory may raise anything (KeyError, ImportError): one line each

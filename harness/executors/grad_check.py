@@ -27,12 +27,13 @@ def reference_gradients(chain: TorchChain, sub_batches: int, seed: int = 0) -> d
         p.grad = None
     torch.manual_seed(seed)
     grads = None
+    # the batch and the output gradient live on the host (TorchChain.example); the model on chain.device
     for k, x in enumerate(torch.tensor_split(chain.example, sub_batches)):
-        out = _the_tensor(model(x.clone()))
+        out = _the_tensor(model(x.to(chain.device, copy=True)))
         if grads is None:
             full = output_gradient((chain.example.shape[0], *out.shape[1:]), out.dtype, seed)
             grads = torch.tensor_split(full, sub_batches)
-        out.backward(grads[k])
+        out.backward(grads[k].to(out.device))
     result = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     for p in model.parameters():
         p.grad = None

@@ -203,6 +203,31 @@ def test_the_gradient_check_measures_how_far_gradients_are():
     assert largest_relative_error({k: v for k, v in expected.items() if k != name}, expected) == float("inf")
 
 
+def test_a_model_too_large_for_the_reference_keeps_its_row_and_its_gradients(monkeypatch):
+    """The gradient check runs the unmodified model, which needs the memory the schedule saves: on a
+    device too small for it (the case the harness exists for) the run stays ok, without grad_error,
+    its message says why, and the model holds the schedule's gradients, not a half-run reference's."""
+    from harness.executors import grad_check
+
+    chain, profile = setup()
+    lo, hi = min_memory(profile), peak_memory(profile)
+    schedule = registry().planner("greedy").plan(profile, (lo + hi) // 2)
+    TorchExecutor(warmup=0, iterations=1, grad_check=False).execute(schedule, profile, chain)
+    expected = {n: p.grad.clone() for n, p in chain.model.named_parameters()}
+
+    def out_of_memory(chain, sub_batches, seed=0):
+        for p in chain.model.parameters():  # part-way through the reference pass
+            p.grad = torch.zeros_like(p)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(grad_check, "reference_gradients", out_of_memory)
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)
+    assert run.status == "ok" and "grad_error" not in run.metrics
+    assert "no gradient check: the unmodified model does not fit the device" in run.message
+    got = dict(chain.model.named_parameters())
+    assert all(torch.equal(got[n].grad, g) for n, g in expected.items())
+
+
 def test_a_gradient_that_should_be_zero_is_judged_against_the_models_scale():
     """A convolution's bias before a batch norm has a true gradient of zero: the reference holds
     rounding noise (1e-9), and another algorithm's noise read as an error of about 1 when each

@@ -234,7 +234,16 @@ class TorchExecutor:
         finally:
             execution.close()
         if self.grad_check and run.status == "ok":  # after the memory statistics were read
-            error = gradient_error(chain, schedule.sub_batches, self.seed)
+            try:
+                error = gradient_error(chain, schedule.sub_batches, self.seed)
+            except torch.OutOfMemoryError:
+                error = None
+            if error is None:  # out of the except block, so that the failed pass's tensors can go
+                gc.collect()
+                if execution.cuda:
+                    torch.cuda.empty_cache()
+                note = "no gradient check: the unmodified model does not fit the device"
+                return replace(run, message=f"{run.message}; {note}" if run.message else note)
             run = replace(run, metrics={**run.metrics, "grad_error": error})
         return run
 

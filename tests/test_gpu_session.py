@@ -1,12 +1,13 @@
 """benchmarks/gpu/session.sh rehearsed on the CPU: the one line every call of a GPU session runs.
 
 Three calls on a checkout with CPU suites and stand-ins for tox and the planned-placement
-script: the first is cut by its deadline inside its first job; the second starts from nothing
-but the first call's ``results.tgz`` (as the next call's fresh working tree would), finishes
-that job, then the planned job, then two parts that share one run folder; the third finds
-every job done. Checked: what comes back under $OUT (at most 8 plain files), that the archive
-alone resumes the work, that no case runs twice, the CUDA tests only in the slice that starts
-the first job's run, and one summary per run folder.
+script, the jobs in session.sh's own order: the first call runs the planned job within its cap,
+then is cut by its deadline inside the first suite job; the second starts from nothing but the
+first call's ``results.tgz`` (as the next call's fresh working tree would), finishes that job,
+then two parts that share one run folder; the third finds every job done. Checked: what comes
+back under $OUT (at most 8 plain files), that the archive alone resumes the work, that no case
+runs twice, the CUDA tests only in the slice that starts the first suite job's run, and one
+summary per run folder.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ PLANNED = """\
     echo '{"complete": true, "rows": [{"planner": "keep-all", "status": "ok"}]}' >"$PLANNED_DIR/summary.json"
     echo "keep-all  arena 1.00 GiB" | tee "$OUT/planned.txt"
 """
-JOBS = "suite:a.yaml:r1 planned:results/gpu-planned/r1 suite:p1.yaml:r1 suite:p2.yaml:r1"
+JOBS = "planned:results/gpu-planned/r1 suite:a.yaml:r1 suite:p1.yaml:r1 suite:p2.yaml:r1"  # session.sh's order
 
 
 def _checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -78,17 +79,21 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
     out = Path(env["OUT"])
     run_a, parts = work / "results" / "cpu-a" / "r1", work / "results" / "cpu-parts" / "r1"
 
-    # 1: the deadline cuts the first job; nothing after it starts; its run comes back packed
-    # (185 s: a job starts with 150 s or more left; 30 s a case: the suite's 140 s or so cannot run all six)
-    first = _call(work, env, SESSION_SECONDS="185", SLICE_TEST_CASE_SLEEP="30")
+    # 1: the planned job within its cap, then the deadline cuts the first suite job; nothing after it
+    # starts; both come back packed (185 s: a job starts with 150 s or more left; 30 s a case: the
+    # suite's 140 s or so cannot run all six)
+    first = _call(work, env, SESSION_SECONDS="185", SLICE_TEST_CASE_SLEEP="30", SESSION_PLANNED_SECONDS="100")
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.tgz", "session.txt", "summary.md"]
+    assert (work / "results" / "gpu-planned" / "r1" / "called").read_text().split()[0] == "100"  # the cap
     assert "suite:a.yaml:r1: 6 of 6 cases to run" in first.stdout
     assert "cases left for the next call" in first.stdout, first.stdout
-    assert not (work / "results" / "gpu-planned").exists() and not (work / "results" / "cpu-parts").exists()
-    assert all(n.startswith("results/cpu-a/r1") for n in _archive(env)) and "results/cpu-a/r1/rows.csv" in _archive(env)
+    assert not (work / "results" / "cpu-parts").exists()
+    assert {n.split("/")[1] for n in _archive(env)} == {"cpu-a", "gpu-planned"}
+    assert "results/cpu-a/r1/rows.csv" in _archive(env) and "results/gpu-planned/r1/summary.json" in _archive(env)
     logs = _logs(env)
     assert "CUDA tests not run" not in next(v for k, v in logs.items() if k.endswith("cuda-tests.txt"))
     assert "- PASS: no errors" in (out / "summary.md").read_text()
+    assert "## Planned placement" in (out / "summary.md").read_text()
     done = len(_case_ids(run_a))
     assert 0 < done < 6 and json.loads((run_a / "meta.json").read_text())["status"] == "interrupted"
 
@@ -97,6 +102,7 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
     with tarfile.open(out / "results.tgz") as tgz:
         tgz.extractall(work, filter="data")
     second = _call(work, env)
+    assert "planned:results/gpu-planned/r1: done" in second.stdout
     assert f"suite:a.yaml:r1: {6 - done} of 6 cases to run" in second.stdout, second.stdout
     ids = _case_ids(run_a)
     assert len(ids) == len(set(ids)) == 6
@@ -104,13 +110,12 @@ def test_every_call_of_a_session_runs_one_line_and_takes_up_where_the_last_one_s
         ".tox/gpu-suite/bin/python"  # the session's environment, built once
     assert len(_case_ids(parts)) == 4 and json.loads((parts / "meta.json").read_text())["status"] == "complete"
     names = _archive(env)
-    for folder in ("results/cpu-a/r1", "results/gpu-planned/r1", "results/cpu-parts/r1"):
-        assert f"{folder}/rows.csv" in names or f"{folder}/summary.json" in names, (folder, names)
+    for folder in ("results/cpu-a/r1", "results/cpu-parts/r1"):
+        assert f"{folder}/rows.csv" in names, (folder, names)
     cuda_logs = [v for k, v in _logs(env).items() if k.endswith("cuda-tests.txt")]
     assert len(cuda_logs) == 3 and all("CUDA tests not run" in v for v in cuda_logs)  # a's run, then the parts
     summary = (out / "summary.md").read_text()
     assert summary.count("- PASS: no errors") == 2  # one per run folder: cpu-a, cpu-parts (not one per part)
-    assert "## Planned placement" in summary and "arena 1.00 GiB" in summary
 
     # 3: every job done: nothing runs, nothing to pack
     third = _call(work, env)

@@ -5,8 +5,9 @@
 # SESSION_SECONDS (default 540) have passed since the start. Set it below the call's own limit:
 # the device tool stops a command at 600 s, or sooner when less device time is left (a
 # session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start).
+#   planned:results/gpu-planned/published        issue #18 (benchmarks/gpu/planned_placement.sh),
+#                                                at most SESSION_PLANNED_SECONDS (240) of the call
 #   suite:suites/gpu-smoke.yaml:published-2      issues #16 and #17 (benchmarks/gpu/slice.sh)
-#   planned:results/gpu-planned/published        issue #18 (benchmarks/gpu/planned_placement.sh)
 #   suite:suites/gpu/part1-resnet50.yaml:published, then parts 2-4: the full GPU table
 # SESSION_JOBS replaces the list (the same words, separated by spaces). A suite job is done when
 # its run folder holds every case (benchmarks/gpu/pending.py), the planned job when its
@@ -22,13 +23,15 @@
 #   summary.md   each suite's benchmarks/gpu/summary.py report and the planned job's table
 #   logs.tgz     every job's logs (tox, CUDA tests, the run) and summary.json
 #   session.txt  what this call did, job by job (also printed), and the GPU it ran on
-# The CUDA tests run once, in the slice that starts the first job's run; the planned path's
-# GPU tests in the call that starts its folder.
+# The planned job goes first, capped, so that one call (a session's only one: docs/gpu.md) brings
+# evidence for all three issues. The CUDA tests run once, in the slice that starts the first suite
+# job's run; the planned path's GPU tests in the call that starts its folder.
 set -uo pipefail
 out=${OUT:-/tmp/session-out}
 deadline=$((SECONDS + ${SESSION_SECONDS:-540} - 30))  # 30 s kept to pack what came out
 stall_after=${SESSION_STALL_SECONDS:-400}  # a job given this long that finishes no case is marked
-jobs=${SESSION_JOBS:-"suite:suites/gpu-smoke.yaml:published-2 planned:results/gpu-planned/published
+planned_cap=${SESSION_PLANNED_SECONDS:-240}
+jobs=${SESSION_JOBS:-"planned:results/gpu-planned/published suite:suites/gpu-smoke.yaml:published-2
     suite:suites/gpu/part1-resnet50.yaml:published suite:suites/gpu/part2-vgg16.yaml:published
     suite:suites/gpu/part3-densenet121.yaml:published suite:suites/gpu/part4-vit_b_16.yaml:published"}
 mkdir -p "$out"
@@ -79,6 +82,7 @@ say "python: $py"
 export GPU_PYTHON=$py  # env.sh gives it to slice.sh and planned_placement.sh instead of building again
 
 n=0
+suites=0  # suite jobs started: the CUDA tests go with the first one's slice
 for job in $jobs; do
     n=$((n + 1))
     left=$((deadline - SECONDS))
@@ -112,7 +116,8 @@ for job in $jobs; do
         started_with=$left
         say "$job: $todo of $total cases to run, $left s left"
         tests=0
-        ((n == 1)) && tests=${SLICE_TESTS:-}
+        suites=$((suites + 1))
+        ((suites == 1)) && tests=${SLICE_TESTS:-}
         OUT="$job_out" SLICE_SECONDS=$left SLICE_TESTS=$tests \
             bash benchmarks/gpu/slice.sh "$path" "$run" 2>&1 | tee -a "$log"
         [[ -d $run_dir ]] && touched+=("$run_dir")
@@ -145,8 +150,9 @@ for job in $jobs; do
             continue
         fi
         left=$((deadline - SECONDS))
-        say "$job: $left s left"
-        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$left \
+        give=$((left < planned_cap ? left : planned_cap))
+        say "$job: $give of $left s left"
+        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$give \
             bash benchmarks/gpu/planned_placement.sh 2>&1 | tee -a "$log"
         [[ -d $path ]] && touched+=("$path")
         pack

@@ -262,3 +262,76 @@ def test_memory_statistics_are_reset_before_the_warm_up(monkeypatch):
     run = TorchExecutor(warmup=2, iterations=1).execute(schedule, profile, chain)
     assert run.status == "ok"
     assert calls[0] == "reset" and calls.index("iteration") == 1
+
+
+def test_the_chain_is_built_once_for_the_cases_of_one_workload_on_cuda(monkeypatch):
+    """The cache compared the device asked for ("cuda") with the chain's ("cuda:0"): on CUDA every
+    case rebuilt, re-traced and re-pinned its model, seconds each out of a GPU slice."""
+    from harness.executors import torch_executor
+
+    built = []
+
+    def build(workload, device):
+        built.append(device)
+        return type("FakeChain", (), {"workload": workload, "device": torch.device("cuda", 0)})()
+
+    monkeypatch.setattr(torch_executor, "build_chain", build)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    executor, workload = TorchExecutor(), Workload(MODEL, BATCH, SIZE, "cuda")
+    first = executor.chain(workload, torch.device("cuda"))
+    assert executor.chain(workload, torch.device("cuda")) is first
+    assert executor.chain(workload, torch.device("cuda:0")) is first and len(built) == 1
+
+
+def test_a_waiting_prefetch_is_not_asked_of_the_allocator_while_it_cannot_fit(monkeypatch):
+    """Under a cap, a refused allocation makes PyTorch's caching allocator free every cached block
+    and synchronise the device first: a prefetch waiting for memory is tried again only once the
+    bytes allocated leave room for it under the cap."""
+    from harness.executors import torch_executor
+
+    chain, profile = setup()
+    schedule = registry().planner("greedy").plan(profile, (min_memory(profile) + peak_memory(profile)) // 2)
+    execution = torch_executor._Execution(TorchExecutor(), schedule, profile, chain)
+    tried = []
+    monkeypatch.setattr(execution, "_prefetch", lambda j: tried.append(j) or False)
+    execution.pending_prefetches = {(0, 1): 3}
+    execution.cuda, execution.cap_bytes = True, 1000
+    allocated = {"now": 1001}
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    execution._retry_prefetches()
+    assert tried == []
+    allocated["now"] = 1000
+    execution._retry_prefetches()
+    assert tried == [3]
+
+
+@pytest.mark.parametrize("text, status", [
+    ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "oom"),
+    ("GET was unable to find an engine to execute this computation", "oom"),
+    ("CUDA error: an illegal memory access was encountered", None),
+])
+def test_cudnn_running_out_of_workspace_under_the_cap_is_an_oom_row(monkeypatch, text, status):
+    """cuDNN and cuBLAS say they could not allocate with a plain RuntimeError: under the budget's cap
+    that is an oom row giving their message, not an error row; any other RuntimeError still fails."""
+    from harness.executors import torch_executor
+
+    chain, profile = setup()
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+
+    def capped(self):
+        self.cap = 0.5
+
+    def fail(self, record, timeline=False):
+        raise RuntimeError(text)
+
+    monkeypatch.setattr(torch_executor._Execution, "_set_cap", capped)
+    monkeypatch.setattr(torch_executor._Execution, "_release_cap", lambda self: None)
+    monkeypatch.setattr(torch_executor._Execution, "_iteration", fail)
+    executor = TorchExecutor(warmup=0, iterations=1)
+    if status is None:
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            executor.execute(schedule, profile, chain)
+        return
+    run = executor.execute(schedule, profile, chain)
+    assert run.status == "oom" and text in run.message and "memory cap 0.5000" in run.message

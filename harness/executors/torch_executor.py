@@ -55,7 +55,7 @@ import torch
 from harness.errors import MembudgetError
 from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, output_gradient
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
-from harness.executors._torch_store import GroupKey, SavedStore, split_offload
+from harness.executors._torch_store import GroupKey, SavedStore, concrete, split_offload
 from harness.executors.grad_check import gradient_error
 from harness.memory import movable_bytes, stage_memory
 from harness.model import Profile, Run, Schedule, TimelineEvent, duplex_of
@@ -210,6 +210,7 @@ class TorchExecutor:
 
     def chain(self, workload: Workload, device: torch.device) -> TorchChain:
         """The chain of ``workload`` on ``device``, kept for the next run of the same workload."""
+        device = concrete(device)  # cuda -> cuda:0, as the chain records it: else no case reused it on CUDA
         key = (workload.model, workload.batch_size, tuple(workload.input_size), workload.dtype, str(device))
         cached = self._chain
         if cached is not None:
@@ -236,7 +237,9 @@ class TorchExecutor:
         if self.grad_check and run.status == "ok":  # after the memory statistics were read
             try:
                 error = gradient_error(chain, schedule.sub_batches, self.seed)
-            except torch.OutOfMemoryError:
+            except RuntimeError as exc:  # torch's OutOfMemoryError, or cuDNN's and cuBLAS's
+                if not (isinstance(exc, torch.OutOfMemoryError) or ran_out_of_memory(exc)):
+                    raise
                 error = None
             if error is None:  # out of the except block, so that the failed pass's tensors can go
                 gc.collect()
@@ -285,6 +288,7 @@ class _Execution:
         self.held_max = 0
         self.resident_max = 0  # CPU: the most weights + saved bytes held after an operation
         self.cap: float | None = None
+        self.cap_bytes: int | None = None  # the cap in bytes (CUDA, budget enforced)
         self.handles: dict[int, Any] = {}
         kinds = {(op.sub_batch, op.stage): op.kind for op in schedule.ops if op.is_forward}
         self.kinds = kinds
@@ -348,6 +352,10 @@ class _Execution:
                     times.append(seconds)
         except (torch.OutOfMemoryError, MemoryError, BudgetExceeded) as exc:
             return self._oom(exc, prediction)
+        except RuntimeError as exc:
+            if self.cap is None or not ran_out_of_memory(exc):
+                raise
+            return self._oom(exc, prediction)
         finally:
             self._release_cap()
         n = max(len(times), 1)
@@ -368,6 +376,7 @@ class _Execution:
         cap = self.ex.cap_bytes if self.ex.cap_bytes is not None else (
             self.schedule.device_budget_bytes or self.schedule.budget_bytes)
         self.cap = min(1.0, cap / total)
+        self.cap_bytes = int(self.cap * total)
         torch.cuda.set_per_process_memory_fraction(self.cap, self.chain.device)
 
     def _release_cap(self) -> None:
@@ -515,7 +524,19 @@ class _Execution:
 
     def _retry_prefetches(self) -> None:
         for group, j in list(self.pending_prefetches.items()):
-            self._prefetch(j)
+            if self._may_fit(group):
+                self._prefetch(j)
+
+    def _may_fit(self, group: GroupKey) -> bool:
+        """False when a waiting prefetch cannot fit under the cap: the bytes allocated now plus its
+        own are above it (a necessary condition, so no prefetch that could fit is held back).
+        Asked anyway, the caching allocator would free every cached block and synchronise the
+        device before refusing (its release_cached_blocks), after every operation while the
+        prefetch waits: time the simulator does not see."""
+        if not self.cuda or self.cap_bytes is None:
+            return True
+        need = sum(b.moved for b in self.store.blocks(group) if b.moved)
+        return torch.cuda.memory_allocated(self.chain.device) + need <= self.cap_bytes
 
     def _resident(self, group: GroupKey) -> None:
         """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that waited for memory), then wait for it."""
@@ -568,10 +589,11 @@ class _Execution:
             "warmup": float(self.ex.warmup),
             "stall_s": stall,
             "moved_bytes": float(moved),
-            "held_max_bytes": float(self.held_max),
             "host_pool_bytes": float(self.pool.allocated_bytes),
             "algorithms_applied": float(len(self.record.algorithms)),
         }
+        if not self.cuda or self.ex.record or self.ex.emulate_budget:  # else _account counts nothing on CUDA
+            metrics["held_max_bytes"] = float(self.held_max)
         if self.cuda:
             metrics["max_memory_allocated"] = float(torch.cuda.max_memory_allocated(self.chain.device))
             metrics["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(self.chain.device))
@@ -625,6 +647,17 @@ class _Execution:
         if self.cuda:
             torch.cuda.synchronize(self.chain.device)
             torch.cuda.empty_cache()
+
+
+# what cuDNN and cuBLAS raise (a plain RuntimeError) when they cannot allocate their workspace: under the
+# budget's cap that is the budget running out (an oom row), not a fault of the schedule
+_LIBRARY_OUT_OF_MEMORY = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
+                          "unable to find an engine to execute this computation")
+
+
+def ran_out_of_memory(exc: BaseException) -> bool:
+    """True for a ``RuntimeError`` of cuDNN or cuBLAS that says it could not allocate."""
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _LIBRARY_OUT_OF_MEMORY)
 
 
 def _iqr(values: list[float]) -> float:

@@ -476,11 +476,26 @@ def run_suite(
         lock.release()
 
 
+def _check_same_gpu(suite: Suite, run_dir: Path, meta: dict[str, Any]) -> None:
+    """A run measured on one model of GPU resumes on the same one: its stored profiles (times, link
+    rates, runtime bytes) and its rows are that GPU's, and a table mixing two GPUs ranks nothing."""
+    earlier = (meta.get("environment") or {}).get("cuda_device")
+    if not earlier or not any(str(c.device).startswith("cuda") for c in suite.cases()):
+        return
+    from harness.environment import cuda_device
+
+    now = cuda_device()
+    if now is not None and now != earlier:
+        raise MembudgetError(f"{run_dir} was measured on the GPU {earlier!r}, this machine's is {now!r}: resume it "
+                             "on that GPU, or start another --run-id")
+
+
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
             jobs: int, case_timeout: float | None, progress: bool, retry: Collection[str],
             on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
+    _check_same_gpu(suite, run_dir, meta)
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
     if resume and not resuming and run_dir.name != run_id:

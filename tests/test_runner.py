@@ -880,3 +880,24 @@ def test_a_worker_leaves_ctrl_c_to_the_main_process_and_what_it_starts_does_not(
     from harness.workers import run_in_workers
 
     assert list(run_in_workers([0], 1, _ctrl_c_in_a_worker, lambda task, why: why)) == [("survived", "True")]
+
+
+def test_a_run_measured_on_one_gpu_resumes_only_on_the_same_gpu(tmp_path, monkeypatch):
+    """GPU sessions are lent an H100 or an H200 by chance: a run folder carried from one to the other
+    would mix two GPUs' profiles and rows. Refused before anything is written, with both names."""
+    from harness import environment
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path, support.SUITE.format(name="synth").replace("device: synthetic", "device: cuda"))
+    monkeypatch.setattr(environment, "cuda_device", lambda: "NVIDIA H100 80GB HBM3")
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    run_dir = tmp_path / "r" / "synth" / "x"
+    rows, sessions = _rows(run_dir), len(read_meta(run_dir)["sessions"])
+    monkeypatch.setattr(environment, "cuda_device", lambda: "NVIDIA H200")
+    with pytest.raises(MembudgetError, match=r"measured on the GPU 'NVIDIA H100 80GB HBM3', this machine's is "
+                                             r"'NVIDIA H200': resume it on that GPU, or start another --run-id"):
+        run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert _rows(run_dir) == rows and len(read_meta(run_dir)["sessions"]) == sessions
+    monkeypatch.setattr(environment, "cuda_device", lambda: "NVIDIA H100 80GB HBM3")
+    run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert len(read_meta(run_dir)["sessions"]) == sessions + 1

@@ -537,3 +537,21 @@ def test_the_planned_process_writes_its_row_and_the_gradients_of_an_ok_run(monke
         assert run.status == "ok" and run.executor == "torch-planned", run.message
         grads = torch.load(tmp_path / "grads.pt")
         assert grads and all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_a_schedule_with_cudnns_autotuned_algorithm_is_refused_by_the_planned_path_before_its_process():
+    """cuDNN's benchmark search asks the allocator for cacheInfo, which PyTorch's pluggable allocator
+    does not have: the planned process would fail inside cuDNN. The row says so and names the stages."""
+    from harness.executors.planned import TorchPlannedExecutor, autotuned_stages
+    from harness.model import Algorithm, Profile, Schedule, Stage, training_ops
+    from harness.protocols import Workload
+
+    algorithms = (Algorithm("cudnn_heuristic", 1.0, 1.0, 0, 0), Algorithm("cudnn_autotuned", 0.8, 0.8, 0, 0))
+    stages = tuple(Stage(f"c{i}", "conv", 1.0, 1.0, 100, 100, 100, algorithms=algorithms) for i in range(3))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1.0, 1.0, 0, 100, stages)
+    workload = Workload("t", 1, (1,), "cuda")
+    tuned = Schedule("t", 10**6, training_ops(3), algorithms=(0, 1, 1))
+    run = TorchPlannedExecutor()._run_cuda(tuned, profile, workload)
+    assert run.status == "error" and "cuDNN's autotuned algorithm (stage 1, 2)" in run.message
+    plain = Schedule("t", 10**6, training_ops(3), algorithms=(0, 0, -1))
+    assert autotuned_stages(plain, profile) == []

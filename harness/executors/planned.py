@@ -111,6 +111,12 @@ class TorchPlannedExecutor:
 
     # -- CUDA: the planned run in its own process, the caching run here
     def _run_cuda(self, schedule: Schedule, profile: Profile, workload: Workload) -> Run:
+        autotuned = autotuned_stages(schedule, profile)
+        if autotuned:
+            return self._failed(schedule, profile, (
+                f"torch-planned cannot run cuDNN's autotuned algorithm (stage {', '.join(map(str, autotuned))}): "
+                "its benchmark search asks the allocator for cacheInfo, which PyTorch's pluggable allocator "
+                "does not have; plan those stages with another algorithm"))
         with tempfile.TemporaryDirectory(prefix="membudget-planned-") as tmp:
             job = Path(tmp) / "job.json"
             job.write_text(json.dumps({
@@ -159,6 +165,12 @@ class TorchPlannedExecutor:
     def _failed(self, schedule: Schedule, profile: Profile, message: str) -> Run:
         return Run(executor=self.name, planner=schedule.planner, status="error", message=message,
                    makespan=math.nan, compute_time=profile.compute_time, peak_bytes=0, moved_bytes=0)
+
+
+def autotuned_stages(schedule: Schedule, profile: Profile) -> list[int]:
+    """The stages ``schedule`` runs with cuDNN's benchmark mode (``cudnn_autotuned``)."""
+    return [i for i, stage in enumerate(profile.stages)
+            if schedule.algorithm_of(i) >= 0 and stage.algorithm(schedule.algorithm_of(i)).name == "cudnn_autotuned"]
 
 
 # --------------------------------------------------------------------------- the planned process

@@ -23,11 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 # python3 of the GPU machine: `-m pip install tox` fails (no network), any other pip call is
-# logged and succeeds (but one from the carried wheels under NO_WHEELS), `import pydantic` fails
-# under NO_PYDANTIC (the image lacks it: 2026-11-28), everything else runs on this Python
+# logged and succeeds (but one from the carried wheels under NO_WHEELS: a package missing with no wheel
+# for it), everything else runs on this Python
 PYTHON3 = """\
     #!/usr/bin/env bash
-    if [[ $1 == -c && $2 == "import pydantic" && -n ${NO_PYDANTIC:-} ]]; then exit 1; fi
     if [[ $1 == -m && $2 == pip ]]; then
         if [[ " $* " == *" tox "* ]]; then echo "ERROR: No matching distribution found for tox" >&2; exit 1; fi
         if [[ " $* " == *" --find-links "* && -n ${NO_WHEELS:-} ]]; then
@@ -52,6 +51,7 @@ def _machine(tmp_path: Path, tox: bool) -> tuple[Path, dict[str, str]]:
     (work / "benchmarks" / "gpu").mkdir(parents=True)
     shutil.copy(ROOT / "benchmarks" / "gpu" / "env.sh", work / "benchmarks" / "gpu" / "env.sh")
     shutil.copy(ROOT / "tox.ini", work / "tox.ini")
+    shutil.copy(ROOT / "benchmarks" / "gpu" / "wheels.txt", work / "benchmarks" / "gpu" / "wheels.txt")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(textwrap.dedent(PYTHON3).replace("PYTHON", sys.executable))
@@ -89,7 +89,8 @@ def test_without_a_working_tox_the_machines_python3_gets_the_checkout_and_every_
     assert ("tox -e gpu-suite failed" if tox else "no tox on this machine") in log
     plugins = _tox_plugins()
     assert len(plugins) >= 10 and f"has the checkout and {len(plugins)} plugins" in log
-    [pip] = (tmp_path / "pip-calls").read_text().splitlines()
+    wheels, pip = (tmp_path / "pip-calls").read_text().splitlines()
+    assert wheels == WHEELS
     editable = " ".join(f"-e {p}" for p in ["."] + plugins)  # tox.ini's order: a plugin after what it builds on
     assert pip == f"-m pip install -q --no-deps --no-build-isolation --no-index {editable}"
 
@@ -104,23 +105,43 @@ def test_a_python3_whose_torch_sees_no_gpu_is_refused_with_the_reason(tmp_path):
     assert not (tmp_path / "pip-calls").exists()  # nothing installed into a Python that cannot use it
 
 
-def test_a_python3_without_pydantic_gets_it_from_the_carried_wheels_before_the_checkout(tmp_path):
+WHEELS = "-m pip install -q --no-index --find-links benchmarks/gpu/wheels -r benchmarks/gpu/wheels.txt"
+
+
+def test_without_a_package_or_its_wheel_the_log_names_the_script_that_downloads_them(tmp_path):
     """The 2026-11-28 H200 image had no pydantic: every job failed at `import harness`. env.sh installs
-    it from benchmarks/gpu/wheels (benchmarks/gpu/wheels.sh, carried with the call), offline."""
+    what wheels.txt lists from the carried wheels (pip takes only what is missing), before the
+    checkout; where a package is missing and no wheel came, the log says how to bring it."""
     work, env = _machine(tmp_path, tox=True)
-    done = _env_sh(work, env, GPU_ENV_CHECK="0", NO_PYDANTIC="1")
-    log = (work / "env.txt").read_text()
-    assert done.returncode == 0, done.stderr + log
-    first, second = (tmp_path / "pip-calls").read_text().splitlines()
-    assert first == "-m pip install -q --no-index --find-links benchmarks/gpu/wheels pydantic"
-    assert second.startswith("-m pip install -q --no-deps --no-build-isolation --no-index -e .")
-    assert "pydantic installed from benchmarks/gpu/wheels" in log
-
-
-def test_without_pydantic_or_its_wheels_the_log_names_the_script_that_downloads_them(tmp_path):
-    work, env = _machine(tmp_path, tox=True)
-    done = _env_sh(work, env, GPU_ENV_CHECK="0", NO_PYDANTIC="1", NO_WHEELS="1")
+    done = _env_sh(work, env, GPU_ENV_CHECK="0", NO_WHEELS="1")
     log = (work / "env.txt").read_text()
     assert done.returncode == 1 and done.stdout == ""
     assert "run benchmarks/gpu/wheels.sh here, then carry benchmarks/gpu/wheels" in log
     assert not (tmp_path / "pip-calls").exists()  # the checkout is not installed into a Python that cannot import it
+
+
+def _requirement_names(lines) -> set[str]:
+    import re
+
+    names = set()
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if line:
+            names.add(re.split(r"[<>=!~\[; ]", line, maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
+
+def test_every_dependency_is_on_the_gpu_image_or_among_the_carried_wheels():
+    """A dependency added to the core or a bundled plugin that the GPU image lacks would fail every job
+    of a GPU session at its first import (as pydantic did): it must be listed in wheels.txt."""
+    import tomllib
+
+    gpu = ROOT / "benchmarks" / "gpu"
+    image = _requirement_names((gpu / "image-packages.txt").read_text().splitlines())
+    carried = _requirement_names((gpu / "wheels.txt").read_text().splitlines())
+    assert "pydantic" in carried and "torch" in image and "numba" in image
+    needed = set()
+    for path in [ROOT / "pyproject.toml", *sorted((ROOT / "plugins").glob("*/pyproject.toml"))]:
+        needed |= _requirement_names(tomllib.loads(path.read_text())["project"].get("dependencies", []))
+    needed = {n for n in needed if not n.startswith("membudget")}
+    assert needed and needed <= image | carried, sorted(needed - image - carried)

@@ -38,15 +38,13 @@ if [[ ${GPU_ENV_CHECK:-1} != 0 ]] && ! "$py" -c "$cuda_check" >>"$log" 2>&1; the
     echo "gpu env: $py cannot run the GPU suite (above)" >>"$log"
     exit 1
 fi
-# The machine's image lacks some of the core's dependencies (pydantic, 2026-11-28): wheels that
-# benchmarks/gpu/wheels.sh downloaded on the CPU machine travel with the call (carry it) and
-# fill in only what is missing.
-if ! "$py" -c "import pydantic" 2>/dev/null; then
-    if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-index --find-links benchmarks/gpu/wheels pydantic >>"$log" 2>&1; then
-        echo "gpu env: $py has no pydantic and benchmarks/gpu/wheels has none for it: run benchmarks/gpu/wheels.sh here, then carry benchmarks/gpu/wheels" >>"$log"
-        exit 1
-    fi
-    echo "gpu env: pydantic installed from benchmarks/gpu/wheels" >>"$log"
+# The machine's image lacks some of the core's dependencies (benchmarks/gpu/wheels.txt: pydantic,
+# seen 2026-11-28): wheels that benchmarks/gpu/wheels.sh downloaded on the CPU machine travel with
+# the call (carry it); pip installs from them only what is missing, and nothing when all is there.
+if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-index --find-links benchmarks/gpu/wheels \
+        -r benchmarks/gpu/wheels.txt >>"$log" 2>&1; then
+    echo "gpu env: $py lacks a package of benchmarks/gpu/wheels.txt and benchmarks/gpu/wheels has no wheel for it: run benchmarks/gpu/wheels.sh here, then carry benchmarks/gpu/wheels" >>"$log"
+    exit 1
 fi
 mapfile -t plugins < <("$py" -c "import configparser; c = configparser.ConfigParser(interpolation=None); \
 c.read('tox.ini'); print(c['base']['plugins'])" 2>>"$log" | sed 's/^ *-e *//; /^ *$/d')

@@ -55,3 +55,16 @@ def test_a_torn_summary_from_an_older_call_runs_everything_again(tmp_path):
     planned.write(args, [{"planner": "keep-all", "status": "ok"}])  # and the next write replaces it whole
     assert json.loads((args.out / "summary.json").read_text())["rows"][0]["status"] == "ok"
     assert sorted(p.name for p in args.out.iterdir()) == ["rows.csv", "summary.json"]  # no temporary left
+
+
+def test_a_folder_measured_on_another_gpu_is_not_resumed(tmp_path):
+    """Sessions are lent an H100 or an H200 by chance: the rows of one are not completed on the other."""
+    import pytest
+
+    args = _args(tmp_path / "planned")
+    planned.write(args, [{"planner": "keep-all", "status": "ok", "attempts": 1}])
+    other = _args(args.out)
+    other.device_name = "H200"
+    with pytest.raises(SystemExit, match="measured on the GPU 'H100', this machine's is 'H200'"):
+        planned.resume(other)
+    assert [r["planner"] for r in planned.resume(args)[0]] == ["keep-all"]

@@ -295,19 +295,24 @@ def test_a_waiting_prefetch_is_not_asked_of_the_allocator_while_it_cannot_fit(mo
     execution = torch_executor._Execution(TorchExecutor(), schedule, profile, chain)
     tried = []
     monkeypatch.setattr(execution, "_prefetch", lambda j: tried.append(j) or False)
+    from types import SimpleNamespace
+
+    away = [SimpleNamespace(moved=300), SimpleNamespace(moved=0), SimpleNamespace(moved=100)]
+    monkeypatch.setattr(execution.store, "blocks", lambda group: away if group == (0, 1) else [])
     execution.pending_prefetches = {(0, 1): 3}
     execution.cuda, execution.cap_bytes = True, 1000
-    allocated = {"now": 1001}
+    allocated = {"now": 601}  # 601 + the 400 bytes away: one over the cap
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
     execution._retry_prefetches()
     assert tried == []
-    allocated["now"] = 1000
+    allocated["now"] = 600
     execution._retry_prefetches()
     assert tried == [3]
 
 
 @pytest.mark.parametrize("text, status", [
     ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "oom"),
+    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "oom"),
     ("GET was unable to find an engine to execute this computation", "oom"),
     ("CUDA error: an illegal memory access was encountered", None),
 ])
@@ -335,3 +340,19 @@ def test_cudnn_running_out_of_workspace_under_the_cap_is_an_oom_row(monkeypatch,
         return
     run = executor.execute(schedule, profile, chain)
     assert run.status == "oom" and text in run.message and "memory cap 0.5000" in run.message
+
+
+def test_cudnn_finding_no_engine_in_the_reference_pass_is_a_fault_not_a_device_too_small(monkeypatch):
+    """Outside the cap, cuDNN finding no engine may be a configuration it does not support: the gradient
+    check does not read it as the unmodified model not fitting (only running out of memory is)."""
+    from harness.executors import grad_check
+
+    chain, profile = setup()
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+
+    def no_engine(chain, sub_batches, seed=0):
+        raise RuntimeError("GET was unable to find an engine to execute this computation")
+
+    monkeypatch.setattr(grad_check, "reference_gradients", no_engine)
+    with pytest.raises(RuntimeError, match="unable to find an engine"):
+        TorchExecutor(warmup=0, iterations=1).execute(schedule, profile, chain)

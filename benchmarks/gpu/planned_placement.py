@@ -121,6 +121,9 @@ def earlier_rows(args: argparse.Namespace) -> list[dict]:
     if (earlier.get("model"), earlier.get("batch"), earlier.get("allocator")) != (args.model, args.batch,
                                                                                   args.allocator):
         return []
+    if earlier.get("device") != args.device_name:
+        raise SystemExit(f"planned_placement: {path} holds rows measured on the GPU {earlier.get('device')!r}, "
+                         f"this machine's is {args.device_name!r}: resume it on that GPU, or give another folder")
     return list(earlier.get("rows", []))
 
 

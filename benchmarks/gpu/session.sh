@@ -6,7 +6,7 @@
 # the device tool stops a command at 600 s, or sooner when less device time is left (a
 # session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start).
 #   planned:results/gpu-planned/published        issue #18 (benchmarks/gpu/planned_placement.sh),
-#                                                at most SESSION_PLANNED_SECONDS (240) of the call
+#                                                at most SESSION_PLANNED_SECONDS (180) of the call
 #   suite:suites/gpu-smoke.yaml:published-2      issues #16 and #17 (benchmarks/gpu/slice.sh)
 #   suite:suites/gpu/part1-resnet50.yaml:published, then parts 2-4: the full GPU table
 # SESSION_JOBS replaces the list (the same words, separated by spaces). A suite job is done when
@@ -30,7 +30,7 @@ set -uo pipefail
 out=${OUT:-/tmp/session-out}
 deadline=$((SECONDS + ${SESSION_SECONDS:-540} - 30))  # 30 s kept to pack what came out
 stall_after=${SESSION_STALL_SECONDS:-400}  # a job given this long that finishes no case is marked
-planned_cap=${SESSION_PLANNED_SECONDS:-240}
+planned_cap=${SESSION_PLANNED_SECONDS:-180}
 jobs=${SESSION_JOBS:-"planned:results/gpu-planned/published suite:suites/gpu-smoke.yaml:published-2
     suite:suites/gpu/part1-resnet50.yaml:published suite:suites/gpu/part2-vgg16.yaml:published
     suite:suites/gpu/part3-densenet121.yaml:published suite:suites/gpu/part4-vit_b_16.yaml:published"}

@@ -31,7 +31,8 @@ def build_model(workload: Workload, device: Any) -> tuple[torch.nn.Module, torch
 
     Built from :data:`MODEL_SEED`, in a forked random state: the same workload gives the same
     weights and batch in every process (torch-planned compares the gradients of its own process
-    with the caching run's), and the caller's random state is left as it was.
+    with the caching run's), and the caller's CPU random state (and that of the CUDA device the
+    model is built on) is left as it was.
     """
     from harness.plugins import registry
 

@@ -353,7 +353,7 @@ class _Execution:
         except (torch.OutOfMemoryError, MemoryError, BudgetExceeded) as exc:
             return self._oom(exc, prediction)
         except RuntimeError as exc:
-            if self.cap is None or not ran_out_of_memory(exc):
+            if self.cap is None or not ran_out_of_memory(exc, capped=True):
                 raise
             return self._oom(exc, prediction)
         finally:
@@ -529,10 +529,11 @@ class _Execution:
 
     def _may_fit(self, group: GroupKey) -> bool:
         """False when a waiting prefetch cannot fit under the cap: the bytes allocated now plus its
-        own are above it (a necessary condition, so no prefetch that could fit is held back).
+        own are above it (a necessary condition: no prefetch that fits whole is held back).
         Asked anyway, the caching allocator would free every cached block and synchronise the
         device before refusing (its release_cached_blocks), after every operation while the
-        prefetch waits: time the simulator does not see."""
+        prefetch waits: time the simulator does not see. A prefetch that could copy part of its
+        group meanwhile now waits until all of it fits."""
         if not self.cuda or self.cap_bytes is None:
             return True
         need = sum(b.moved for b in self.store.blocks(group) if b.moved)
@@ -651,13 +652,18 @@ class _Execution:
 
 # what cuDNN and cuBLAS raise (a plain RuntimeError) when they cannot allocate their workspace: under the
 # budget's cap that is the budget running out (an oom row), not a fault of the schedule
-_LIBRARY_OUT_OF_MEMORY = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
-                          "unable to find an engine to execute this computation")
+_LIBRARY_OUT_OF_MEMORY = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+# cuDNN's frontend also says this when no engine's workspace fits, but as well for a configuration no
+# engine supports: read as the budget only under a cap
+_NO_ENGINE = "unable to find an engine to execute this computation"
 
 
-def ran_out_of_memory(exc: BaseException) -> bool:
-    """True for a ``RuntimeError`` of cuDNN or cuBLAS that says it could not allocate."""
-    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in _LIBRARY_OUT_OF_MEMORY)
+def ran_out_of_memory(exc: BaseException, capped: bool = False) -> bool:
+    """True for a ``RuntimeError`` of cuDNN or cuBLAS that says it could not allocate (``capped``: also
+    cuDNN finding no engine, which under the budget's cap is mostly a workspace that does not fit)."""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (any(t in text for t in _LIBRARY_OUT_OF_MEMORY)
+                                              or (capped and _NO_ENGINE in text))
 
 
 def _iqr(values: list[float]) -> float:

@@ -410,6 +410,11 @@ def duplex_of(schedule: Schedule, duplex: bool | None = None) -> bool:
     return schedule.duplex if duplex is None else bool(duplex)
 
 
+def chosen_algorithms(schedule: Schedule, profile: Profile) -> dict[int, str]:
+    """The algorithm's name of every stage ``schedule`` runs with an explicit choice (not the default)."""
+    return {i: stage.algorithms[k].name for i, stage in enumerate(profile.stages) if (k := schedule.algorithm_of(i)) >= 0}
+
+
 def op_index(ops: tuple[Op, ...]) -> dict[tuple[str, int, int], int]:
     """Map (kind, stage, sub_batch) to the position of that operation."""
     return {(op.kind, op.stage, op.sub_batch): k for k, op in enumerate(ops)}

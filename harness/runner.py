@@ -338,8 +338,12 @@ def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: s
         )
 
 
+def _on_cuda(case: Case) -> bool:
+    return str(case.device).startswith("cuda")
+
+
 def _needs_gpu(task: UnitTask) -> bool:
-    return bool(getattr(task.executor, "needs_gpu", False)) or str(task.cases[0].device).startswith("cuda")
+    return bool(getattr(task.executor, "needs_gpu", False)) or _on_cuda(task.cases[0])
 
 
 def _run_local(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Iterator[UnitResult]:
@@ -476,11 +480,11 @@ def run_suite(
         lock.release()
 
 
-def _check_same_gpu(suite: Suite, run_dir: Path, meta: dict[str, Any]) -> None:
+def _check_same_gpu(cases: list[Case], run_dir: Path, meta: dict[str, Any]) -> None:
     """A run measured on one model of GPU resumes on the same one: its stored profiles (times, link
     rates, runtime bytes) and its rows are that GPU's, and a table mixing two GPUs ranks nothing."""
     earlier = (meta.get("environment") or {}).get("cuda_device")
-    if not earlier or not any(str(c.device).startswith("cuda") for c in suite.cases()):
+    if not earlier or not any(_on_cuda(c) for c in cases):
         return
     from harness.environment import cuda_device
 
@@ -495,7 +499,6 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
             on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
-    _check_same_gpu(suite, run_dir, meta)
     run_dir.mkdir(parents=True, exist_ok=True)
     notes = list(suite.skipped)
     if resume and not resuming and run_dir.name != run_id:
@@ -507,6 +510,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         known = f" (a misspelt id? the suite's runs are {shown})" if others else ""
         notes.append(f"{run_dir} does not exist yet: started it{known}")
     cases = suite.cases()
+    _check_same_gpu(cases, run_dir, meta)  # before a row is dropped or meta.json written
     ids = {c.case_id for c in cases}
     if resuming:
         again: set[str] = set()

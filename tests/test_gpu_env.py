@@ -121,14 +121,10 @@ def test_without_a_package_or_its_wheel_the_log_names_the_script_that_downloads_
 
 
 def _requirement_names(lines) -> set[str]:
-    import re
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
-    names = set()
-    for line in lines:
-        line = line.split("#")[0].strip()
-        if line:
-            names.add(re.split(r"[<>=!~\[; ]", line, maxsplit=1)[0].lower().replace("_", "-"))
-    return names
+    return {canonicalize_name(Requirement(line).name) for line in (raw.split("#")[0].strip() for raw in lines) if line}
 
 
 def test_every_dependency_is_on_the_gpu_image_or_among_the_carried_wheels():

@@ -300,7 +300,7 @@ def test_a_waiting_prefetch_is_not_asked_of_the_allocator_while_it_cannot_fit(mo
     away = [SimpleNamespace(moved=300), SimpleNamespace(moved=0), SimpleNamespace(moved=100)]
     monkeypatch.setattr(execution.store, "blocks", lambda group: away if group == (0, 1) else [])
     execution.pending_prefetches = {(0, 1): 3}
-    execution.cuda, execution.cap_bytes = True, 1000
+    execution.cuda, execution.limit_bytes = True, 1000
     allocated = {"now": 601}  # 601 + the 400 bytes away: one over the cap
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
     execution._retry_prefetches()

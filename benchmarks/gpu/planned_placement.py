@@ -62,12 +62,12 @@ def main() -> int:
         except MembudgetError as exc:  # a planner that refuses (or reports an error) is a row, not a lost run
             status = "infeasible" if isinstance(exc, InfeasibleBudget) else "error"
             rows.append({"planner": planner, "budget_bytes": budget, "status": status, "message": str(exc),
-                         "attempts": attempt, "device": args.device_name})
+                         "attempts": attempt})
             write(args, rows)
             continue
         run = TorchPlannedExecutor(allocator=args.allocator, warmup=3, iterations=5).run(schedule, profile, workload)
         row = {"planner": planner, "budget_bytes": budget, "status": run.status, "message": run.message,
-               "time_s": run.makespan, "attempts": attempt, "device": args.device_name, **run.metrics}
+               "time_s": run.makespan, "attempts": attempt, **run.metrics}
         rows.append(row)
         m = run.metrics
         if run.status == "ok":
@@ -109,8 +109,8 @@ def resume(args: argparse.Namespace) -> tuple[list[dict], list[str], dict[str, i
 
 def earlier_rows(args: argparse.Namespace) -> list[dict]:
     """The rows an earlier call wrote to ``OUT/summary.json`` for the same model, batch and allocator.
-    Each row names its GPU (``device``): sessions are lent an H100 or an H200, and a row compares the
-    planned arena with the caching reserve on one of them."""
+    Exits when they were measured on another GPU (its ``device``): sessions are lent an H100 or an
+    H200 by chance, and one summary holds one GPU's rows."""
     path = args.out / "summary.json"
     if not path.exists():
         return []

@@ -26,6 +26,14 @@ class Chain:
 MODEL_SEED = 0  # the random state every model and input batch is built from
 
 
+def concrete(device: torch.device | str) -> torch.device:
+    """``device`` with its index (``cuda`` -> ``cuda:0``), as tensors report theirs."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def build_model(workload: Workload, device: Any) -> tuple[torch.nn.Module, torch.Tensor]:
     """The workload's model and an input batch from the model registry, on ``device``.
 
@@ -38,9 +46,8 @@ def build_model(workload: Workload, device: Any) -> tuple[torch.nn.Module, torch
 
     factory = registry().model_factory(workload.model)
     try:
-        where = torch.device(device)
-        cuda = [torch.cuda.current_device() if where.index is None else where.index] if where.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda):
+        where = concrete(device)
+        with torch.random.fork_rng(devices=[where.index] if where.type == "cuda" else []):
             torch.manual_seed(MODEL_SEED)
             return factory.build(workload, device)
     except MembudgetError:

@@ -25,7 +25,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-from harness.executors._torch_store import concrete
+from harness.chain.extract import concrete
 from harness.chain.graph import Graph, tensors_in, trace
 from harness.chain.stages import StagePlan, plan_stages
 from harness.protocols import Workload

@@ -33,6 +33,8 @@ from typing import Iterator
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from harness.chain.extract import concrete
+
 GroupKey = tuple[int, int]  # (sub_batch, stage)
 
 
@@ -43,14 +45,6 @@ class NotResident(RuntimeError):
 def storage_key(t: torch.Tensor) -> int:
     """The identity of the memory block a tensor lives in (views share it)."""
     return t.untyped_storage()._cdata
-
-
-def concrete(device: torch.device | str) -> torch.device:
-    """``device`` with its index (``cuda`` -> ``cuda:0``), as tensors report theirs."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def flat_bytes(storage: torch.UntypedStorage) -> torch.Tensor:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import MembudgetError
-from harness.model import Profile, Run, Schedule, duplex_of, from_dict, to_dict
+from harness.model import Profile, Run, Schedule, chosen_algorithms, duplex_of, from_dict, to_dict
 from harness.protocols import Workload
 
 __all__ = ["TorchPlannedExecutor", "main"]
@@ -169,8 +169,7 @@ class TorchPlannedExecutor:
 
 def autotuned_stages(schedule: Schedule, profile: Profile) -> list[int]:
     """The stages ``schedule`` runs with cuDNN's benchmark mode (``cudnn_autotuned``)."""
-    return [i for i, stage in enumerate(profile.stages)
-            if schedule.algorithm_of(i) >= 0 and stage.algorithm(schedule.algorithm_of(i)).name == "cudnn_autotuned"]
+    return [i for i, name in chosen_algorithms(schedule, profile).items() if name == "cudnn_autotuned"]
 
 
 # --------------------------------------------------------------------------- the planned process

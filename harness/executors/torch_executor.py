@@ -55,10 +55,11 @@ import torch
 from harness.errors import MembudgetError
 from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, output_gradient
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
-from harness.executors._torch_store import GroupKey, SavedStore, concrete, split_offload
+from harness.chain.extract import concrete
+from harness.executors._torch_store import GroupKey, SavedStore, split_offload
 from harness.executors.grad_check import gradient_error
 from harness.memory import movable_bytes, stage_memory
-from harness.model import Profile, Run, Schedule, TimelineEvent, duplex_of
+from harness.model import Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
 from harness.protocols import Workload
 from harness.simulate.lowering import pass_profiles, stage_profile
 
@@ -237,8 +238,8 @@ class TorchExecutor:
         if self.grad_check and run.status == "ok":  # after the memory statistics were read
             try:
                 error = gradient_error(chain, schedule.sub_batches, self.seed)
-            except RuntimeError as exc:  # torch's OutOfMemoryError, or cuDNN's and cuBLAS's
-                if not (isinstance(exc, torch.OutOfMemoryError) or ran_out_of_memory(exc)):
+            except RuntimeError as exc:
+                if not ran_out_of_memory(exc):
                     raise
                 error = None
             if error is None:  # out of the except block, so that the failed pass's tensors can go
@@ -288,7 +289,7 @@ class _Execution:
         self.held_max = 0
         self.resident_max = 0  # CPU: the most weights + saved bytes held after an operation
         self.cap: float | None = None
-        self.cap_bytes: int | None = None  # the cap in bytes (CUDA, budget enforced)
+        self.limit_bytes: int | None = None  # the cap as set, in bytes (CUDA, budget enforced)
         self.handles: dict[int, Any] = {}
         kinds = {(op.sub_batch, op.stage): op.kind for op in schedule.ops if op.is_forward}
         self.kinds = kinds
@@ -299,11 +300,7 @@ class _Execution:
     # -- setup
     def _algorithms(self) -> dict[int, Callable[[], ContextManager | None]]:
         contexts: dict[int, Callable[[], ContextManager | None]] = {}
-        for i, stage in enumerate(self.sp.stages):
-            index = self.schedule.algorithm_of(i)
-            if index < 0:
-                continue
-            name = stage.algorithms[index].name
+        for i, name in chosen_algorithms(self.schedule, self.sp).items():
             if algorithm_context(name, self.chain.device) is not None:
                 contexts[i] = lambda name=name: algorithm_context(name, self.chain.device)
                 self.record.algorithms[i] = name
@@ -376,7 +373,7 @@ class _Execution:
         cap = self.ex.cap_bytes if self.ex.cap_bytes is not None else (
             self.schedule.device_budget_bytes or self.schedule.budget_bytes)
         self.cap = min(1.0, cap / total)
-        self.cap_bytes = int(self.cap * total)
+        self.limit_bytes = int(self.cap * total)
         torch.cuda.set_per_process_memory_fraction(self.cap, self.chain.device)
 
     def _release_cap(self) -> None:
@@ -534,10 +531,10 @@ class _Execution:
         device before refusing (its release_cached_blocks), after every operation while the
         prefetch waits: time the simulator does not see. A prefetch that could copy part of its
         group meanwhile now waits until all of it fits."""
-        if not self.cuda or self.cap_bytes is None:
+        if not self.cuda or self.limit_bytes is None:
             return True
-        need = sum(b.moved for b in self.store.blocks(group) if b.moved)
-        return torch.cuda.memory_allocated(self.chain.device) + need <= self.cap_bytes
+        need = sum(b.moved for b in self.store.blocks(group))
+        return torch.cuda.memory_allocated(self.chain.device) + need <= self.limit_bytes
 
     def _resident(self, group: GroupKey) -> None:
         """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that waited for memory), then wait for it."""
@@ -555,9 +552,14 @@ class _Execution:
                 self.copies.wait(block.ready)
 
     # -- accounting
+    def _counts_held(self, record: bool) -> bool:
+        """Whether the bytes held are counted after each operation: on CUDA the allocator's
+        statistics measure memory, unless an iteration is recorded or the budget emulated."""
+        return not self.cuda or record or self.ex.emulate_budget
+
     def _account(self, record: bool) -> None:
-        if self.cuda and not (record or self.ex.emulate_budget):
-            return  # on CUDA the allocator's statistics measure memory
+        if not self._counts_held(record):
+            return
         held = self.store.device_bytes()
         total = sum(held.values())
         self.held_max = max(self.held_max, total)
@@ -593,7 +595,7 @@ class _Execution:
             "host_pool_bytes": float(self.pool.allocated_bytes),
             "algorithms_applied": float(len(self.record.algorithms)),
         }
-        if not self.cuda or self.ex.record or self.ex.emulate_budget:  # else _account counts nothing on CUDA
+        if self._counts_held(self.ex.record):
             metrics["held_max_bytes"] = float(self.held_max)
         if self.cuda:
             metrics["max_memory_allocated"] = float(torch.cuda.max_memory_allocated(self.chain.device))
@@ -659,8 +661,11 @@ _NO_ENGINE = "unable to find an engine to execute this computation"
 
 
 def ran_out_of_memory(exc: BaseException, capped: bool = False) -> bool:
-    """True for a ``RuntimeError`` of cuDNN or cuBLAS that says it could not allocate (``capped``: also
-    cuDNN finding no engine, which under the budget's cap is mostly a workspace that does not fit)."""
+    """True for torch's ``OutOfMemoryError`` and for a ``RuntimeError`` of cuDNN or cuBLAS that says it
+    could not allocate (``capped``: also cuDNN finding no engine, which under the budget's cap is mostly
+    a workspace that does not fit)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and (any(t in text for t in _LIBRARY_OUT_OF_MEMORY)
                                               or (capped and _NO_ENGINE in text))

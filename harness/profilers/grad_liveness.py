@@ -23,16 +23,28 @@ stage's nodes in reverse) over the buffers those gradients occupy:
   This is the residual block's peak: the skip connection's gradient waits for the main
   branch, then both become y_i;
 - when y_i is a slice of an inner buffer (a concatenation with a constant), the rest of
-  that buffer is workspace.
+  that buffer is workspace;
+- an operand that an elementwise operation broadcasts (``h * s`` with ``s`` of shape
+  (B, C, 1, 1): squeeze-and-excitation, a hand-written norm's ``x / std``) gets its
+  gradient at the result's shape first, and autograd's engine sums it down to the operand's
+  shape only after the node's backward returned all its gradients (``validate_outputs``). So
+  for a moment a result-sized buffer lives per broadcast operand, beside the node's other
+  contributions. An addition's (and the subtraction's first operand's) unreduced gradient is
+  the node's own buffer: nothing new until the sum. A broadcast parameter (a layer scale,
+  ``h * scale.view(1, C, 1, 1)``) has that moment too; once summed, its gradient is the
+  weights' (``.grad``).
 
 The peak is taken while a node's contributions exist beside the gradients still pending,
 without the buffers of y_{i+1} and y_i, which the chain model counts already.
 
 The unit is the traced graph's node. What one node's backward allocates inside itself is
 not seen: fused CNN kernels allocate little there (on the CPU, real autograd allocations
-bracket the estimate on every stage of ResNet-50, MobileNet-V2, DenseNet-121, VGG-11 and
-RegNet, ``tests/test_grad_liveness.py``), but a wrapped attention function is one node,
-and Swin-T's attention stages allocate 3.3x the estimate.
+bracket the estimate on every stage of ResNet-50, MobileNet-V2 and -V3, DenseNet-121,
+VGG-11, RegNet-X and -Y and EfficientNet-B0, ``tests/test_grad_liveness.py``), but a
+wrapped attention function is one node, and Swin-T's attention stages allocate 3.3x the
+estimate. A division's divisor is another: its gradient, ``-grad * ((x / d) / d)``, passes
+through temporaries of the result's size, so on the CPU ``h / d`` allocates two
+result-sized buffers more than the estimate counts.
 """
 
 from __future__ import annotations
@@ -50,6 +62,9 @@ _ADDITIONS = {operator.add, operator.iadd, torch.add}
 _SUBTRACTIONS = {operator.sub, operator.isub, torch.sub}
 _ADDITION_METHODS = {"add", "add_"}
 _SUBTRACTION_METHODS = {"sub", "sub_"}
+_MULTIPLICATIONS = {operator.mul, operator.imul, torch.mul}
+_DIVISIONS = {operator.truediv, operator.itruediv, torch.div, torch.true_divide}
+_PRODUCT_METHODS = {"mul", "mul_", "div", "div_"}
 _CONCATENATIONS = {torch.cat, torch.concat}
 
 
@@ -107,24 +122,61 @@ def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any
     return is_view and same_size
 
 
+def _unreduced_gradient_bytes(node: fx.Node, value: Any, operand: Any, first: bool) -> int:
+    """Bytes of the result-sized gradient an elementwise operation makes for an operand it broadcast.
+
+    0 when the operand is not broadcast, when the operation is not elementwise arithmetic (where a
+    shape change means something else: a convolution's channels), and when the unreduced gradient is
+    the node's own buffer (an addition, the first operand of a subtraction): then only the sum to the
+    operand's shape is new, and that is the contribution itself.
+    """
+    if not (isinstance(operand, torch.Tensor) and isinstance(value, torch.Tensor)) or operand.shape == value.shape:
+        return 0
+    additive = _is(node, _ADDITIONS, _ADDITION_METHODS)
+    subtractive = _is(node, _SUBTRACTIONS, _SUBTRACTION_METHODS)
+    product = _is(node, _MULTIPLICATIONS | _DIVISIONS, _PRODUCT_METHODS)
+    if not (additive or subtractive or product):
+        return 0
+    try:
+        if torch.broadcast_shapes(operand.shape, value.shape) != value.shape:
+            return 0
+    except RuntimeError:
+        return 0
+    if (additive and (first or node.kwargs.get("alpha", 1) == 1)) or (subtractive and first):
+        return 0
+    return value.numel() * operand.element_size()
+
+
 class GradLiveness:
     """Peak bytes of a stage's inner gradients during its backward (see the module docstring)."""
 
     def __init__(self, first: int, last: int, output: int) -> None:
         self.first, self.last, self.output = first, last, output
-        # node -> what its backward creates: (input position, bytes, whether it gets the node's own buffer)
-        self.nodes: dict[int, list[tuple[int, int, bool]]] = {}
+        # node -> what its backward creates: (input position, bytes, whether it gets the node's own
+        # buffer, bytes of the unreduced gradient of a broadcast operand or 0)
+        self.nodes: dict[int, list[tuple[int, int, bool, int]]] = {}
         self.fns: dict[int, Any] = {}  # node -> its result's grad_fn when it was produced
 
-    def on_node(self, i: int, node: fx.Node, value: Any, inputs: list[tuple[int, Any, bool]]) -> None:
-        """Record how B of node ``i`` feeds its inputs: (position, value, first argument) per use."""
+    def on_node(self, i: int, node: fx.Node, value: Any, inputs: list[tuple[int, Any, bool]],
+                weights: list[tuple[Any, bool]] = ()) -> None:
+        """Record how B of node ``i`` feeds its inputs: (position, value, first argument) per use.
+
+        ``weights``: (value, first argument) per use of a parameter (or a view of one). Its gradient
+        goes to ``.grad``, which the weights count, except a broadcast one's result-sized moment
+        (``h * scale.view(1, C, 1, 1)``, a layer scale).
+        """
         if _grad_bytes(value) == 0:
             return
         record = self.nodes[i] = []
         for j, operand, first in inputs:
             size = _grad_bytes(operand)
             if size:  # the stage input is not in ``fns``: a leaf has no grad_fn
-                record.append((j, size, _passes_gradient_on(node, value, operand, self.fns.get(j), first)))
+                record.append((j, size, _passes_gradient_on(node, value, operand, self.fns.get(j), first),
+                               _unreduced_gradient_bytes(node, value, operand, first)))
+        for operand, first in weights:
+            full = _unreduced_gradient_bytes(node, value, operand, first) if _grad_bytes(operand) else 0
+            if full:
+                record.append((_WEIGHT, 0, False, full))
         self.fns[i] = getattr(value, "grad_fn", None)
 
     def peak(self) -> int:
@@ -132,13 +184,14 @@ class GradLiveness:
         replay = _Replay(self.output)
         for k in range(self.last, self.first - 1, -1):
             if k in self.nodes and replay.has(k):
-                inner = [(j if self.first <= j <= self.last else _INPUT, size, alias)
-                         for j, size, alias in self.nodes[k]]
+                inner = [(j if j == _WEIGHT or self.first <= j <= self.last else _INPUT, size, alias, unreduced)
+                         for j, size, alias, unreduced in self.nodes[k]]
                 replay.backward(k, inner)
         return replay.peak()
 
 
 _OUTPUT, _INPUT = -1, -2  # the gradients of the stage output (y_{i+1}) and input (y_i)
+_WEIGHT = -3  # a parameter's gradient: the weights count it once reduced to the parameter's shape
 
 
 class _Replay:
@@ -152,6 +205,7 @@ class _Replay:
         # inner buffers (or the part of them) handed on as y_i: y_i all along
         self.aliased_input: dict[int, int] = {}
         self.snapshots: list[tuple[dict[int, int], frozenset[int]]] = []
+        self.input_made = False  # whether the node being replayed made y_i already
         self._next = 0
 
     def has(self, node: int) -> bool:
@@ -173,19 +227,41 @@ class _Replay:
     def _snapshot(self) -> None:
         self.snapshots.append(({b: self.sizes[b] for b in self.holders}, frozenset(self.boundary)))
 
-    def backward(self, node: int, contributions: list[tuple[int, int, bool]]) -> None:
-        """B of ``node``: its gradient feeds each (target, bytes, whether it hands on its own buffer)."""
+    def _mark_input(self, target: int, buf: int, g: int, size: int) -> None:
+        """The first gradient made for the stage input is y_i, the chain model's: not workspace."""
+        if target != _INPUT or _INPUT in self.pending or self.input_made:
+            return
+        self.input_made = True
+        if buf == g:  # y_i is (a slice of) this inner buffer
+            self.aliased_input[buf] = max(self.aliased_input.get(buf, 0), size)
+        else:
+            self.boundary.add(buf)  # y_i's own buffer
+
+    def backward(self, node: int, contributions: list[tuple[int, int, bool, int]]) -> None:
+        """B of ``node``: its gradient feeds each (target, bytes, whether it hands on its own buffer,
+        bytes of the broadcast operand's gradient before autograd sums it to the operand's shape)."""
         g = self.pending.pop(node)
+        self.input_made = False
+        bufs = []  # every gradient the node's backward returns exists before the engine reduces any
+        for target, size, alias, full in contributions:
+            bufs.append(g if alias else self._new(full or size))
+            self._hold(bufs[-1])
+            if not full:
+                self._mark_input(target, bufs[-1], g, size)
+        for n, (target, size, alias, full) in enumerate(contributions):
+            if full:  # summed to the operand's shape, then the result-sized gradient is freed
+                reduced = self._new(size)
+                self._hold(reduced)
+                self._mark_input(target, reduced, g, size)
+                self._snapshot()
+                self._drop(bufs[n])
+                bufs[n] = reduced
         made = []
-        for target, size, alias in contributions:
-            buf = g if alias else self._new(size)
-            self._hold(buf)
-            if target == _INPUT and _INPUT not in self.pending and all(t != _INPUT for t, _, _ in made):
-                if buf == g:  # y_i is (a slice of) this inner buffer
-                    self.aliased_input[buf] = max(self.aliased_input.get(buf, 0), size)
-                else:
-                    self.boundary.add(buf)  # y_i's own buffer
-            made.append((target, buf, size))
+        for (target, size, alias, full), buf in zip(contributions, bufs):
+            if target == _WEIGHT:
+                self._drop(buf)
+            else:
+                made.append((target, buf, size))
         self._snapshot()
         self._drop(g)
         for target, buf, size in made:

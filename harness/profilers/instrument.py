@@ -182,9 +182,11 @@ class _Liveness:
         self.live.append(live)
         if not self.graph.is_workload_constant(i):
             node = self.graph.nodes[i]
-            inputs = [(j, env[j], first) for j, first in operand_uses(node, self.graph.position)
-                      if j in env and not self.graph.is_workload_constant(j) and not self._weight(env[j])]
-            self.grads.on_node(i, node, value, inputs)
+            uses = [(j, first) for j, first in operand_uses(node, self.graph.position)
+                    if j in env and not self.graph.is_workload_constant(j)]
+            inputs = [(j, env[j], first) for j, first in uses if not self._weight(env[j])]
+            weights = [(env[j], first) for j, first in uses if self._weight(env[j])]
+            self.grads.on_node(i, node, value, inputs, weights)
 
     def _weight(self, value: Any) -> bool:
         """Whether ``value`` is (a view of, or a tuple of views of) parameters and buffers, no larger than

@@ -88,6 +88,27 @@ def test_the_notes_report_the_time_limit_of_the_call():
     assert p.notes.startswith("optimal") if p.optimal else p.notes.startswith("best found in 0.01 s")
 
 
+def test_a_named_allocators_placement_seeds_the_search():
+    """``hint=bestfit``: with no time to search, the answer is best-fit's placement where the built-in
+    heuristic's (greedy-by-size or first-fit) is larger; never worse than best-fit's, and valid."""
+    from harness.allocators.exact import _heuristic
+    from harness.plugins import registry
+
+    rng = np.random.default_rng(0)
+    lower = rng.integers(0, 200, 150)
+    t = IntTrace(lower, lower + rng.integers(1, 60, 150), rng.integers(1000, 64000, 150))
+    bestfit = registry().allocator("bestfit").place(t).arena_bytes
+    heuristic = int((_heuristic(t) + t.size).max())
+    assert bestfit < heuristic  # the instance shows the difference
+    unhinted = ExactAllocator().place(t, time_limit=0)
+    hinted = ExactAllocator().place(t, time_limit=0, hint="bestfit")
+    assert unhinted.arena_bytes == heuristic
+    assert hinted.arena_bytes == bestfit and "hint: bestfit" in hinted.notes
+    assert not violations(t, list(hinted.offsets))
+    with pytest.raises(ValueError, match="another registered allocator"):
+        ExactAllocator().place(t, hint="exact")
+
+
 # --------------------------------------------------------------------------- papers/001 section 6.1
 
 

@@ -16,7 +16,10 @@ without raising its peak, and then every offset is a sum of sizes.
 
 ``W`` is the pool size when one is given (then the answer may be "infeasible": no
 placement fits), else the arena of a heuristic placement (greedy-by-size or first-fit,
-whichever is smaller), which is also given to the solver as a hint.
+whichever is smaller), which is also given to the solver as a hint. The allocator's
+``hint`` option names a registered allocator (``bestfit``, ``minisearch``) whose placement
+is offered too; the smaller of the two seeds the search, so a time-limited answer is never
+worse than the named allocator's.
 
 OR-Tools is an optional extra (``pip install membudget[exact]``); it is imported only
 when a solve starts.
@@ -112,7 +115,8 @@ def solve_exact(
     ``pool_bytes`` is ``W`` in eq. (5): with it the question is also whether any
     placement fits at all. ``workers=1`` (the default) with a fixed ``seed`` makes the
     search reproducible, run to run; more workers prove harder instances sooner.
-    ``hint``: offsets of a known placement (default: a heuristic one).
+    ``hint``: offsets of a known placement; the smaller of it and the heuristic placement
+    (greedy-by-size or first-fit) seeds the search and, without a pool, bounds it.
     """
     cp_model = _cp_model()
     started = time.perf_counter()
@@ -127,10 +131,8 @@ def solve_exact(
         return ExactResult(status, tuple([0] * n), 0, 0, 0.0, time.perf_counter() - started, pool_bytes)
 
     g = reduce(math.gcd, (int(t.size[i]) for i in active))
-    if hint is None:
-        hint_off = _heuristic(t)
-    else:
-        hint_off = np.asarray(hint, dtype=np.int64)
+    candidates = [_heuristic(t)] if hint is None else [np.asarray(hint, dtype=np.int64), _heuristic(t)]
+    hint_off = min(candidates, key=lambda off: max(int(off[i]) + int(t.size[i]) for i in active))
     hint_arena = int(max(int(hint_off[i]) + int(t.size[i]) for i in active))
     hint_ok = all(int(hint_off[i]) % g == 0 for i in active)
     if pool_bytes is None:
@@ -208,26 +210,26 @@ class ExactAllocator:
         self.workers = workers
         self.seed = seed
 
-    def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None) -> ExactResult:
+    def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None,
+              hint: Sequence[int] | None = None) -> ExactResult:
         """The full :class:`ExactResult` (status, bound, gap) for ``trace``."""
-        return solve_exact(
-            trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers, seed=self.seed
-        )
+        return solve_exact(trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers,
+                           seed=self.seed, hint=hint)
 
-    def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None = None) -> Placement:
+    def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None = None,
+              hint: str | None = None) -> Placement:
         """Place ``trace`` optimally if CP-SAT proves it within the time limit, else as well as it found.
 
         ``time_limit`` (seconds) overrides ``time_limit_s`` for this call (``membudget place
-        --option time_limit=5``). The placement carries CP-SAT's proved lower bound.
+        --option time_limit=5``). ``hint`` names a registered allocator whose placement seeds
+        the search (``--option hint=bestfit``). The placement carries CP-SAT's proved lower bound.
         """
         t = as_int_trace(trace)
         limit = self.time_limit_s if time_limit is None else time_limit
-        if time_limit is None:
-            res = self.solve(t)
-        else:
-            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or time_limit < 0:
-                raise ValueError(f"time_limit must be a number of seconds >= 0, got {time_limit!r}")
-            res = solve_exact(t, time_limit_s=float(time_limit), workers=self.workers, seed=self.seed)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+            raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
+        offsets = self._hint_offsets(hint, t)
+        res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed, hint=offsets)
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
@@ -236,5 +238,17 @@ class ExactAllocator:
                 f"best found in {limit:g} s: lower bound {res.lower_bound_bytes} bytes, "
                 f"gap {100 * res.gap:.2f}%"
             )
+        if hint is not None:
+            notes += f"; hint: {hint} ({max((o + int(w) for o, w in zip(offsets, t.size)), default=0)} bytes)"
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,
                               lower_bound_bytes=res.arena_bytes if res.optimal else res.lower_bound_bytes)
+
+    def _hint_offsets(self, hint: str | None, t: IntTrace) -> list[int] | None:
+        """The offsets the allocator named ``hint`` gives ``t`` (None without a hint)."""
+        if hint is None:
+            return None
+        if not isinstance(hint, str) or hint == self.name:
+            raise ValueError(f"hint must name another registered allocator, got {hint!r}")
+        from harness.plugins import registry
+
+        return [int(o) for o in registry().allocator(hint).place(t).offsets]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -107,6 +108,51 @@ def test_a_named_allocators_placement_seeds_the_search():
     assert not violations(t, list(hinted.offsets))
     with pytest.raises(ValueError, match="another registered allocator"):
         ExactAllocator().place(t, hint="exact")
+
+
+class _StackOneApart:
+    """An allocator written to the protocol (it iterates ``MemoryBlock``s): every block on the previous
+    one, one byte apart, so no offset after the first is a multiple of the sizes' gcd."""
+
+    name = "stack"
+
+    def place(self, trace):
+        offsets, top = [], 0
+        for block in trace:
+            offsets.append(top)
+            top += block.size + 1
+        return SimpleNamespace(offsets=tuple(offsets))
+
+
+def test_a_hint_from_a_protocol_allocator_is_compacted_onto_the_gcd(monkeypatch):
+    """The named allocator gets the blocks the protocol promises (it iterates them), and its placement,
+    whose offsets CP-SAT (in units of the gcd) could not take, is pushed down onto the gcd: with no time
+    to search, the answer is aligned, valid, and no larger than the hint or the heuristic."""
+    import harness.plugins
+    from harness.allocators.exact import _heuristic
+
+    monkeypatch.setattr(harness.plugins, "registry", lambda: SimpleNamespace(allocator=lambda name: _StackOneApart()))
+    t = IntTrace(np.array([0, 0, 0, 2, 2]), np.array([2, 2, 2, 4, 4]), np.array([4, 8, 12, 8, 4]) * MiB)
+    hinted = ExactAllocator().place(t, time_limit=0, hint="stack")
+    assert hinted.arena_bytes <= min(36 * MiB + 4, int((_heuristic(t) + t.size).max()))
+    assert all(o % (4 * MiB) == 0 for o in hinted.offsets)
+    assert not violations(t, list(hinted.offsets))
+    assert f"hint: stack ({36 * MiB + 4} bytes)" in hinted.notes
+
+
+def test_compacting_a_placement_keeps_it_valid_aligned_and_no_larger():
+    from harness.allocators.exact import _compacted
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 30))
+        lower = rng.integers(0, 40, n)
+        t = IntTrace(lower, lower + rng.integers(1, 15, n), rng.integers(1, 9, n) * 3)
+        stacked = np.concatenate([[0], np.cumsum(t.size[:-1] + 1)])  # valid, one byte apart
+        compact = _compacted(t, stacked, list(range(n)))
+        assert not violations(t, [int(o) for o in compact])
+        assert all(int(o) % 3 == 0 for o in compact)
+        assert (compact + t.size).max() <= (stacked + t.size).max()
 
 
 # --------------------------------------------------------------------------- papers/001 section 6.1

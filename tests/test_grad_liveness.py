@@ -14,6 +14,7 @@ one storage to it: a conv + ReLU stage had no backward workspace at all.
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import pytest
@@ -240,10 +241,32 @@ class _BroadcastScale(_ExpandedScale):
         return self.c(self.b(h * self.scale.view(1, 8, 1, 1)))
 
 
+class _LayerScale(_ExpandedScale):
+    """ConvNeXt's ``gamma * h`` with ``gamma`` of shape (8, 1, 1): the parameter read directly, no view;
+    ``product`` is each spelling of the product, one in half precision (the product is in h's float32)."""
+
+    PRODUCTS = {"mul": lambda g, h: g * h, "torch.multiply": torch.multiply,
+                "Tensor.multiply": lambda g, h: h.multiply(g), "half-precision-scale": lambda g, h: g.half() * h}
+
+    def __init__(self, product: str) -> None:
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.randn(8, 1, 1))
+        self.product = self.PRODUCTS[product]
+
+    def forward(self, x):
+        return self.c(self.b(self.product(self.gamma, self.a(x))))
+
+
+# the half-precision copy of gamma is a value of the stage, not a weight: its gradient (8 halves) is workspace
+_LAYER_SCALES = [(functools.partial(_LayerScale, product), 2 * 8 * 64 * 64 * 4 + (8 * 2 if "half" in product else 0))
+                 for product in _LayerScale.PRODUCTS]
+
+
 @pytest.mark.parametrize("model, expected", [(_LearnedBias, 8 * 64 * 64 * 4), (_ViewedBias, 0),
                                              (_ExpandedScale, 2 * 2 * 8 * 64 * 64 * 4),
-                                             (_BroadcastScale, 2 * 8 * 64 * 64 * 4)],
-                         ids=["tanh-of-parameter", "view-of-parameter", "expanded-parameter", "broadcast-parameter"])
+                                             (_BroadcastScale, 2 * 8 * 64 * 64 * 4), *_LAYER_SCALES],
+                         ids=["tanh-of-parameter", "view-of-parameter", "expanded-parameter", "broadcast-parameter",
+                              *(f"layer-scale-{p}" for p in _LayerScale.PRODUCTS)])
 def test_a_tensor_made_from_a_parameter_gets_a_gradient_buffer_in_the_backward(model, expected):
     """tanh(b)'s gradient (8x64x64 floats, summed over the batch into a new buffer) is the stage's
     workspace: the estimate replayed only the values the input reaches and had 0. A view of b is b:
@@ -251,7 +274,8 @@ def test_a_tensor_made_from_a_parameter_gets_a_gradient_buffer_in_the_backward(m
     expanded view is not: its gradient has the batch's size (the second fix had 0 for it; the product's
     two operand gradients, each of h's size, are the estimate). Broadcast without ``expand_as``, the
     parameter is a weight to the replay, yet the product makes its gradient at h's size first: the
-    estimate had 0 for it, beside h's gradient, which is y_i."""
+    estimate had 0 for it, beside h's gradient, which is y_i. So did ConvNeXt's layer scale, the parameter
+    read without a view, spelt ``torch.multiply``, or in half precision (h's size is in the product's dtype)."""
     rows = _stages_against_autograd(model(), trained=True)
     for name, ex, y, real in rows:
         assert ex <= real <= ex + y, rows

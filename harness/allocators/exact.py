@@ -101,6 +101,18 @@ def _heuristic(t: IntTrace) -> np.ndarray:
     return a if end_a <= end_b else b
 
 
+def _compacted(t: IntTrace, off: np.ndarray, active: list[int]) -> np.ndarray:
+    """``off`` with every block pushed down onto the blocks below it (or 0), in order of offset: the
+    arena does not grow, and each offset becomes a sum of sizes (a multiple of their gcd)."""
+    new = np.zeros(len(t), dtype=np.int64)
+    placed: list[int] = []
+    for i in sorted(active, key=lambda k: int(off[k])):
+        new[i] = max((int(new[j]) + int(t.size[j]) for j in placed
+                      if t.lower[j] < t.upper[i] and t.lower[i] < t.upper[j]), default=0)
+        placed.append(i)
+    return new
+
+
 def solve_exact(
     trace: Union[IntTrace, Sequence[MemoryBlock]],
     *,
@@ -131,9 +143,15 @@ def solve_exact(
         return ExactResult(status, tuple([0] * n), 0, 0, 0.0, time.perf_counter() - started, pool_bytes)
 
     g = reduce(math.gcd, (int(t.size[i]) for i in active))
-    candidates = [_heuristic(t)] if hint is None else [np.asarray(hint, dtype=np.int64), _heuristic(t)]
-    hint_off = min(candidates, key=lambda off: max(int(off[i]) + int(t.size[i]) for i in active))
-    hint_arena = int(max(int(hint_off[i]) + int(t.size[i]) for i in active))
+
+    def arena(off: np.ndarray) -> int:
+        return int(max(int(off[i]) + int(t.size[i]) for i in active))
+
+    candidates = [_heuristic(t)]
+    if hint is not None:  # CP-SAT's hint is in units of g: a placement given is compacted onto them
+        candidates.insert(0, _compacted(t, np.asarray(hint, dtype=np.int64), active))
+    hint_off = min(candidates, key=arena)  # the answer on a time-out; without a pool its arena bounds u
+    hint_arena = arena(hint_off)
     hint_ok = all(int(hint_off[i]) % g == 0 for i in active)
     if pool_bytes is None:
         cap = hint_arena
@@ -230,6 +248,8 @@ class ExactAllocator:
             raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
         offsets = self._hint_offsets(hint, t)
         res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed, hint=offsets)
+        hint_arena = max((o + int(w) for o, w, lo, up in zip(offsets or (), t.size, t.lower, t.upper)
+                          if w > 0 and up > lo), default=0)
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
@@ -239,7 +259,7 @@ class ExactAllocator:
                 f"gap {100 * res.gap:.2f}%"
             )
         if hint is not None:
-            notes += f"; hint: {hint} ({max((o + int(w) for o, w in zip(offsets, t.size)), default=0)} bytes)"
+            notes += f"; hint: {hint} ({hint_arena} bytes)"
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,
                               lower_bound_bytes=res.arena_bytes if res.optimal else res.lower_bound_bytes)
 
@@ -249,6 +269,12 @@ class ExactAllocator:
             return None
         if not isinstance(hint, str) or hint == self.name:
             raise ValueError(f"hint must name another registered allocator, got {hint!r}")
+        from harness.allocators.trace import to_memory_blocks
+        from harness.errors import UnknownPlugin
         from harness.plugins import registry
 
-        return [int(o) for o in registry().allocator(hint).place(t).offsets]
+        try:
+            other = registry().allocator(hint)
+        except UnknownPlugin as exc:
+            raise ValueError(f"hint: {exc}") from None
+        return [int(o) for o in other.place(to_memory_blocks(t)).offsets]  # the protocol's blocks, in order

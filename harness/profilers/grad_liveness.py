@@ -41,10 +41,12 @@ The unit is the traced graph's node. What one node's backward allocates inside i
 not seen: fused CNN kernels allocate little there (on the CPU, real autograd allocations
 bracket the estimate on every stage of ResNet-50, MobileNet-V2 and -V3, DenseNet-121,
 VGG-11, RegNet-X and -Y and EfficientNet-B0, ``tests/test_grad_liveness.py``), but a
-wrapped attention function is one node, and Swin-T's attention stages allocate 3.3x the
-estimate. A division's divisor is another: its gradient, ``-grad * ((x / d) / d)``, passes
-through temporaries of the result's size, so on the CPU ``h / d`` allocates two
-result-sized buffers more than the estimate counts.
+wrapped attention function is one node, and Swin-T's attention stages allocate several
+times the estimate (8-12x at batch 2 on a 64x64 input). A division's divisor is another:
+its gradient, ``-grad * ((x / d) / d)``, passes through temporaries of the result's size,
+so on the CPU ``h / d`` allocates two result-sized buffers more than the estimate counts
+(whichever operand is broadcast). An in-place method called as a statement (``h.mul_(s)``,
+its result unused) is not replayed: the graph's later uses read the node before it.
 """
 
 from __future__ import annotations
@@ -59,12 +61,13 @@ from harness.chain.graph import tensors_in
 from harness.chain.stages import storage_key
 
 _ADDITIONS = {operator.add, operator.iadd, torch.add}
-_SUBTRACTIONS = {operator.sub, operator.isub, torch.sub}
+_SUBTRACTIONS = {operator.sub, operator.isub, torch.sub, torch.subtract}
 _ADDITION_METHODS = {"add", "add_"}
-_SUBTRACTION_METHODS = {"sub", "sub_"}
-_MULTIPLICATIONS = {operator.mul, operator.imul, torch.mul}
-_DIVISIONS = {operator.truediv, operator.itruediv, torch.div, torch.true_divide}
-_PRODUCT_METHODS = {"mul", "mul_", "div", "div_"}
+_SUBTRACTION_METHODS = {"sub", "sub_", "subtract", "subtract_"}
+_PRODUCTS = {operator.mul, operator.imul, torch.mul, torch.multiply,
+             operator.truediv, operator.itruediv, torch.div, torch.divide, torch.true_divide}
+_PRODUCT_METHODS = {"mul", "mul_", "multiply", "multiply_", "div", "div_", "divide", "divide_",
+                    "true_divide", "true_divide_"}
 _CONCATENATIONS = {torch.cat, torch.concat}
 
 
@@ -134,7 +137,7 @@ def _unreduced_gradient_bytes(node: fx.Node, value: Any, operand: Any, first: bo
         return 0
     additive = _is(node, _ADDITIONS, _ADDITION_METHODS)
     subtractive = _is(node, _SUBTRACTIONS, _SUBTRACTION_METHODS)
-    product = _is(node, _MULTIPLICATIONS | _DIVISIONS, _PRODUCT_METHODS)
+    product = _is(node, _PRODUCTS, _PRODUCT_METHODS)
     if not (additive or subtractive or product):
         return 0
     try:
@@ -144,7 +147,7 @@ def _unreduced_gradient_bytes(node: fx.Node, value: Any, operand: Any, first: bo
         return 0
     if (additive and (first or node.kwargs.get("alpha", 1) == 1)) or (subtractive and first):
         return 0
-    return value.numel() * operand.element_size()
+    return dense_bytes(value)  # autograd computes it in the result's dtype and casts after the sum
 
 
 class GradLiveness:

@@ -182,10 +182,11 @@ class _Liveness:
         self.live.append(live)
         if not self.graph.is_workload_constant(i):
             node = self.graph.nodes[i]
-            uses = [(j, first) for j, first in operand_uses(node, self.graph.position)
-                    if j in env and not self.graph.is_workload_constant(j)]
-            inputs = [(j, env[j], first) for j, first in uses if not self._weight(env[j])]
+            uses = [(j, first) for j, first in operand_uses(node, self.graph.position) if j in env]
+            # a parameter read directly (get_attr) counts as a constant of the workload: a weight all the same
             weights = [(env[j], first) for j, first in uses if self._weight(env[j])]
+            inputs = [(j, env[j], first) for j, first in uses
+                      if not self.graph.is_workload_constant(j) and not self._weight(env[j])]
             self.grads.on_node(i, node, value, inputs, weights)
 
     def _weight(self, value: Any) -> bool:

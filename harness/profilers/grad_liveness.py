@@ -52,7 +52,7 @@ its result unused) is not replayed: the graph's later uses read the node before 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx
@@ -125,29 +125,40 @@ def _passes_gradient_on(node: fx.Node, value: Any, operand: Any, operand_fn: Any
     return is_view and same_size
 
 
-def _unreduced_gradient_bytes(node: fx.Node, value: Any, operand: Any, first: bool) -> int:
-    """Bytes of the result-sized gradient an elementwise operation makes for an operand it broadcast.
+def _broadcast_gradient(node: fx.Node, value: Any, operand: Any, first: bool) -> tuple[int, int]:
+    """Bytes of the result-sized gradient an elementwise operation makes for an operand it broadcast,
+    and of its sum to the operand's shape (in the result's dtype, cast to the operand's afterwards).
 
-    0 when the operand is not broadcast, when the operation is not elementwise arithmetic (where a
+    (0, 0) when the operand is not broadcast, when the operation is not elementwise arithmetic (where a
     shape change means something else: a convolution's channels), and when the unreduced gradient is
     the node's own buffer (an addition, the first operand of a subtraction): then only the sum to the
     operand's shape is new, and that is the contribution itself.
     """
     if not (isinstance(operand, torch.Tensor) and isinstance(value, torch.Tensor)) or operand.shape == value.shape:
-        return 0
+        return 0, 0
     additive = _is(node, _ADDITIONS, _ADDITION_METHODS)
     subtractive = _is(node, _SUBTRACTIONS, _SUBTRACTION_METHODS)
     product = _is(node, _PRODUCTS, _PRODUCT_METHODS)
     if not (additive or subtractive or product):
-        return 0
+        return 0, 0
     try:
         if torch.broadcast_shapes(operand.shape, value.shape) != value.shape:
-            return 0
+            return 0, 0
     except RuntimeError:
-        return 0
+        return 0, 0
     if (additive and (first or node.kwargs.get("alpha", 1) == 1)) or (subtractive and first):
-        return 0
-    return dense_bytes(value)  # autograd computes it in the result's dtype and casts after the sum
+        return 0, 0
+    return dense_bytes(value), operand.numel() * value.element_size()
+
+
+class _Contribution(NamedTuple):
+    """What B of a node makes for one use of an operand."""
+
+    target: int  # the operand's graph position (_INPUT: the stage input, _WEIGHT: a parameter)
+    size: int  # bytes of the gradient the operand gets
+    alias: bool  # whether that gradient is the node's own buffer
+    unreduced: int = 0  # a broadcast operand's: bytes of its gradient at the result's shape first
+    summed: int = 0  # and of its sum to the operand's shape, before the cast to the operand's dtype
 
 
 class GradLiveness:
@@ -155,9 +166,7 @@ class GradLiveness:
 
     def __init__(self, first: int, last: int, output: int) -> None:
         self.first, self.last, self.output = first, last, output
-        # node -> what its backward creates: (input position, bytes, whether it gets the node's own
-        # buffer, bytes of the unreduced gradient of a broadcast operand or 0)
-        self.nodes: dict[int, list[tuple[int, int, bool, int]]] = {}
+        self.nodes: dict[int, list[_Contribution]] = {}  # node -> what its backward creates
         self.fns: dict[int, Any] = {}  # node -> its result's grad_fn when it was produced
 
     def on_node(self, i: int, node: fx.Node, value: Any, inputs: list[tuple[int, Any, bool]],
@@ -174,12 +183,13 @@ class GradLiveness:
         for j, operand, first in inputs:
             size = _grad_bytes(operand)
             if size:  # the stage input is not in ``fns``: a leaf has no grad_fn
-                record.append((j, size, _passes_gradient_on(node, value, operand, self.fns.get(j), first),
-                               _unreduced_gradient_bytes(node, value, operand, first)))
+                record.append(_Contribution(j, size, _passes_gradient_on(node, value, operand, self.fns.get(j), first),
+                                            *_broadcast_gradient(node, value, operand, first)))
         for operand, first in weights:
-            full = _unreduced_gradient_bytes(node, value, operand, first) if _grad_bytes(operand) else 0
-            if full:
-                record.append((_WEIGHT, 0, False, full))
+            unreduced, summed = _broadcast_gradient(node, value, operand, first) if _grad_bytes(operand) else (0, 0)
+            if unreduced:  # the sum is the parameter's gradient (the weights'), unless a cast follows it
+                same_dtype = isinstance(value, torch.Tensor) and operand.dtype == value.dtype
+                record.append(_Contribution(_WEIGHT, 0, False, unreduced, 0 if same_dtype else summed))
         self.fns[i] = getattr(value, "grad_fn", None)
 
     def peak(self) -> int:
@@ -187,8 +197,8 @@ class GradLiveness:
         replay = _Replay(self.output)
         for k in range(self.last, self.first - 1, -1):
             if k in self.nodes and replay.has(k):
-                inner = [(j if j == _WEIGHT or self.first <= j <= self.last else _INPUT, size, alias, unreduced)
-                         for j, size, alias, unreduced in self.nodes[k]]
+                inner = [c if c.target == _WEIGHT or self.first <= c.target <= self.last else c._replace(target=_INPUT)
+                         for c in self.nodes[k]]
                 replay.backward(k, inner)
         return replay.peak()
 
@@ -240,31 +250,31 @@ class _Replay:
         else:
             self.boundary.add(buf)  # y_i's own buffer
 
-    def backward(self, node: int, contributions: list[tuple[int, int, bool, int]]) -> None:
-        """B of ``node``: its gradient feeds each (target, bytes, whether it hands on its own buffer,
-        bytes of the broadcast operand's gradient before autograd sums it to the operand's shape)."""
+    def backward(self, node: int, contributions: list[_Contribution]) -> None:
+        """B of ``node``: its gradient feeds each contribution (``_Contribution``)."""
         g = self.pending.pop(node)
         self.input_made = False
         bufs = []  # every gradient the node's backward returns exists before the engine reduces any
-        for target, size, alias, full in contributions:
-            bufs.append(g if alias else self._new(full or size))
+        for c in contributions:
+            bufs.append(g if c.alias else self._new(c.unreduced or c.size))
             self._hold(bufs[-1])
-            if not full:
-                self._mark_input(target, bufs[-1], g, size)
-        for n, (target, size, alias, full) in enumerate(contributions):
-            if full:  # summed to the operand's shape, then the result-sized gradient is freed
-                reduced = self._new(size)
+            if not c.unreduced:
+                self._mark_input(c.target, bufs[-1], g, c.size)
+        for n, c in enumerate(contributions):
+            if c.unreduced:  # summed to the operand's shape, then the result-sized gradient is freed
+                reduced = self._new(max(c.size, c.summed))
                 self._hold(reduced)
-                self._mark_input(target, reduced, g, size)
+                self._mark_input(c.target, reduced, g, c.size)
                 self._snapshot()
                 self._drop(bufs[n])
+                self.sizes[reduced] = c.size  # cast to the operand's dtype
                 bufs[n] = reduced
         made = []
-        for (target, size, alias, full), buf in zip(contributions, bufs):
-            if target == _WEIGHT:
+        for c, buf in zip(contributions, bufs):
+            if c.target == _WEIGHT:
                 self._drop(buf)
             else:
-                made.append((target, buf, size))
+                made.append((c.target, buf, c.size))
         self._snapshot()
         self._drop(g)
         for target, buf, size in made:

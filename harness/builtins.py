@@ -34,8 +34,9 @@ def membudget_register_executors(register):
 @hookimpl
 def membudget_register_allocators(register):
     from harness import allocators
+    from harness.plugins import registry
 
-    allocators.register_builtin(register)
+    allocators.register_builtin(register, find_allocator=lambda name: registry().allocator(name))
 
 
 @hookimpl

@@ -101,13 +101,18 @@ def test_a_named_allocators_placement_seeds_the_search():
     bestfit = registry().allocator("bestfit").place(t).arena_bytes
     heuristic = int((_heuristic(t) + t.size).max())
     assert bestfit < heuristic  # the instance shows the difference
-    unhinted = ExactAllocator().place(t, time_limit=0)
-    hinted = ExactAllocator().place(t, time_limit=0, hint="bestfit")
+    exact = registry().allocator("exact")  # the built-ins hand it the registry's lookup
+    unhinted = exact.place(t, time_limit=0)
+    hinted = exact.place(t, time_limit=0, hint="bestfit")
     assert unhinted.arena_bytes == heuristic
     assert hinted.arena_bytes == bestfit and "hint: bestfit" in hinted.notes
     assert not violations(t, list(hinted.offsets))
     with pytest.raises(ValueError, match="another registered allocator"):
-        ExactAllocator().place(t, hint="exact")
+        exact.place(t, hint="exact")
+    with pytest.raises(ValueError, match="hint: unknown allocator 'nope'"):
+        exact.place(t, hint="nope")
+    with pytest.raises(ValueError, match="without a way to find other allocators"):
+        ExactAllocator().place(t, hint="bestfit")
 
 
 class _StackOneApart:
@@ -124,16 +129,14 @@ class _StackOneApart:
         return SimpleNamespace(offsets=tuple(offsets))
 
 
-def test_a_hint_from_a_protocol_allocator_is_compacted_onto_the_gcd(monkeypatch):
+def test_a_hint_from_a_protocol_allocator_is_compacted_onto_the_gcd():
     """The named allocator gets the blocks the protocol promises (it iterates them), and its placement,
     whose offsets CP-SAT (in units of the gcd) could not take, is pushed down onto the gcd: with no time
     to search, the answer is aligned, valid, and no larger than the hint or the heuristic."""
-    import harness.plugins
     from harness.allocators.exact import _heuristic
 
-    monkeypatch.setattr(harness.plugins, "registry", lambda: SimpleNamespace(allocator=lambda name: _StackOneApart()))
     t = IntTrace(np.array([0, 0, 0, 2, 2]), np.array([2, 2, 2, 4, 4]), np.array([4, 8, 12, 8, 4]) * MiB)
-    hinted = ExactAllocator().place(t, time_limit=0, hint="stack")
+    hinted = ExactAllocator(find_allocator=lambda name: _StackOneApart()).place(t, time_limit=0, hint="stack")
     assert hinted.arena_bytes <= min(36 * MiB + 4, int((_heuristic(t) + t.size).max()))
     assert all(o % (4 * MiB) == 0 for o in hinted.offsets)
     assert not violations(t, list(hinted.offsets))

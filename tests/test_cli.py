@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
 import math
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -446,7 +447,12 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     assert code == 143 and err.strip() == "membudget: terminated; finished cases are saved (resume with --resume)"
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "INT")  # the next command's Ctrl-C is no SIGTERM
     monkeypatch.setattr(support.Killer, "calls", 0)
-    code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r2"), "--no-progress")
+    # Ctrl-C as a terminal sends it: a shell that starts the tests in the background has SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r2"), "--no-progress")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert code == 130 and err.strip() == "membudget: interrupted; finished cases are saved (resume with --resume)"
 
 

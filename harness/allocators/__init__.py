@@ -16,8 +16,9 @@ placement validator in :mod:`.validate`, the options an allocator takes in :mod:
 from __future__ import annotations
 
 
-def register_builtin(register):
-    """Register the built-in allocators."""
+def register_builtin(register, find_allocator=None):
+    """Register the built-in allocators; ``find_allocator`` (name -> allocator) lets ``exact`` take
+    another allocator's placement as its hint."""
     from harness.allocators.caching import CachingAllocator
     from harness.allocators.exact import ExactAllocator
     from harness.allocators.first_fit import Cnmem, FirstFit
@@ -27,4 +28,4 @@ def register_builtin(register):
     register(FirstFit())
     register(Cnmem())
     register(GreedyBySize())
-    register(ExactAllocator())
+    register(ExactAllocator(find_allocator=find_allocator))

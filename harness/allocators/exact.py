@@ -31,12 +31,12 @@ import math
 import time
 from dataclasses import dataclass
 from functools import reduce
-from typing import Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 import numpy as np
 
 from harness.allocators._common import make_placement
-from harness.allocators.trace import IntTrace, as_int_trace, max_live_bytes
+from harness.allocators.trace import IntTrace, as_int_trace, max_live_bytes, to_memory_blocks
 from harness.model import MemoryBlock, Placement
 
 __all__ = ["ExactResult", "ExactAllocator", "solve_exact", "ortools_available"]
@@ -223,10 +223,14 @@ class ExactAllocator:
     name = "exact"
     description = "optimal placement by OR-Tools CP-SAT (papers/003 MIP, no-overlap-2D), best found on time out"
 
-    def __init__(self, time_limit_s: float = 10.0, workers: int = 1, seed: int = 0) -> None:
+    def __init__(self, time_limit_s: float = 10.0, workers: int = 1, seed: int = 0,
+                 find_allocator: Callable[[str], Any] | None = None) -> None:
+        """``find_allocator``: the allocator registered under a name, for the ``hint`` option (the
+        built-ins pass the registry's lookup: an allocator sits below the registry and imports none)."""
         self.time_limit_s = time_limit_s
         self.workers = workers
         self.seed = seed
+        self.find_allocator = find_allocator
 
     def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None,
               hint: Sequence[int] | None = None) -> ExactResult:
@@ -269,12 +273,13 @@ class ExactAllocator:
             return None
         if not isinstance(hint, str) or hint == self.name:
             raise ValueError(f"hint must name another registered allocator, got {hint!r}")
-        from harness.allocators.trace import to_memory_blocks
+        if self.find_allocator is None:
+            raise ValueError("hint: this exact allocator was made without a way to find other allocators "
+                             "(ExactAllocator(find_allocator=...)); the registered one has it")
         from harness.errors import UnknownPlugin
-        from harness.plugins import registry
 
         try:
-            other = registry().allocator(hint)
+            other = self.find_allocator(hint)
         except UnknownPlugin as exc:
             raise ValueError(f"hint: {exc}") from None
         return [int(o) for o in other.place(to_memory_blocks(t)).offsets]  # the protocol's blocks, in order

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from harness.allocators._common import make_placement
 from harness.allocators.first_fit import Cnmem, FirstFit
-from harness.allocators.trace import IntTrace, max_live_bytes
+from harness.allocators.trace import IntTrace, as_int_trace, max_live_bytes
 from harness.allocators.validate import violations
 from harness.testing_allocators import paper001_sequence
 
@@ -126,21 +126,36 @@ class _StackOneApart:
         for block in trace:
             offsets.append(top)
             top += block.size + 1
-        return SimpleNamespace(offsets=tuple(offsets))
+        return make_placement(self.name, as_int_trace(trace), offsets)
 
 
-def test_a_hint_from_a_protocol_allocator_is_compacted_onto_the_gcd():
-    """The named allocator gets the blocks the protocol promises (it iterates them), and its placement,
-    whose offsets CP-SAT (in units of the gcd) could not take, is pushed down onto the gcd: with no time
-    to search, the answer is aligned, valid, and no larger than the hint or the heuristic."""
+def test_a_hint_from_a_protocol_allocator_is_taken_and_named_with_its_arena():
+    """The named allocator gets the blocks the protocol promises (it iterates them; an ``IntTrace`` made it
+    fail), the answer is valid and no larger than its placement or the heuristic's, and the notes give
+    the named allocator's arena."""
     from harness.allocators.exact import _heuristic
 
     t = IntTrace(np.array([0, 0, 0, 2, 2]), np.array([2, 2, 2, 4, 4]), np.array([4, 8, 12, 8, 4]) * MiB)
     hinted = ExactAllocator(find_allocator=lambda name: _StackOneApart()).place(t, time_limit=0, hint="stack")
     assert hinted.arena_bytes <= min(36 * MiB + 4, int((_heuristic(t) + t.size).max()))
-    assert all(o % (4 * MiB) == 0 for o in hinted.offsets)
     assert not violations(t, list(hinted.offsets))
     assert f"hint: stack ({36 * MiB + 4} bytes)" in hinted.notes
+
+
+def test_a_hint_off_the_sizes_gcd_is_compacted_onto_it_not_dropped():
+    """CP-SAT works in units of the sizes' gcd (1000 here). Best-fit's placement shifted by 500 bytes is off
+    it; compacted, it is aligned and 500 bytes smaller, and with no time to search it is the answer (it
+    used to be returned as it was, unaligned)."""
+    from harness.allocators.exact import _heuristic
+    from harness.plugins import registry
+
+    rng = np.random.default_rng(0)
+    lower = rng.integers(0, 200, 150)
+    t = IntTrace(lower, lower + rng.integers(1, 60, 150), rng.integers(1, 64, 150) * 1000)
+    shifted = np.asarray(registry().allocator("bestfit").place(t).offsets) + 500
+    res = solve_exact(t, time_limit_s=0, hint=list(shifted))
+    assert res.arena_bytes <= int((shifted + t.size).max()) - 500 < int((_heuristic(t) + t.size).max())
+    assert all(o % 1000 == 0 for o in res.offsets) and not violations(t, list(res.offsets))
 
 
 def test_compacting_a_placement_keeps_it_valid_aligned_and_no_larger():

@@ -232,11 +232,11 @@ class ExactAllocator:
         self.seed = seed
         self.find_allocator = find_allocator
 
-    def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None,
-              hint: Sequence[int] | None = None) -> ExactResult:
+    def solve(self, trace: Union[IntTrace, Sequence[MemoryBlock]], pool_bytes: int | None = None) -> ExactResult:
         """The full :class:`ExactResult` (status, bound, gap) for ``trace``."""
-        return solve_exact(trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers,
-                           seed=self.seed, hint=hint)
+        return solve_exact(
+            trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers, seed=self.seed
+        )
 
     def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None = None,
               hint: str | None = None) -> Placement:
@@ -250,10 +250,9 @@ class ExactAllocator:
         limit = self.time_limit_s if time_limit is None else time_limit
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
             raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
-        offsets = self._hint_offsets(hint, t)
-        res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed, hint=offsets)
-        hint_arena = max((o + int(w) for o, w, lo, up in zip(offsets or (), t.size, t.lower, t.upper)
-                          if w > 0 and up > lo), default=0)
+        seed = self._hint_placement(hint, t)
+        res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
+                          hint=None if seed is None else seed.offsets)
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
@@ -262,13 +261,13 @@ class ExactAllocator:
                 f"best found in {limit:g} s: lower bound {res.lower_bound_bytes} bytes, "
                 f"gap {100 * res.gap:.2f}%"
             )
-        if hint is not None:
-            notes += f"; hint: {hint} ({hint_arena} bytes)"
+        if seed is not None:
+            notes += f"; hint: {hint} ({seed.arena_bytes} bytes)"
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,
                               lower_bound_bytes=res.arena_bytes if res.optimal else res.lower_bound_bytes)
 
-    def _hint_offsets(self, hint: str | None, t: IntTrace) -> list[int] | None:
-        """The offsets the allocator named ``hint`` gives ``t`` (None without a hint)."""
+    def _hint_placement(self, hint: str | None, t: IntTrace) -> Placement | None:
+        """The placement the allocator named ``hint`` gives ``t`` (None without a hint)."""
         if hint is None:
             return None
         if not isinstance(hint, str) or hint == self.name:
@@ -282,4 +281,4 @@ class ExactAllocator:
             other = self.find_allocator(hint)
         except UnknownPlugin as exc:
             raise ValueError(f"hint: {exc}") from None
-        return [int(o) for o in other.place(to_memory_blocks(t)).offsets]  # the protocol's blocks, in order
+        return other.place(to_memory_blocks(t))  # the protocol's blocks, in the trace's order

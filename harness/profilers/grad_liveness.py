@@ -188,8 +188,8 @@ class GradLiveness:
         for operand, first in weights:
             unreduced, summed = _broadcast_gradient(node, value, operand, first) if _grad_bytes(operand) else (0, 0)
             if unreduced:  # the sum is the parameter's gradient (the weights'), unless a cast follows it
-                same_dtype = isinstance(value, torch.Tensor) and operand.dtype == value.dtype
-                record.append(_Contribution(_WEIGHT, 0, False, unreduced, 0 if same_dtype else summed))
+                cast = operand.dtype != value.dtype
+                record.append(_Contribution(_WEIGHT, 0, False, unreduced, summed if cast else 0))
         self.fns[i] = getattr(value, "grad_fn", None)
 
     def peak(self) -> int:
@@ -218,7 +218,6 @@ class _Replay:
         # inner buffers (or the part of them) handed on as y_i: y_i all along
         self.aliased_input: dict[int, int] = {}
         self.snapshots: list[tuple[dict[int, int], frozenset[int]]] = []
-        self.input_made = False  # whether the node being replayed made y_i already
         self._next = 0
 
     def has(self, node: int) -> bool:
@@ -240,11 +239,8 @@ class _Replay:
     def _snapshot(self) -> None:
         self.snapshots.append(({b: self.sizes[b] for b in self.holders}, frozenset(self.boundary)))
 
-    def _mark_input(self, target: int, buf: int, g: int, size: int) -> None:
-        """The first gradient made for the stage input is y_i, the chain model's: not workspace."""
-        if target != _INPUT or _INPUT in self.pending or self.input_made:
-            return
-        self.input_made = True
+    def _mark_input(self, buf: int, g: int, size: int) -> None:
+        """``buf``, the first gradient made for the stage input, is y_i, the chain model's: not workspace."""
         if buf == g:  # y_i is (a slice of) this inner buffer
             self.aliased_input[buf] = max(self.aliased_input.get(buf, 0), size)
         else:
@@ -253,18 +249,21 @@ class _Replay:
     def backward(self, node: int, contributions: list[_Contribution]) -> None:
         """B of ``node``: its gradient feeds each contribution (``_Contribution``)."""
         g = self.pending.pop(node)
-        self.input_made = False
+        input_made = _INPUT in self.pending  # y_i exists: a gradient for the input is summed into it later
         bufs = []  # every gradient the node's backward returns exists before the engine reduces any
         for c in contributions:
             bufs.append(g if c.alias else self._new(c.unreduced or c.size))
             self._hold(bufs[-1])
-            if not c.unreduced:
-                self._mark_input(c.target, bufs[-1], g, c.size)
+            if c.target == _INPUT and not c.unreduced and not input_made:
+                self._mark_input(bufs[-1], g, c.size)
+                input_made = True
         for n, c in enumerate(contributions):
             if c.unreduced:  # summed to the operand's shape, then the result-sized gradient is freed
                 reduced = self._new(max(c.size, c.summed))
                 self._hold(reduced)
-                self._mark_input(c.target, reduced, g, c.size)
+                if c.target == _INPUT and not input_made:
+                    self._mark_input(reduced, g, c.size)
+                    input_made = True
                 self._snapshot()
                 self._drop(bufs[n])
                 self.sizes[reduced] = c.size  # cast to the operand's dtype

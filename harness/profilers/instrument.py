@@ -182,11 +182,14 @@ class _Liveness:
         self.live.append(live)
         if not self.graph.is_workload_constant(i):
             node = self.graph.nodes[i]
-            uses = [(j, first) for j, first in operand_uses(node, self.graph.position) if j in env]
-            # a parameter read directly (get_attr) counts as a constant of the workload: a weight all the same
-            weights = [(env[j], first) for j, first in uses if self._weight(env[j])]
-            inputs = [(j, env[j], first) for j, first in uses
-                      if not self.graph.is_workload_constant(j) and not self._weight(env[j])]
+            inputs, weights = [], []
+            for j, first in operand_uses(node, self.graph.position):
+                if j not in env:
+                    continue
+                if self._weight(env[j]):  # also a parameter read directly (get_attr), a constant of the workload
+                    weights.append((env[j], first))
+                elif not self.graph.is_workload_constant(j):
+                    inputs.append((j, env[j], first))
             self.grads.on_node(i, node, value, inputs, weights)
 
     def _weight(self, value: Any) -> bool:

@@ -81,6 +81,11 @@ def storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
+def dense_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's own elements (a gradient is dense, whatever the value's layout)."""
+    return t.numel() * t.element_size()
+
+
 def storage_bytes(t: torch.Tensor) -> int:
     """Bytes of the memory block a tensor lives in (a view counts its whole base)."""
     return int(t.untyped_storage().nbytes())

@@ -7,9 +7,9 @@ and its backward B_i as separate calls, the way
 ``harness.profilers.instrument`` does, with two differences that let an executor move
 a stage's data away:
 
-- a stage receives its input through ``_Entry``, an identity autograd function whose
-  backward hands over the input's gradient; unlike a detached leaf, the autograd graph
-  then holds no reference to the input tensor;
+- a stage receives its input through ``StageEntry`` (``harness.chain.entry``), an identity
+  autograd function whose backward hands over the input's gradient; unlike a detached leaf,
+  the autograd graph then holds no reference to the input tensor, and y_i is not copied;
 - the backward of a stage starts from a ``GradientEdge`` of its output, so the
   executor keeps no reference to the output either.
 
@@ -25,24 +25,11 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
+from harness.chain.entry import StageEntry
 from harness.chain.extract import concrete
 from harness.chain.graph import Graph, tensors_in, trace
 from harness.chain.stages import StagePlan, plan_stages
 from harness.protocols import Workload
-
-
-class _Entry(torch.autograd.Function):
-    """Identity on a stage input; its backward stores the input's gradient (y_i) in a box."""
-
-    @staticmethod
-    def forward(ctx: Any, token: torch.Tensor, x: torch.Tensor, box: dict) -> torch.Tensor:  # noqa: D102
-        ctx.box = box
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None]:  # noqa: D102
-        ctx.box["grad"] = grad
-        return None, None, None
 
 
 @dataclass
@@ -204,7 +191,7 @@ class ChainPass:
         if stage > 0:
             box: dict = {}
             st.boxes[stage] = box
-            st.env[first.input] = _Entry.apply(self.token, st.next_input, box)
+            st.env[first.input] = StageEntry.apply(self.token, st.next_input, box)
         st.next_input = None
         with self.algorithm(stage), self.packing(sb, stage):
             self.chain.graph.run(first.first, first.last, st.env, on_node=self._on_node)
@@ -247,7 +234,7 @@ class ChainPass:
         box: dict = {}
         st.boxes[stage] = box
         env = dict(st.carried.pop(stage))
-        env[first.input] = _Entry.apply(self.token, st.inputs.pop(stage), box)
+        env[first.input] = StageEntry.apply(self.token, st.inputs.pop(stage), box)
         devices = [self.chain.device] if self.chain.device.type == "cuda" else []
         buffers = self.chain.stage_buffers(stage)
         as_left = [b.detach().clone() for b in buffers]  # a few per stage: a batch norm has three

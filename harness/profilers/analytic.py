@@ -156,7 +156,8 @@ def to_profile(record: ChainRecord, workload: Workload, spec: DeviceSpec, effici
             "efficiency": efficiency.to_json(),
             "times": "roofline per aten op (torch.utils.flop_counter FLOPs, bytes of arguments and results) "
                      "/ kind efficiency + launch latency per op",
-            "workspace": "liveness estimate of temporaries; conv stages add one sample's im2col matrix "
+            "workspace": "what the stage's operators allocate on the meta device beyond what the chain model counts "
+                         "(harness.profilers.allocations); conv stages add one sample's im2col matrix "
                          "(modelled default algorithm 'gemm')",
         },
     )

@@ -15,8 +15,14 @@ How each figure is obtained (papers/004 section 3.1 notation):
   parameters and buffers excluded (they are weights);
 - ``grad_bytes`` |y_i|: the gradient autograd computes for the stage input (0 for the
   first stage: the data needs no gradient);
-- ``fwd_workspace``, ``bwd_workspace``: estimates from liveness in the graph (see
-  ``_Liveness``); the measured profiler replaces them with peak-memory deltas on CUDA;
+- ``fwd_workspace`` ex^F: the most bytes that F_i's operators hold at once beyond what
+  the chain model counts elsewhere (the stage output, the saved data, the workload's
+  constants); ``bwd_workspace`` ex^B: the same for B_i, beyond the gradients the chain model
+  holds (y_{i+1}, y_i, the weights' gradients). Both are what the operators allocate, seen
+  by ``harness.profilers.allocations`` (temporaries inside one operation included), on the
+  device of the run: on ``meta`` that is autograd's allocations by size, which every device
+  makes; the measured profiler replaces them with peak-memory deltas on CUDA, where kernels
+  allocate workspaces of their own;
 - tensors that depend neither on the input nor on a trainable parameter (a causal mask
   shared by every layer) are constants of the workload: when autograd saves them they
   count once, with the weights (``constant_bytes``), never in a stage, and the executor
@@ -34,9 +40,10 @@ simulator holds that much from the end of B_{i+1} until B_i ends (in PyTorch the
 lives until both backward steps are done). Only the last stage keeps a saved output of
 its own (there is no stage after it).
 
-Stages run in isolation: each receives its input as a detached leaf tensor (requiring a
-gradient unless it is the data), so its backward stops at its own input and its op
-counts, saved tensors and gradient belong to it alone.
+Stages run in isolation: each receives a detached copy of its input through
+``StageEntry`` (as in the torch executor), which takes the input's gradient as the previous
+stage would, so its backward stops at its own input and its op counts, saved tensors,
+gradient and workspaces belong to it alone.
 """
 
 from __future__ import annotations
@@ -51,9 +58,10 @@ from torch.utils.flop_counter import flop_registry
 
 from harness.chain.metafast import meta_modes
 from harness.errors import ProfilingError
-from harness.profilers.grad_liveness import GradLiveness, dense_bytes, operand_uses
+from harness.profilers.allocations import Allocations
+from harness.chain.entry import StageEntry
 from harness.chain.graph import Graph, tensors_in
-from harness.chain.stages import StagePlan, StageSpan, storage_bytes, storage_key
+from harness.chain.stages import StagePlan, StageSpan, dense_bytes, storage_bytes, storage_key
 
 _aten = torch.ops.aten
 _CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}
@@ -156,58 +164,6 @@ class ChainRecord:
         return self.param_bytes + self.grad_param_bytes + self.buffer_bytes + self.constant_bytes
 
 
-class _Liveness:
-    """Workspace estimates for one stage from the values live at each of its nodes.
-
-    Forward: the most bytes held at once by values of the stage that are neither saved,
-    nor the stage input or output (temporaries such as a concatenation feeding a conv).
-    Backward: the most bytes of the gradients of the stage's inner values alive at once
-    (``GradLiveness``, which replays autograd's order over the gradient buffers). A view of a
-    parameter is the parameter there: the gradient it receives becomes the parameter's own,
-    which the weights count (``grad_param_bytes``).
-    """
-
-    def __init__(self, graph: Graph, span: StageSpan, weight_keys: set[int]) -> None:
-        self.graph, self.span, self.weight_keys = graph, span, weight_keys
-        self.live: list[dict[int, int]] = []
-        self.grads = GradLiveness(span.first, span.last, span.output)
-        self._hold: list[Any] = []  # keeps storages alive so that their ids stay unique
-
-    def on_node(self, i: int, value: Any, env: dict[int, Any]) -> None:
-        """Record what is live after node ``i`` ran, and what its backward will create."""
-        self._hold.append(value)
-        live: dict[int, int] = {}
-        for t in tensors_in(list(env.values())):
-            live[storage_key(t)] = storage_bytes(t)
-        self.live.append(live)
-        if not self.graph.is_workload_constant(i):
-            node = self.graph.nodes[i]
-            inputs, weights = [], []
-            for j, first in operand_uses(node, self.graph.position):
-                if j not in env:
-                    continue
-                if self._weight(env[j]):  # also a parameter read directly (get_attr), a constant of the workload
-                    weights.append((env[j], first))
-                elif not self.graph.is_workload_constant(j):
-                    inputs.append((j, env[j], first))
-            self.grads.on_node(i, node, value, inputs, weights)
-
-    def _weight(self, value: Any) -> bool:
-        """Whether ``value`` is (a view of, or a tuple of views of) parameters and buffers, no larger than
-        they are: an expanded parameter's gradient is a buffer of the expanded size, reduced afterwards."""
-        tensors = tensors_in(value)
-        return bool(tensors) and all(storage_key(t) in self.weight_keys and dense_bytes(t) <= storage_bytes(t)
-                                     for t in tensors)
-
-    def fwd_workspace(self, excluded: set[int]) -> int:
-        """Peak bytes of live values whose storage is not in ``excluded``."""
-        return max((sum(b for k, b in live.items() if k not in excluded) for live in self.live), default=0)
-
-    def bwd_workspace(self) -> int:
-        """Peak bytes of inner gradients (y_i and y_{i+1} are the chain model's own)."""
-        return self.grads.peak()
-
-
 def _weights(graph: Graph) -> tuple[set[int], int, int, int]:
     """Storage ids of all weights; parameter, parameter-gradient and buffer bytes."""
     keys: set[int] = set()
@@ -260,7 +216,8 @@ class _Iteration:
         self.weight_keys, self.param_bytes, self.grad_param_bytes, self.buffer_bytes = _weights(graph)
         n = len(plan.stages)
         self.env: dict[int, Any] = {}
-        self.leaves: list[torch.Tensor] = []
+        self.boxes: list[dict] = []  # per stage: its input's gradient y_i, once B_i ran (StageEntry)
+        self.token: torch.Tensor | None = None
         self.outs: list[torch.Tensor | None] = []
         self.saved: list[dict[int, int]] = [{} for _ in range(n)]
         self.output_saved: list[int] = [0] * n
@@ -272,7 +229,7 @@ class _Iteration:
         self.bwd_stats = [OpStats() for _ in range(n)]
         self.im2col: list[int] = []
         self.fwd_ws: list[int] = []
-        self.bwd_ws: list[int] = []
+        self.bwd_ws = [0] * n
         self.constants: dict[int, int] = {}  # storages of tensors made from neither the input nor a parameter
         self.constant_saved: dict[int, int] = {}
         self.output_bytes = 0
@@ -284,11 +241,13 @@ class _Iteration:
     def forward(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """F_s on a detached copy of its input ``x``; returns its output (with its graph)."""
         graph, span, record = self.graph, self.plan.stages[s], self.saved[s]
-        leaf = x.detach()
-        if s > 0 and x.requires_grad and x.is_floating_point():
-            leaf.requires_grad_(True)
+        leaf, box = x.detach(), {}
         self.env[span.input] = leaf
-        self.leaves.append(leaf)
+        if s > 0 and x.requires_grad and x.is_floating_point():
+            if self.token is None:
+                self.token = torch.zeros((), device=x.device, requires_grad=True)
+            self.env[span.input] = StageEntry.apply(self.token, leaf, box)
+        self.boxes.append(box)
         self.in_keys.append(storage_key(leaf))
         self.input_bytes.append(storage_bytes(leaf))
 
@@ -298,16 +257,13 @@ class _Iteration:
                 record[k] = storage_bytes(t)
             return t
 
-        liveness = _Liveness(graph, span, self.weight_keys)
-
         def on_node(i: int, value: Any, env: dict[int, Any]) -> None:
-            liveness.on_node(i, value, env)
             if graph.is_workload_constant(i):
                 self._held.append(value)
                 self.constants.update((storage_key(t), storage_bytes(t)) for t in tensors_in(value))
 
-        counter = self._counter()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter or nullcontext():
+        counter, allocations = self._counter(), Allocations()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter or nullcontext(), allocations:
             graph.run(span.first, span.last, self.env, on_node=on_node)
         out = self.env[span.output]
         if not isinstance(out, torch.Tensor):
@@ -315,9 +271,8 @@ class _Iteration:
         self.outs.append(out)
         self.out_keys.append(storage_key(out))
         self.output_bytes = storage_bytes(out)  # the last stage's is the model's
-        boundary = {self.in_keys[s], self.out_keys[s]}
-        self.fwd_ws.append(liveness.fwd_workspace(set(record) | boundary | self.weight_keys))
-        self.bwd_ws.append(liveness.bwd_workspace())
+        counted = {**record, **self.constants, self.out_keys[s]: self.output_bytes}  # the chain model's
+        self.fwd_ws.append(allocations.peak(counted))
         self.fwd_stats.append(counter.stats if counter is not None else OpStats())
         self.im2col.append(counter.im2col_bytes if counter is not None else 0)
         return out
@@ -339,19 +294,24 @@ class _Iteration:
         self.env.clear()
         last = self.outs[-1]
         grad = torch.empty_like(last) if last.device.type == "meta" else torch.ones_like(last)
+        params = list(self.graph.gm.parameters())
         for s in reversed(range(len(self.outs))):
-            out = self.outs[s]
+            out, allocations = self.outs[s], None
             if out is not None and out.requires_grad and grad is not None:
-                counter = self._counter()
-                with counter or nullcontext():
+                counter, allocations = self._counter(), Allocations()
+                with counter or nullcontext(), allocations:
                     torch.autograd.backward(out, grad)
                 if counter is not None:
                     self.bwd_stats[s] = counter.stats
-            grad = self.leaves[s].grad
+            grad = self.boxes[s].pop("grad", None)
             self.grad_bytes[s] = dense_bytes(grad) if grad is not None else 0
-            self.leaves[s].grad = None
+            if allocations is not None:
+                # the weights count their gradients; the chain model holds y_i for all of B_i, which covers
+                # y_i wherever it lies (its own buffer, or a slice of a larger one: the rest is workspace)
+                weights = {storage_key(p.grad): storage_bytes(p.grad) for p in params if p.grad is not None}
+                self.bwd_ws[s] = max(0, allocations.peak(weights) - self.grad_bytes[s])
             self.outs[s] = None  # frees the stage's graph
-        for p in self.graph.gm.parameters():
+        for p in params:
             p.grad = None
 
     def result(self) -> ChainRecord:

@@ -10,7 +10,7 @@ On CUDA the workspaces are measured as peak-memory deltas (``max_memory_allocate
 above what the operation leaves allocated), the host link with pinned copies of the
 sizes the stages save (``link_sizes``), and the convolution algorithms are cuDNN's
 heuristic choice, cuDNN autotuned (``benchmark``) and PyTorch's native kernels (cuDNN off). On the CPU the
-workspaces are the liveness estimates of ``record_chain``, the "host link" is a copy
+workspaces are what ``record_chain`` sees the operators allocate, the "host link" is a copy
 between two host buffers, and the algorithms are oneDNN and PyTorch's native kernels.
 """
 

@@ -12,7 +12,7 @@ the sequential models the paper's chains came from. DenseNet-121/169/201 have 73
 makespan/LB 2.18/1.88/1.82; now at most 1.12).
 
 The profiles count what each backward allocates beyond y_i and y_{i+1}
-(``harness.profilers.grad_liveness``). Before, an in-place ReLU's input and output gradients
+(``harness.profilers.allocations``). Before, an in-place ReLU's input and output gradients
 were one storage to the profiler, so a conv/bn + ReLU stage had no backward workspace:
 ResNet-18's minimum was B_1's need without the 103 MB gradient of bn1's output, and the
 table's own optimum there was 1.41 LB (1.665 simulated); ResNet-50 and Inception-v3 needed

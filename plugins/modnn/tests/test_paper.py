@@ -216,7 +216,7 @@ def test_fig8_eq3_vgg_prefetches_x1_in_time(profiles, key: str) -> None:
     image, x_0: 0.75 ms a pass at VGG-16 2 GiB, +0.1%, where vDNN+ loses 28%).
 
     Until the profiler counted the gradient an in-place ReLU's backward creates (ex^B of
-    every conv + ReLU stage, ``harness.profilers.grad_liveness``), eq. (3) chose other
+    every conv + ReLU stage, ``harness.profilers.allocations``), eq. (3) chose other
     sub-batches, and at VGG-16 2 and 8 GiB and VGG-19 2 GiB the hole was missing: x_1's
     prefetch came at B_2 and B_1 stalled in every pass (+2.04% and +1.62% against vDNN+).
     """

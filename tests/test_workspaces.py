@@ -29,10 +29,12 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
 from harness.chain.entry import StageEntry  # noqa: E402
+from harness.chain.extract import build_model  # noqa: E402
 from harness.chain.graph import Graph, trace  # noqa: E402
 from harness.chain.stages import plan_stages, storage_key  # noqa: E402
 from harness.profilers.allocations import Allocations  # noqa: E402
 from harness.profilers.instrument import record_chain  # noqa: E402
+from harness.protocols import Workload  # noqa: E402
 
 
 def test_allocations_sees_each_new_storage_until_it_is_freed_and_leaves_out_what_it_is_told():
@@ -57,7 +59,8 @@ def test_allocations_sees_each_new_storage_until_it_is_freed_and_leaves_out_what
     assert seen.peak({storage_key(b): 4_000, storage_key(a): 4_000}) == 4_000  # half of b still counts
 
 
-def _stages_against_autograd(name: str | torch.nn.Module, size: int = 64, forward: bool = False):
+def _stages_against_autograd(name: str | torch.nn.Module, size: int = 64, forward: bool = False,
+                             example: torch.Tensor | None = None):
     """(stage, estimated ex^B, |y_i|, real peak) for every stage after the first.
 
     The estimate is the analytic profiler's, on a ``meta`` copy of the model. Weight gradients are
@@ -67,7 +70,7 @@ def _stages_against_autograd(name: str | torch.nn.Module, size: int = 64, forwar
     layout). With ``forward``: (stage, estimated ex^F, real ex^F) for every stage, the real one
     what its forward allocates at its peak beyond its output and what autograd saves."""
     model = getattr(torchvision.models, name)() if isinstance(name, str) else name
-    x = torch.randn(2, 3, size, size)
+    x = torch.randn(2, 3, size, size) if example is None else example
     meta_model, meta_x = copy.deepcopy(model).to("meta"), x.to("meta")
     meta_graph = Graph(trace(meta_model, meta_x))
     plan = plan_stages(meta_graph, meta_x)
@@ -129,6 +132,15 @@ def test_a_transformers_workspaces_are_what_its_attention_allocates():
     forwards = _stages_against_autograd(_small_vit(), forward=True)
     assert [row for row in forwards if row[1] != row[2]] == [], forwards
     assert max(ex for _, ex, _ in forwards) > 0
+
+
+def test_a_language_models_backward_workspace_is_what_autograd_allocates():
+    """GPT-2 (eager attention, its S x S scores) with two layers. Its forward is not compared: on the CPU
+    dropout runs as a product with a float noise tensor, where the meta device, like CUDA, runs the fused
+    kernel and keeps a one-byte mask."""
+    pytest.importorskip("transformers")
+    model, ids = build_model(Workload("transformers:tiny-gpt2", 2, (64,), "H100"), "cpu")
+    _exact(_stages_against_autograd(model, example=ids))
 
 
 @pytest.mark.slow

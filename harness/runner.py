@@ -379,16 +379,55 @@ def _execute_unit_limited(task: UnitTask, limit: float) -> UnitResult:
     return list(run_in_workers([task], 1, execute_unit, _failed, limit))[0]
 
 
-def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Iterator[UnitResult]:
-    ray = _import_ray()
-    started = False
-    if not ray.is_initialized():
-        handler = signal.getsignal(signal.SIGTERM)
-        ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
-        if handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, handler)  # Ray's own aborted the process: exit 134, meta "running"
-        started = True
+class _RaySession:
+    """Ray for one run: started when no cluster runs yet, and then stopped only once the run folder is
+    settled (meta.json written, lock released), since a signal during Ray's start or stop meets Ray's
+    handlers, not ours. Ray's start-up handler turns SIGTERM into ``SystemExit`` (which is handed to the
+    handler it replaced: the command's, which says terminated), and its shutdown leaves SIGTERM's
+    default action in place for a second or more (the process dies at once: the handler is put back
+    after it)."""
+
+    def __init__(self) -> None:
+        self.ray: Any = None
+        self.started = False
+
+    def connect(self, jobs: int) -> Any:
+        """The ``ray`` module, with a cluster to run on: the caller's, or one started here."""
+        ray = self.ray = _import_ray()
+        if not ray.is_initialized():
+            self.started = True
+            with _own_sigterm_handler() as handler:
+                try:
+                    ray.init(num_cpus=jobs if jobs > 1 else None, include_dashboard=False, log_to_driver=False,
+                             logging_level="ERROR")
+                except SystemExit as exc:
+                    if exc.code == signal.SIGTERM and callable(handler):
+                        handler(signal.SIGTERM, None)
+                    raise
+        return ray
+
+    def close(self) -> None:
+        """Stop the cluster started here (its workers and the tasks still on them)."""
+        if self.started:
+            self.started = False
+            with _own_sigterm_handler():
+                self.ray.shutdown()
+
+
+class _own_sigterm_handler:  # noqa: N801 - a context manager, named for what it keeps
+    """Puts SIGTERM's handler (the one installed on entry) back on exit, whatever Ray did with it."""
+
+    def __enter__(self) -> Any:
+        self.handler = signal.getsignal(signal.SIGTERM)
+        return self.handler
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.handler)
+
+
+def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session: _RaySession) -> Iterator[UnitResult]:
+    ray = session.connect(jobs)
     task_of: dict[Any, UnitTask] = {}
     try:
         # a unit whose worker dies runs once more (as the local pool runs it again alone), then fails
@@ -407,12 +446,12 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Itera
             if done:
                 yield _ray_result(ray, done[0], task_of.pop(done[0]))
     except BaseException:
-        for ref in task_of:  # the ones not collected yet
-            ray.cancel(ref, force=True)
+        # the ones not collected yet, on the caller's cluster; a cluster started here stops with its tasks
+        # (a forced cancel of tasks just finishing crashed Ray 2.60's task manager: a native abort, exit 1)
+        if not session.started:
+            for ref in task_of:
+                ray.cancel(ref, force=True)
         raise
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _ray_result(ray: Any, ref: Any, task: UnitTask) -> UnitResult:
@@ -467,7 +506,7 @@ def run_suite(
     _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout, retry)
     root = Path(results_root)
     run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
-    lock = RunLock(run_dir)
+    lock, ray = RunLock(run_dir), _RaySession()
     try:
         if replacing:
             try:
@@ -475,9 +514,10 @@ def run_suite(
             except OSError as exc:  # rmtree names the file inside, relative to the folder
                 raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
         return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, case_timeout, progress,
-                       retry, on_rows)
+                       retry, on_rows, ray)
     finally:
         lock.release()
+        ray.close()  # last: the run folder says complete or interrupted, and is free
 
 
 def _check_same_gpu(cases: list[Case], run_dir: Path, meta: dict[str, Any]) -> None:
@@ -496,7 +536,7 @@ def _check_same_gpu(cases: list[Case], run_dir: Path, meta: dict[str, Any]) -> N
 
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
             jobs: int, case_timeout: float | None, progress: bool, retry: Collection[str],
-            on_rows: Callable[[list[dict[str, Any]]], None] | None) -> RunOutcome:
+            on_rows: Callable[[list[dict[str, Any]]], None] | None, ray: _RaySession) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -563,7 +603,8 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
         tasks = _tasks(suite, todo_units, cache, run_dir.name)
-        results = _run_ray(tasks, jobs, case_timeout) if backend == "ray" else _run_local(tasks, jobs, case_timeout)
+        results = (_run_ray(tasks, jobs, case_timeout, ray) if backend == "ray"
+                   else _run_local(tasks, jobs, case_timeout))
         with _progress(progress, n_todo, suite.name) as advance:
             for result in results:
                 if result.timeline is not None:

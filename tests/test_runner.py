@@ -553,6 +553,103 @@ def test_on_ray_a_failing_cluster_stops_the_run_and_loses_no_finished_case(tmp_p
     assert again.ran == len(suite.cases()) - len(kept) and read_meta(run_dir)["status"] == "complete"
 
 
+class _OwnCluster(_FailingCluster):
+    """Ray as the runner uses it when no cluster runs: the runner starts it, and stops it. Its shutdown
+    leaves SIGTERM's default action behind, as Ray 2.60's does (the process dies at a SIGTERM then), and
+    records what the run folder said at that moment; ``fail_at``: the result whose fetch is interrupted."""
+
+    def __init__(self, ray, run_dir: Path, fail_at: int = 0) -> None:
+        super().__init__(ray)
+        self.run_dir, self.fail_at, self.running, self.at_shutdown = run_dir, fail_at, False, None
+
+    def is_initialized(self):
+        return self.running
+
+    def init(self, **_):
+        self.running = True
+
+    def get(self, ref):
+        self.asked += 1
+        if self.asked == self.fail_at:
+            raise KeyboardInterrupt
+        return ref()
+
+    def shutdown(self):
+        import signal
+
+        lock = self.run_dir.with_name(f".{self.run_dir.name}.lock")
+        self.at_shutdown = (read_meta(self.run_dir)["status"], lock.exists())
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.running = False
+
+
+class _Stop(KeyboardInterrupt):
+    pass
+
+
+def _stop(signum, frame):
+    raise _Stop()
+
+
+@pytest.mark.parametrize("fail_at", [0, 2], ids=["complete", "interrupted"])
+def test_on_ray_a_cluster_started_for_the_run_stops_after_the_run_folder_is_settled(tmp_path, monkeypatch, fail_at):
+    """A signal while Ray stops meets Ray's handling, not the command's: by then meta.json must say
+    complete or interrupted and the lock be gone (they said running, the lock stayed), and the command's
+    SIGTERM handler is back. The cluster's tasks stop with it: no forced cancel, which crashed Ray 2.60
+    (a native abort, exit 1) on tasks that were just finishing."""
+    import signal
+
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    import harness.runner
+
+    suite = _suite(tmp_path)
+    run_dir = tmp_path / "r" / suite.name / "x"
+    cluster = _OwnCluster(ray, run_dir, fail_at)
+    monkeypatch.setattr(harness.runner, "_import_ray", lambda: cluster)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        if fail_at:
+            with pytest.raises(KeyboardInterrupt):
+                run_suite(suite, tmp_path / "r", run_id="x", backend="ray", jobs=2, progress=False)
+        else:
+            run_suite(suite, tmp_path / "r", run_id="x", backend="ray", jobs=2, progress=False)
+        assert signal.getsignal(signal.SIGTERM) is _stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cluster.at_shutdown == ("interrupted" if fail_at else "complete", False)
+    assert cluster.cancelled == [] and not cluster.running
+
+
+def test_on_ray_sigterm_while_ray_starts_stops_the_run_as_the_command_says(tmp_path, monkeypatch):
+    """Ray's start-up replaces SIGTERM's handler with one that exits (``SystemExit(15)``): the runner hands
+    the signal to the handler it replaced (the command's, which says terminated and exits 143), and puts
+    that handler back."""
+    import signal
+
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    import harness.runner
+
+    suite = _suite(tmp_path)
+    run_dir = tmp_path / "r" / suite.name / "x"
+    cluster = _OwnCluster(ray, run_dir)
+
+    def init(**_):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    cluster.init = init
+    monkeypatch.setattr(harness.runner, "_import_ray", lambda: cluster)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        with pytest.raises(_Stop):
+            run_suite(suite, tmp_path / "r", run_id="x", backend="ray", jobs=2, progress=False)
+        assert signal.getsignal(signal.SIGTERM) is _stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert read_meta(run_dir)["status"] == "interrupted"
+    assert not run_dir.with_name(".x.lock").exists()
+
+
 @pytest.mark.slow
 def test_on_ray_a_worker_that_dies_costs_its_case_only(tmp_path):
     """The same killer planner on the ray backend without a time limit: Ray runs a unit whose worker

@@ -899,6 +899,24 @@ def test_a_budget_or_plugin_name_that_reads_as_another_kind_says_so(capsys, prof
     assert code == 2 and needle in err, err
 
 
+def test_a_file_given_to_the_wrong_command_names_the_right_one_in_one_line(capsys, tmp_path):
+    """QA (2026-11-28): a suite given to ``place`` read "the first line must be the header ..." with its
+    comment lower-cased; a trace or a rows.csv given to ``run``, "a suite is a mapping, got str" or "not
+    valid YAML"; an empty suite, "got NoneType"."""
+    suite = support.write_suite(tmp_path)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("id,lower,upper,size\n1,0,3,10\n")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n\n")
+    for argv, needle in [
+        (["place", str(suite), "--allocator", "bestfit"], f"{suite}: a suite (YAML), not a trace"),
+        (["run", str(trace), "-o", str(tmp_path / "r")], f"{trace}: a CSV file, not a suite (YAML): membudget place"),
+        (["run", str(empty), "-o", str(tmp_path / "r")], f"{empty}: the file is empty: a suite is a mapping"),
+    ]:
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
 def test_a_suite_path_that_is_a_folder_or_a_profile_says_so_in_one_line(capsys, profile_file, tmp_path):
     code, _, err = _run(capsys, "run", str(profile_file[1]), "-o", str(tmp_path / "r"))
     assert code == 2 and err.count("\n") == 1 and f"{profile_file[1]}: a profile, not a suite" in err

@@ -343,8 +343,7 @@ def _read_rows(source: Union[str, Path, io.TextIOBase]) -> tuple[list[str], list
     rows = [row for row in csv.reader(io.StringIO(text)) if row and any(cell.strip() for cell in row)]
     if not rows:
         raise TraceError(f"{where}: empty trace file (expected a header id,lower,upper,size)")
-    header = [cell.strip().lower() for cell in rows[0]]
-    return header, rows[1:], where
+    return [cell.strip() for cell in rows[0]], rows[1:], where
 
 
 # Every number of a trace file, and the sum of its sizes, stays below this, so that max-live,
@@ -355,13 +354,17 @@ MAX_TRACE_VALUE = 2**62
 def _parse(
     source: Union[str, Path, io.TextIOBase], end_inclusive: bool = True
 ) -> tuple[IntTrace, list[int] | None]:
-    header, rows, where = _read_rows(source)
+    first, rows, where = _read_rows(source)
+    header = [cell.lower() for cell in first]
     if not set(header) & _KNOWN_COLUMNS:
         if header and header[0].startswith(("{", "[")):
             raise TraceError(f"{where}: a JSON file, not a trace (CSV id,lower,upper,size); a profile's trace is "
                              "written by membudget simulate PROFILE --planner P --budget B --trace trace.csv")
+        if where.lower().endswith((".yaml", ".yml")) or first[0].startswith("#"):
+            raise TraceError(f"{where}: a suite (YAML), not a trace (CSV id,lower,upper,size): membudget run {where} "
+                             "runs it")
         raise TraceError(f"{where}:1: the first line must be the header id,lower,upper,size, got "
-                         f"{','.join(header)!r}")
+                         f"{','.join(first)!r}")
     inclusive_end = "end" in header and end_inclusive
     names = [("upper" if h == "end" else _ALIASES.get(h, h)) for h in header]
     if len(set(names)) != len(names):

@@ -479,20 +479,24 @@ def run_table(frame) -> Any:
 
     allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
     lines = frame[frame["allocator"] == allocators[0]] if allocators else frame
-    arenas = {a: frame[frame["allocator"] == a].set_index(UNIT_KEY) for a in allocators}
+    arenas = {a: {tuple(r[k] for k in UNIT_KEY): r for r in frame[frame["allocator"] == a].to_dict("records")}
+              for a in allocators}
     columns = list(RUN_TABLE)
-    if frame["executor"].nunique() > 1:  # else the rows of one case look like duplicates
-        columns.insert(4, ("executor", "executor"))
+    # a key that varies gets a column, else the rows of two cases look like duplicates
+    for title, col in reversed((("input", "input_size"), ("executor", "executor"), ("seed", "seed"),
+                                ("repeat", "repeat"))):
+        if col in frame and frame[col].nunique() > 1:
+            columns.insert(4, (title, col))
     status = [col for _, col in columns].index("status")
     # every text is escaped: a label such as dynprog[slots=500] is text, not rich markup
     table = Table(*[t for t, _ in columns], *[escape(f"arena {a}") for a in allocators], box=None, show_edge=False)
-    for _, row in lines.iterrows():
+    for row in lines.to_dict("records"):
         cells = [escape(_cell(col, row.get(col))) for _, col in columns]  # a run from before a column existed lacks it
         if row["status"] != "ok":
             cells[status] = f"[red]{cells[status]}[/red]"
         key = tuple(row[k] for k in UNIT_KEY)
         for a in allocators:
-            placed = arenas[a].loc[[key]].iloc[0] if key in arenas[a].index else None
+            placed = arenas[a].get(key)
             if placed is None:
                 cells.append("-")
             elif placed["status"] != "ok" and row["status"] == "ok":

@@ -806,6 +806,23 @@ def test_run_table_names_the_executor_when_a_suite_has_several():
     assert "executor" in lines[0] and "torch" in lines[2] and "simulate" in lines[1]
 
 
+def test_run_table_names_every_case_key_that_varies():
+    """QA (2026-11-28): two input sizes (or seeds, or repeats) of one planner and budget printed as two lines
+    with nothing to tell them apart."""
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.cli import run_table
+
+    rows = [_rows(input_size="3x8x8", seed=0, repeat=0, makespan_s=1.0),
+            _rows(input_size="3x16x16", seed=1, repeat=0, makespan_s=2.0, case_id="m/b8/3x16x16/greedy/f0.5/simulate")]
+    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console.print(run_table(pd.DataFrame(rows)))
+    header, first, second = console.export_text().splitlines()[:3]
+    assert "input" in header and "seed" in header and "repeat" not in header
+    assert "3x8x8" in first and "1000.00" in first and "3x16x16" in second and "2000.00" in second
+
+
 def test_failures_are_listed_with_their_message_and_infeasible_budgets_are_not():
     import pandas as pd
 

@@ -542,7 +542,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                "already_done": outcome.skipped, "notes": outcome.notes,
                "status_counts": {k: int(v) for k, v in counts.items()},
                "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
-        return _run_status(counts)
+        return _run_status(counts, where="in the JSON rows and in rows.csv")
     from rich.console import Console
 
     console = Console(width=200)
@@ -557,12 +557,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_status(counts)
 
 
-def _run_status(counts: dict[str, int]) -> int:
+def _run_status(counts: dict[str, int], where: str = "above and in rows.csv") -> int:
     """1 when a case of the run is an ``error`` (the harness could not run it: a bad option value, a
     bug), so that a script or CI notices; ``infeasible`` and ``oom`` are results, not errors."""
     if counts.get("error"):
-        print(f"membudget: {counts['error']} case(s) failed with an error (their messages are above and in "
-              "rows.csv)", file=sys.stderr)
+        print(f"membudget: {counts['error']} case(s) failed with an error (their messages are {where})",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -170,7 +170,7 @@ def place_command(
     else:
         opt = {True: "yes", False: "no", None: "-"}[report["optimal"]]
         lines = [
-            f"trace          {report['trace']} ({report['blocks']} blocks)",
+            f"trace          {report['trace']} ({report['blocks']} block{'' if report['blocks'] == 1 else 's'})",
             f"allocator      {report['allocator']}",
             f"max-live bytes {report['max_live_bytes']}",
             f"arena bytes    {report['arena_bytes']}",

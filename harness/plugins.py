@@ -160,6 +160,10 @@ class Registry:
                                   f"{type(exc).__name__}: {exc}; what it registers there is skipped")
                     continue
                 for entry in staged:
+                    if not isinstance(entry.name, str) or not entry.name.strip() or "/" in entry.name:
+                        self._problem(f"membudget plugin {plugin}: a {kind} named {entry.name!r} is skipped: a name is "
+                                      "a non-empty string without '/' (which separates the parts of a case id)")
+                        continue
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
                         self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin,

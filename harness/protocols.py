@@ -41,8 +41,8 @@ class Planner(Protocol):
     ``needed_bytes`` an int above the budget (``harness.testing`` checks it). Its
     options are the keyword parameters of ``plan`` plus the names in an optional
     ``extra_options`` attribute; unknown ones are refused (``harness.options``). A ``plan``
-    that takes ``**options`` and has no ``extra_options`` is taken at its word: every
-    option reaches it, a misspelt one too.
+    that takes only ``**options`` (no named option) and has no ``extra_options`` is taken at
+    its word: every option reaches it, a misspelt one too.
     """
 
     name: str

@@ -506,7 +506,10 @@ def test_run_exits_1_when_a_case_fails_with_an_error(capsys, tmp_path):
                                                                                    "[keep-all, boom]"))
     code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--no-progress")
     assert code == 1 and "boom goes the planner" in out
-    assert "membudget: 9 case(s) failed with an error" in err
+    assert "membudget: 9 case(s) failed with an error (their messages are above and in rows.csv)" in err
+    code, out, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "j"), "--json")
+    assert code == 1 and "boom goes the planner" in out  # nothing is above: the messages are in the JSON
+    assert "membudget: 9 case(s) failed with an error (their messages are in the JSON rows and in rows.csv)" in err
     (tmp_path / "ok").mkdir()
     code, _, _ = _run(capsys, "run", str(support.write_suite(tmp_path / "ok")), "-o", str(tmp_path / "r"), "--json")
     assert code == 0  # its 6 infeasible rows are no error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -76,6 +77,26 @@ def test_a_plugin_object_added_by_hand_registers() -> None:
     reg.add_plugin(Plugin(), "my-plugin", "9.9")
     entry = {e.name: e for e in reg.entries("planner")}["mine"]
     assert (entry.plugin, entry.version) == ("my-plugin", "9.9")
+
+
+@pytest.mark.parametrize("name", ["", "  ", "my/planner", None])
+def test_a_name_that_cannot_be_a_case_ids_part_is_skipped_with_a_warning(name) -> None:
+    """QA (2026-11-28): a planner named "" was a blank row of ``membudget list``, and one with a '/' split its
+    case ids in two."""
+    class Odd:
+        description = "odd"
+
+    Odd.name = name
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_planners(self, register):
+            register(Odd())
+
+    reg = Registry().load()
+    with pytest.warns(UserWarning, match=f"a planner named {re.escape(repr(name))} is skipped"):
+        reg.add_plugin(Plugin(), "odd")
+    assert name not in reg.names("planner") and "keep-all" in reg.names("planner")
 
 
 def test_a_name_two_plugins_claim_stays_the_first_ones_with_a_warning() -> None:

@@ -75,6 +75,25 @@ def checked_schedule(planner: Any, schedule: Any, budget: int) -> Schedule:
     return replace(schedule, budget_bytes=int(claimed))
 
 
+def checked_refusal(planner: Any, exc: InfeasibleBudget, budget: int) -> InfeasibleBudget:
+    """``planner``'s refusal of the chain budget ``budget``, checked before it becomes an ``infeasible`` row:
+    its ``needed_bytes``, when it gives one, is a whole number of bytes above that budget (what the
+    tables show as "needs at least"). A slip (1 byte, a float of bytes) is a ``PlanContractError`` (an
+    ``error`` row), as ``harness.testing.check_refusal`` would find it."""
+    need = exc.needed_bytes
+    if need is None:
+        return exc
+    if isinstance(need, float) and need.is_integer():
+        need = int(need)
+    if isinstance(need, bool) or not isinstance(need, (int, np.integer)) or need <= budget:
+        name = getattr(planner, "name", type(planner).__name__)
+        raise PlanContractError(f"planner {name} refused the budget of {budget} bytes saying it needs "
+                                f"{exc.needed_bytes!r}; InfeasibleBudget.needed_bytes is a whole number of bytes above "
+                                f"the budget it was given ({exc})") from None
+    exc.needed_bytes = int(need)
+    return exc
+
+
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:
     """Raise ``InfeasibleBudget`` ("needs at least N bytes") when no schedule can fit."""
     from harness.bounds import min_memory

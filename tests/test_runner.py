@@ -134,12 +134,15 @@ def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
     ("none", "PlanContractError: planner sloppy returned NoneType, not a Schedule"),
     ("lie", "PlanContractError: planner sloppy returned a schedule for 1000000000000000 bytes, above the "),
     ("over", "invalid schedule: "),
+    ("refuse", "PlanContractError: planner sloppy refused the budget of "),
+    ("refuse-float", "InfeasibleBudget.needed_bytes is a whole number of bytes above the budget it was given"),
 ])
 def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypatch, slip, words, budget_model):
     """QA, a plugin author's slips: ``sys.exit`` in a plan ended the run with no row and no word; None gave
     'replace() should be called on dataclass instances'; a schedule claiming a larger budget ran as ok against
     that budget (the executors enforce Schedule.budget_bytes); a schedule over the budget, returned instead of
-    raising InfeasibleBudget, read as an honest 'infeasible'. Each is an error row now, and the rest run."""
+    raising InfeasibleBudget, read as an honest 'infeasible', and so did a refusal needing 1 byte, or a float
+    of bytes. Each is an error row now, and the rest run."""
     monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
     suite = _suite(tmp_path, support.SUITE.format(name="slip").replace("[keep-all, prefix]", "[prefix, sloppy]")
                    .replace("[0, 0.5, 1.0]", "[0, 0.5]") + f"budget_model: {budget_model}\n")

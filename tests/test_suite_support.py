@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness import hookimpl
+from harness.errors import InfeasibleBudget
 from harness.model import Profile, Stage
 from harness.schedules import best_ordered_schedule, check_budget, keep_all_schedule
 
@@ -212,7 +213,8 @@ class Hang(Prefix):
 class Sloppy(Prefix):
     """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
     returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte,
-    ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``."""
+    ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``,
+    ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got."""
 
     name = "sloppy"
     description = "a plugin author's slips (test plugin)"
@@ -230,6 +232,8 @@ class Sloppy(Prefix):
             return {}["x"]  # a slip in the plugin's own code: a KeyError from its line
         if slip in ("lie", "over"):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
+        if slip in ("refuse", "refuse-float"):
+            raise InfeasibleBudget("too small", needed_bytes=1 if slip == "refuse" else budget_bytes + 1.5)
         return super().plan(profile, budget_bytes, **options)
 
 

@@ -504,6 +504,7 @@ def run_suite(
     if case_timeout is None:
         case_timeout = suite.spec.case_timeout_s
     _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout, retry)
+    _check_cuda_present(suite)
     root = Path(results_root)
     run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     lock, ray = RunLock(run_dir), _RaySession()
@@ -518,6 +519,18 @@ def run_suite(
     finally:
         lock.release()
         ray.close()  # last: the run folder says complete or interrupted, and is free
+
+
+def _check_cuda_present(suite: Suite) -> None:
+    """A suite on ``device: cuda`` needs a CUDA GPU: refused before a run folder exists, where every case
+    would otherwise be an error row."""
+    if not any(_on_cuda(c) for c in suite.cases()):
+        return
+    from harness.environment import cuda_device
+
+    if cuda_device() is None:
+        raise MembudgetError(f"suite {suite.name} runs on a CUDA GPU (device: {suite.spec.device}) and this machine "
+                             "has none that torch can use: run it on a GPU machine (docs/gpu.md)")
 
 
 def _check_same_gpu(cases: list[Case], run_dir: Path, meta: dict[str, Any]) -> None:

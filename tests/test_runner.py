@@ -982,6 +982,19 @@ def test_a_worker_leaves_ctrl_c_to_the_main_process_and_what_it_starts_does_not(
     assert list(run_in_workers([0], 1, _ctrl_c_in_a_worker, lambda task, why: why)) == [("survived", "True")]
 
 
+def test_a_cuda_suite_on_a_machine_without_cuda_is_refused_before_a_run_folder_exists(tmp_path, monkeypatch):
+    """QA (2026-11-28): every case became an error row (exit 1), the message repeated per case."""
+    from harness import environment
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path, support.SUITE.format(name="synth").replace("device: synthetic", "device: cuda"))
+    monkeypatch.setattr(environment, "cuda_device", lambda: None)
+    with pytest.raises(MembudgetError, match=r"suite synth runs on a CUDA GPU \(device: cuda\) and this machine has "
+                                             r"none that torch can use"):
+        run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_run_measured_on_one_gpu_resumes_only_on_the_same_gpu(tmp_path, monkeypatch):
     """GPU sessions are lent an H100 or an H200 by chance: a run folder carried from one to the other
     would mix two GPUs' profiles and rows. Refused before anything is written, with both names."""

@@ -240,3 +240,9 @@ def test_a_json_file_given_as_a_trace_says_what_writes_a_trace():
     got '{'"."""
     with pytest.raises(TraceError, match=r"<stream>: a JSON file, not a trace .* --trace trace.csv"):
         read_csv(io.StringIO('{\n  "model": "builtin:mlp"\n}\n'))
+
+
+def test_a_block_that_ends_before_it_starts_names_its_line():
+    """QA (2026-11-28): the error read "block 1: upper 1 < lower 2", with no line, unlike the other trace errors."""
+    with pytest.raises(TraceError, match=r"^<stream>:3: block 'b' ends before it starts \(lower 2, upper 1\)$"):
+        read_csv(io.StringIO("id,lower,upper,size\na,0,3,10\nb,2,1,10\n"))

@@ -1242,7 +1242,7 @@ def _suite_name(run: RunFolder, meta: Mapping[str, Any], frame: pd.DataFrame) ->
 def _checked_run(run: RunFolder) -> tuple[dict[str, Any], pd.DataFrame]:
     """A run's ``meta.json`` and rows, read once; refuse, naming the folder, what would make a page or a
     comparison mislead: not a results table, no rows, rows of several suites (or of another suite than
-    ``meta.json``'s)."""
+    ``meta.json``'s), a case with two rows (a page would count it twice)."""
     check_results_table(run.path)
     meta = read_meta(run.path)
     rows = load_rows(run.path)
@@ -1253,6 +1253,10 @@ def _checked_run(run: RunFolder) -> tuple[dict[str, Any], pd.DataFrame]:
         whose = f", and meta.json is suite {meta['suite']}'s" if "suite" in meta else ""
         raise ResultsError(f"{run.path}: rows.csv holds rows of the suites {', '.join(suites)}{whose}: a run "
                            "folder holds one suite's rows")
+    twice = rows["case_id"][rows["case_id"].duplicated()]
+    if not twice.empty:
+        raise ResultsError(f"{run.path / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
+                           "a run has one row per case")
     return meta, rows
 
 
@@ -1289,12 +1293,7 @@ def _one_run(path: str | Path) -> RunFolder:
 
 
 def _rows_by_case(run: RunFolder) -> pd.DataFrame:
-    _, frame = _checked_run(run)
-    twice = frame["case_id"][frame["case_id"].duplicated()]
-    if not twice.empty:
-        raise ResultsError(f"{run.path / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
-                           "a run has one row per case")
-    return frame.set_index("case_id")
+    return _checked_run(run)[1].set_index("case_id")
 
 
 def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float | None = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, raised_at
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
-from harness.schedules import checked_refusal, checked_schedule
+from harness.schedules import checked_plan
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -141,11 +141,8 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
         if planned.memory is not None:  # the prediction; a run with a memory trace replaces it
             fields.update(_memory_fields(planned.memory))
     else:
-        try:
-            schedule, planning = planner.plan(profile, budget, **options), budget
-        except InfeasibleBudget as exc:
-            raise checked_refusal(planner, exc, budget)
-    schedule = replace(checked_schedule(planner, schedule, planning), duplex=duplex)
+        schedule, planning = checked_plan(planner, profile, budget, options), budget
+    schedule = replace(schedule, duplex=duplex)  # the device budget's plan was checked when it was made
     return Planned(schedule, planning, time.perf_counter() - started, fields)
 
 

@@ -483,10 +483,9 @@ def run_table(frame) -> Any:
               for a in allocators}
     columns = list(RUN_TABLE)
     # a key that varies gets a column, else the rows of two cases look like duplicates
-    for title, col in reversed((("input", "input_size"), ("executor", "executor"), ("seed", "seed"),
-                                ("repeat", "repeat"))):
-        if col in frame and frame[col].nunique() > 1:
-            columns.insert(4, (title, col))
+    columns[4:4] = [(title, col) for title, col in (("input", "input_size"), ("executor", "executor"),
+                                                    ("seed", "seed"), ("repeat", "repeat"))
+                    if col in frame and frame[col].nunique() > 1]
     status = [col for _, col in columns].index("status")
     # every text is escaped: a label such as dynprog[slots=500] is text, not rich markup
     table = Table(*[t for t, _ in columns], *[escape(f"arena {a}") for a in allocators], box=None, show_edge=False)

@@ -195,18 +195,16 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
 
 def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, options: dict[str, Any],
                duplex: bool) -> DevicePlan:
-    from harness.schedules import checked_refusal, checked_schedule
+    from harness.schedules import checked_plan
     from harness.simulate.executor import simulate
 
-    try:
-        schedule = planner.plan(profile, planning, **options)
+    try:  # checked before the simulator trusts its budget_bytes
+        schedule = checked_plan(planner, profile, planning, options)
     except InfeasibleBudget as exc:
-        checked_refusal(planner, exc, planning)
         needed = None if exc.needed_bytes is None else exc.needed_bytes + (budget - planning)
         raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
                                f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
                                needed_bytes=needed) from None
-    schedule = checked_schedule(planner, schedule, planning)  # before the simulator trusts its budget_bytes
     run = simulate(schedule, profile, duplex=duplex)
     if not run.feasible:
         return DevicePlan(schedule, planning, None)

@@ -31,6 +31,7 @@ import shutil
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -414,16 +415,16 @@ class _RaySession:
                 self.ray.shutdown()
 
 
-class _own_sigterm_handler:  # noqa: N801 - a context manager, named for what it keeps
-    """Puts SIGTERM's handler (the one installed on entry) back on exit, whatever Ray did with it."""
-
-    def __enter__(self) -> Any:
-        self.handler = signal.getsignal(signal.SIGTERM)
-        return self.handler
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.handler)
+@contextmanager
+def _own_sigterm_handler() -> Iterator[Any]:
+    """Puts SIGTERM's handler (the one installed on entry, which it yields) back on exit, whatever Ray
+    did with it."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield handler
+    finally:
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
 
 
 def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session: _RaySession) -> Iterator[UnitResult]:
@@ -524,7 +525,7 @@ def run_suite(
 def _check_cuda_present(suite: Suite) -> None:
     """A suite on ``device: cuda`` needs a CUDA GPU: refused before a run folder exists, where every case
     would otherwise be an error row."""
-    if not any(_on_cuda(c) for c in suite.cases()):
+    if not str(suite.spec.device).startswith("cuda"):  # every case's device
         return
     from harness.environment import cuda_device
 

@@ -94,6 +94,17 @@ def checked_refusal(planner: Any, exc: InfeasibleBudget, budget: int) -> Infeasi
     return exc
 
 
+def checked_plan(planner: Any, profile: Profile, budget: int, options: dict[str, Any]) -> Schedule:
+    """``planner.plan(profile, budget, **options)`` with both of its answers checked: a refusal
+    (``checked_refusal``) and a schedule (``checked_schedule``). The one call of a planner that the
+    runner and the device budget make."""
+    try:
+        schedule = planner.plan(profile, budget, **options)
+    except InfeasibleBudget as exc:
+        raise checked_refusal(planner, exc, budget)
+    return checked_schedule(planner, schedule, budget)
+
+
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:
     """Raise ``InfeasibleBudget`` ("needs at least N bytes") when no schedule can fit."""
     from harness.bounds import min_memory

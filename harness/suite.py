@@ -114,7 +114,7 @@ def _compose(path: Path) -> tuple[Any, Locations]:
     if path.suffix.lower() in (".csv", ".tsv"):
         raise SuiteError(f"{path}: a CSV file, not a suite (YAML): membudget place places an allocation trace, "
                          "membudget publish and compare read a run's rows.csv", source=str(path))
-    if not text.strip() or all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
+    if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
         raise SuiteError(f"{path}: the file is empty: a suite is a mapping (name:, profiler:, models:, ...)",
                          source=str(path))
     loader = yaml.SafeLoader(text)

@@ -250,9 +250,9 @@ class ExactAllocator:
         limit = self.time_limit_s if time_limit is None else time_limit
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
             raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
-        seed = self._hint_placement(hint, t)
+        hinted = self._hint_placement(hint, t)
         res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
-                          hint=None if seed is None else seed.offsets)
+                          hint=None if hinted is None else hinted.offsets)
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
@@ -261,8 +261,8 @@ class ExactAllocator:
                 f"best found in {limit:g} s: lower bound {res.lower_bound_bytes} bytes, "
                 f"gap {100 * res.gap:.2f}%"
             )
-        if seed is not None:
-            notes += f"; hint: {hint} ({seed.arena_bytes} bytes)"
+        if hinted is not None:
+            notes += f"; hint: {hint} ({hinted.arena_bytes} bytes)"
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,
                               lower_bound_bytes=res.arena_bytes if res.optimal else res.lower_bound_bytes)
 

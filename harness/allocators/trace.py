@@ -397,12 +397,13 @@ def _parse(
             raise TraceError(f"{where}:{lineno}: duplicate id {block_id!r} (first on line {first_line[block_id]}): "
                              f"every block needs its own id")
         first_line[block_id] = lineno
-        if (up + 1 if inclusive_end else up) < lo:
+        end = up + 1 if inclusive_end else up  # half-open
+        if end < lo:
             raise TraceError(f"{where}:{lineno}: block {block_id!r} ends before it starts (lower {lo}, "
                              f"{'end' if inclusive_end else 'upper'} {up})")
         ids.append(block_id)
         lower.append(lo)
-        upper.append(up + 1 if inclusive_end else up)
+        upper.append(end)
         size.append(sz)
     for name, values in (("lower", lower), ("upper", upper), ("offset", offsets or [])):
         far = next((k for k, v in enumerate(values) if abs(v) > MAX_TRACE_VALUE), None)

@@ -58,10 +58,10 @@ from torch.utils.flop_counter import flop_registry
 
 from harness.chain.metafast import meta_modes
 from harness.errors import ProfilingError
-from harness.profilers.allocations import Allocations
 from harness.chain.entry import StageEntry
 from harness.chain.graph import Graph, tensors_in
 from harness.chain.stages import StagePlan, StageSpan, dense_bytes, storage_bytes, storage_key
+from harness.profilers.allocations import Allocations
 
 _aten = torch.ops.aten
 _CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}

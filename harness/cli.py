@@ -848,8 +848,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the flag too: compiled code (Numba) can re-raise the handler's Terminated as another exception
         terminated = isinstance(exc, Terminated) or Terminated.received
         how = "terminated" if terminated else "interrupted"
-        saved = "; finished cases are saved (resume with --resume)" if args.command == "run" else ""
-        print(f"membudget: {how}{saved}", file=sys.stderr)
+        print(f"membudget: {how}{_what_an_interrupted_run_left(args, exc)}", file=sys.stderr)
         return 143 if terminated else 130
     except _user_errors() as exc:
         message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
@@ -858,6 +857,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
+    """What an interrupt leaves for ``--resume``: the run folder and its finished cases, or that none was started."""
+    if args.command != "run":
+        return ""
+    run_dir = getattr(exc, "run_dir", None)  # set by run_suite once the folder holds meta.json
+    if run_dir is None:
+        return "; no run folder was started"
+    from harness.results import ResultsError, finished_case_ids
+
+    try:
+        finished = len(finished_case_ids(run_dir))
+    except (OSError, ResultsError):  # the interrupt's message is no place for a second error
+        return f"; finished cases are saved in {run_dir} (resume with --resume)"
+    return f"; {finished} finished case{'s' if finished != 1 else ''} saved in {run_dir} (resume with --resume)"
 
 
 def _plugin_warnings_in_one_line() -> None:

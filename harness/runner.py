@@ -517,6 +517,9 @@ def run_suite(
                 raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
         return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, case_timeout, progress,
                        retry, on_rows, ray)
+    except KeyboardInterrupt as exc:  # the command's message names what an interrupt leaves behind
+        exc.run_dir = run_dir if (run_dir / "meta.json").is_file() else None  # type: ignore[attr-defined]
+        raise
     finally:
         lock.release()
         ray.close()  # last: the run folder says complete or interrupted, and is free

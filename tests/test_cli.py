@@ -416,9 +416,9 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_meta_says_interrupted(capsys, tm
     monkeypatch.setattr(support.Killer, "calls", 0)
     before = signal.getsignal(signal.SIGTERM)
     code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "t", "--no-progress")
-    assert code == 143 and err.strip() == "membudget: terminated; finished cases are saved (resume with --resume)"
-    assert signal.getsignal(signal.SIGTERM) == before  # main() puts the handler back
     run_dir = tmp_path / "r" / "term" / "t"
+    assert code == 143 and err.strip() == f"membudget: terminated; 3 finished cases saved in {run_dir} (resume with --resume)"
+    assert signal.getsignal(signal.SIGTERM) == before  # main() puts the handler back
     meta, rows = read_meta(run_dir), read_rows_csv(run_dir / "rows.csv")
     assert meta["status"] == "interrupted" and len(rows) == 3
     assert meta["sessions"][-1]["cases_run"] == len(rows)
@@ -443,17 +443,33 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     monkeypatch.setattr(support.Killer, "calls", 0)
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_AT", "2")
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "TERM")
-    code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--no-progress")
-    assert code == 143 and err.strip() == "membudget: terminated; finished cases are saved (resume with --resume)"
+    code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--no-progress")
+    assert code == 143 and err.strip() == ("membudget: terminated; 1 finished case saved in "
+                                           f"{tmp_path / 'r' / 'term' / 'a'} (resume with --resume)")
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "INT")  # the next command's Ctrl-C is no SIGTERM
     monkeypatch.setattr(support.Killer, "calls", 0)
     # Ctrl-C as a terminal sends it: a shell that starts the tests in the background has SIGINT ignored
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r2"), "--no-progress")
+        code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r2"), "--run-id", "b", "--no-progress")
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert code == 130 and err.strip() == "membudget: interrupted; finished cases are saved (resume with --resume)"
+    assert code == 130 and err.strip() == ("membudget: interrupted; 1 finished case saved in "
+                                           f"{tmp_path / 'r2' / 'term' / 'b'} (resume with --resume)")
+
+
+def test_ctrl_c_before_the_run_folder_exists_promises_nothing_to_resume(capsys, tmp_path, monkeypatch):
+    """An interrupt while the suite's plugins load or its run folder is chosen leaves nothing on disk: the
+    message said "finished cases are saved (resume with --resume)" all the same."""
+    import harness.runner as runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_check_cuda_present", interrupted)
+    code, _, err = _run(capsys, "run", str(support.write_suite(tmp_path)), "-o", str(tmp_path / "r"), "--no-progress")
+    assert code == 130 and err.strip() == "membudget: interrupted; no run folder was started"
+    assert not (tmp_path / "r").exists()
 
 
 def test_ctrl_c_in_another_command_than_run_promises_no_resume(capsys, monkeypatch):

@@ -46,7 +46,7 @@ from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
     FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, is_interrupt_row,
-    load_rows, profile_file, read_meta, runs_of_suite, write_meta, write_parquet,
+    load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import WORKER_DIED, run_in_workers
@@ -551,6 +551,22 @@ def _check_same_gpu(cases: list[Case], run_dir: Path, meta: dict[str, Any]) -> N
                              "on that GPU, or start another --run-id")
 
 
+def _check_one_row_per_case(run_dir: Path) -> None:
+    """A run folder to resume has one row per case (publish and compare refuse one that has not): a case
+    with two rows, which only an edit by hand makes, is refused, naming them, before anything runs. The
+    rows that record an interrupt are not counted: resume drops them."""
+    rows_of: dict[str, list[int]] = {}
+    for number, row in enumerate(read_rows_csv(run_dir / ROWS_CSV), start=1):  # not lines: a message may span two
+        if not is_interrupt_row(row):
+            rows_of.setdefault(row["case_id"], []).append(number)
+    twice = next(((case, at) for case, at in rows_of.items() if len(at) > 1), None)
+    if twice:
+        case, at = twice
+        numbers = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+        raise MembudgetError(f"{run_dir / ROWS_CSV}: the case {case!r} has {len(at)} rows (rows {numbers} after "
+                             "the header); a run has one row per case: delete all but one and resume again")
+
+
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
             jobs: int, case_timeout: float | None, progress: bool, retry: Collection[str],
             on_rows: Callable[[list[dict[str, Any]]], None] | None, ray: _RaySession) -> RunOutcome:
@@ -568,6 +584,8 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         notes.append(f"{run_dir} does not exist yet: started it{known}")
     cases = suite.cases()
     _check_same_gpu(cases, run_dir, meta)  # before a row is dropped or meta.json written
+    if resuming:
+        _check_one_row_per_case(run_dir)
     ids = {c.case_id for c in cases}
     if resuming:
         again: set[str] = set()

@@ -876,6 +876,25 @@ def test_resume_and_overwrite_together_are_refused(tmp_path):
     assert len(_rows(tmp_path / "r" / "synth" / "x")) == len(suite.cases())
 
 
+def test_resume_refuses_a_run_folder_whose_case_has_two_rows_and_changes_nothing(tmp_path):
+    """A row copied by hand (two runs' rows.csv joined) was kept by --resume, and only publish or compare
+    refused the folder later: resume refuses it first, naming the case and its rows."""
+    from harness.errors import MembudgetError
+
+    suite = _suite(tmp_path)
+    run_dir = tmp_path / "r" / "synth" / "x"
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    text = (run_dir / "rows.csv").read_text().splitlines(keepends=True)
+    (run_dir / "rows.csv").write_text("".join([*text, text[2]]))  # the second row, again at the end
+    before, meta = (run_dir / "rows.csv").read_text(), (run_dir / "meta.json").read_text()
+    case = read_rows_csv(run_dir / "rows.csv")[1]["case_id"]
+    with pytest.raises(MembudgetError) as exc:
+        run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert str(exc.value) == (f"{run_dir / 'rows.csv'}: the case {case!r} has 2 rows (rows 2 and {len(text)} after the "
+                              "header); a run has one row per case: delete all but one and resume again")
+    assert (run_dir / "rows.csv").read_text() == before and (run_dir / "meta.json").read_text() == meta
+
+
 @pytest.mark.parametrize("jobs", [0, -2])
 def test_jobs_must_be_at_least_one(tmp_path, jobs):
     from harness.errors import MembudgetError

@@ -13,8 +13,9 @@ How each figure is obtained (papers/004 section 3.1 notation):
 - ``saved_bytes``: every tensor autograd saves for the backward of the stage, seen
   through ``torch.autograd.graph.saved_tensors_hooks`` and deduplicated by storage,
   parameters and buffers excluded (they are weights);
-- ``grad_bytes`` |y_i|: the gradient autograd computes for the stage input (0 for the
-  first stage: the data needs no gradient);
+- ``grad_bytes`` |y_i|: the gradient autograd computes for the stage input, as the block it
+  lies in (a slice of a larger gradient keeps all of it allocated; 0 for the first stage:
+  the data needs no gradient);
 - ``fwd_workspace`` ex^F: the most bytes that F_i's operators hold at once beyond what
   the chain model counts elsewhere (the stage output, the saved data, the workload's
   constants); ``bwd_workspace`` ex^B: the same for B_i, beyond the gradients the chain model
@@ -304,10 +305,11 @@ class _Iteration:
                 if counter is not None:
                     self.bwd_stats[s] = counter.stats
             grad = self.boxes[s].pop("grad", None)
-            self.grad_bytes[s] = dense_bytes(grad) if grad is not None else 0
+            # y_i keeps the buffer it lies in alive until B_{i-1} has used it: a slice of a larger gradient
+            # (cat's backward hands each input a slice) holds all of it, which B_{i-1} must count too
+            self.grad_bytes[s] = max(dense_bytes(grad), storage_bytes(grad)) if grad is not None else 0
             if allocations is not None:
-                # the weights count their gradients; the chain model holds y_i for all of B_i, which covers
-                # y_i wherever it lies (its own buffer, or a slice of a larger one: the rest is workspace)
+                # the weights count their gradients; the chain model holds y_i for all of B_i
                 weights = {storage_key(p.grad): storage_bytes(p.grad) for p in params if p.grad is not None}
                 self.bwd_ws[s] = max(0, allocations.peak(weights) - self.grad_bytes[s])
             self.outs[s] = None  # frees the stage's graph

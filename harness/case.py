@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, raised_at
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, raised_at
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
 from harness.schedules import checked_plan
@@ -48,6 +48,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         raise KeyboardInterrupt from exc
     if isinstance(exc, InfeasibleBudget):
         return "infeasible", str(exc)
+    if isinstance(exc, InvalidSchedule):  # the validator's words, as for a schedule that ran
+        return "error", str(exc)
     if isinstance(exc, SystemExit):
         return "error", f"SystemExit: the plugin called sys.exit({exc.code!r})" + raised_at(exc)
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
@@ -193,6 +195,8 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         return CaseOutcome(fields)
     except PLUGIN_FAILURES as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
         fields["status"], fields["message"] = classify(exc)
+        if isinstance(exc, InvalidSchedule):
+            fields["valid"] = False
         return CaseOutcome(fields)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate,
                         budget_lb=fields["budget_lower_bound_s"])

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, MembudgetError, UnknownPlugin, raised_at
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, MembudgetError, UnknownPlugin, raised_at
 from harness.model import ModelError
 from harness.options import check_planner_options
 from harness.profilers.devices import DEFAULT_DEVICE
@@ -327,6 +327,8 @@ def _plan(args: argparse.Namespace):
         raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
                                + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else "")
                                + percent, need) from None
+    except InvalidSchedule:  # the command's verdict (exit 1), with every violation
+        raise
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              "planning (a smaller table, e.g. fewer slots, may fit)") from None
@@ -384,10 +386,20 @@ def _print_report(report: dict[str, Any]) -> None:
         _out(f"  violation: {message}")
 
 
+def _invalid(args: argparse.Namespace, exc: InvalidSchedule) -> int:
+    """The verdict on a schedule whose structure no memory rule or executor can read: exit 1."""
+    report = {"planner": args.planner, "valid": False, "violations": [str(v) for v in exc.violations]}
+    _json(report) if args.json else _print_report(report)
+    return 1
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan for a budget; print the schedule summary and the validator's verdict."""
     _output_file(args.output, "-o", "schedule.json", inputs=[args.profile])
-    profile, budget, planned, report = _plan(args)
+    try:
+        profile, budget, planned, report = _plan(args)
+    except InvalidSchedule as exc:
+        return _invalid(args, exc)
     schedule = planned.schedule
     report.update(_validation(schedule, profile, budget))
     if args.output:
@@ -407,15 +419,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     _output_file(args.timeline, "--timeline", "timeline.json", inputs=[args.profile])
     _output_file(args.trace, "--trace", "trace.csv", inputs=[args.profile])
-    profile, budget, planned, report = _plan(args)
+    try:
+        profile, budget, planned, report = _plan(args)
+    except InvalidSchedule as exc:
+        return _invalid(args, exc)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
-    outcome = execute_plan(planned, profile, budget, executor, workload, validate=False)
+    outcome = execute_plan(planned, profile, budget, executor, workload)  # judged as a suite's row is
     fields, run = outcome.fields, outcome.run
     if run is None:  # the executor failed: say why, as the runner's row would
         raise MembudgetError(f"executor {args.executor}: {fields.get('message')}")
     report.update(executor=args.executor, status=fields["status"], message=fields["message"],
                   ideal_s=profile.compute_time)
+    if "valid" in fields:  # the validator's verdict on a schedule that ran, or on one the budget refused
+        report["valid"] = fields["valid"]
     report.update({k: fields.get(k) for k in (
         "makespan_s", "lower_bound_s", "ratio_to_lb", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
         "throughput", "idle_s", "peak_bytes", "moved_bytes", "reserved_predicted_bytes")})
@@ -432,7 +449,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         report["trace"] = args.trace
     report = {k: _clean(v) for k, v in report.items()}
     _json(report) if args.json else _print_report(report)
-    return 0 if run.feasible else 1
+    return 0 if run.feasible and fields.get("valid") is not False else 1
 
 
 # --------------------------------------------------------------------------- place

@@ -49,6 +49,17 @@ class PlanContractError(MembudgetError, TypeError):
     budget larger than it was given): the message names the planner (``harness.schedules``)."""
 
 
+class InvalidSchedule(PlanContractError):
+    """A planner returned a schedule the vocabulary's rules refuse before anything reads it: an operation or a
+    transfer of the wrong kind, a stage out of the chain, a missing backward, an algorithm the stage does not
+    have (``harness.validate.check_structure``). ``violations`` lists them; the message is the first."""
+
+    def __init__(self, violations: list) -> None:
+        self.violations = violations
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        super().__init__(f"invalid schedule: {violations[0]}{more}")
+
+
 class OptionValueError(MembudgetError, ValueError):
     """A planner's option has a value it cannot take: the message names the planner and the option."""
 

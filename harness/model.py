@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import pydantic
 
@@ -276,6 +276,7 @@ def _interpolate(base: Profile, lo: Profile, hi: Profile, batch_size: int) -> Pr
 
 
 OpKind = Literal["F", "Fc", "Fn", "R", "B"]
+OP_KINDS: tuple[str, ...] = get_args(OpKind)  # the closed vocabulary, in this order
 
 
 @dataclass(frozen=True)

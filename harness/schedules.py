@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from harness.errors import InfeasibleBudget, PlanContractError
+from harness.errors import InfeasibleBudget, InvalidSchedule, PlanContractError
 from harness.model import Op, Profile, Schedule, Transfer, op_index, training_ops  # planners take op_index here
 from harness.units import format_bytes
 
@@ -96,13 +96,21 @@ def checked_refusal(planner: Any, exc: InfeasibleBudget, budget: int) -> Infeasi
 
 def checked_plan(planner: Any, profile: Profile, budget: int, options: dict[str, Any]) -> Schedule:
     """``planner.plan(profile, budget, **options)`` with both of its answers checked: a refusal
-    (``checked_refusal``) and a schedule (``checked_schedule``). The one call of a planner that the
-    runner and the device budget make."""
+    (``checked_refusal``) and a schedule (``checked_schedule``, then its structure,
+    ``harness.validate.check_structure``: an ``InvalidSchedule`` before the memory rules, the bounds or an
+    executor read what they could not make sense of). The one call of a planner that the runner, the
+    command line and the device budget make."""
+    from harness.validate import check_structure
+
     try:
         schedule = planner.plan(profile, budget, **options)
     except InfeasibleBudget as exc:
         raise checked_refusal(planner, exc, budget)
-    return checked_schedule(planner, schedule, budget)
+    schedule = checked_schedule(planner, schedule, budget)
+    problems = check_structure(schedule, profile)
+    if problems:
+        raise InvalidSchedule(problems)
+    return schedule
 
 
 def check_budget(profile: Profile, budget: int, planner: str, memory_optimal: bool = False) -> None:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, get_args
+from typing import Any, Iterable, Sequence
 
-from harness.model import OpKind, TimelineEvent
+from harness.model import OP_KINDS, TimelineEvent
 
-KINDS: tuple[str, ...] = get_args(OpKind)  # F, Fc, Fn, R, B: the order the parts are given in
+KINDS = OP_KINDS  # F, Fc, Fn, R, B: the order the parts are given in
 _KIND = re.compile(r"^(Fc|Fn|F|R|B)\d")
 
 

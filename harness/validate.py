@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.model import Profile, Run, Schedule, duplex_of, op_index
+from harness.model import OP_KINDS, Op, Profile, Run, Schedule, Transfer, duplex_of, op_index
 from harness.simulate.lowering import pass_profiles
 
 _EPS = 1e-9
@@ -81,9 +81,55 @@ def validate(schedule: Schedule, profile: Profile, budget: float | None = None, 
     return check_run(schedule, profile, run, budget, duplex)
 
 
+def _whole(value: object) -> bool:
+    """An int (NumPy's too), not a bool: ``True`` is an int to Python, never a stage or an index to a schedule."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_types(schedule: Schedule) -> list[Violation]:
+    """The schedule is made of the vocabulary's parts: ``Op``s of the kinds F, Fc, Fn, R and B, ``Transfer``s
+    whose direction, issue point, stages and indices are of the kinds ``harness.model`` defines, and
+    whole numbers of bytes. What the other checks, and every executor, read without checking again."""
+    out: list[Violation] = []
+    if not _whole(schedule.sub_batches):
+        return [Violation(f"sub_batches is {schedule.sub_batches!r}, not an int")]
+    if not isinstance(schedule.ops, (tuple, list)):
+        return [Violation(f"ops is a {type(schedule.ops).__name__}, not a sequence of Op")]
+    for k, op in enumerate(schedule.ops):
+        if not isinstance(op, Op):
+            out.append(Violation(f"operation {k} is {op!r}, not an Op"))
+        elif op.kind not in OP_KINDS:
+            out.append(Violation(f"operation {k} has kind {op.kind!r}, not one of {', '.join(OP_KINDS)}"))
+        elif not (_whole(op.stage) and _whole(op.sub_batch)):
+            out.append(Violation(f"operation {k} names stage {op.stage!r} of sub-batch {op.sub_batch!r}, not ints"))
+    if not isinstance(schedule.transfers, (tuple, list)):
+        return [*out, Violation(f"transfers is a {type(schedule.transfers).__name__}, not a sequence of Transfer")]
+    for j, tr in enumerate(schedule.transfers):
+        if not isinstance(tr, Transfer):
+            out.append(Violation(f"transfer {j} is {tr!r}, not a Transfer"))
+            continue
+        if tr.direction not in ("offload", "prefetch"):
+            out.append(Violation(f"transfer {j} has direction {tr.direction!r}, not 'offload' or 'prefetch'"))
+        if tr.issue_at not in ("start", "end"):
+            out.append(Violation(f"transfer {j} is issued at the {tr.issue_at!r} of its operation, not its 'start' "
+                                 "or 'end'"))
+        for field in ("stage", "sub_batch", "issue_op"):
+            if not _whole(getattr(tr, field)):
+                out.append(Violation(f"transfer {j} has {field} {getattr(tr, field)!r}, not an int"))
+        for field in ("wait_op", "nbytes"):
+            value = getattr(tr, field)
+            if value is not None and not _whole(value):
+                out.append(Violation(f"transfer {j} has {field} {value!r}, not an int or None"))
+    if not isinstance(schedule.algorithms, (tuple, list)) or not all(_whole(a) for a in schedule.algorithms):
+        out.append(Violation(f"algorithms is {schedule.algorithms!r}, not a sequence of ints"))
+    return out
+
+
 def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
     """Static checks: operations, algorithms and transfers make sense for this profile."""
-    out: list[Violation] = []
+    out = check_types(schedule)
+    if out:
+        return out
     n, n_sb = profile.n_stages, schedule.sub_batches
     if not 1 <= n_sb <= profile.batch_size:
         return [Violation(f"sub_batches must be between 1 and the batch size {profile.batch_size}, got {n_sb}")]
@@ -141,10 +187,12 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
             if kind == "Fn" and r < pos[("R", i - 1, sb)]:
                 out.append(Violation(f"R{i} runs before R{i - 1}, which re-creates its input", i))
     if schedule.algorithms and len(schedule.algorithms) != n:
-        out.append(Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages"))
+        return [Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages")]
     for i, a in enumerate(schedule.algorithms):
         if not -1 <= a < len(profile.stages[i].algorithms):
             out.append(Violation(f"algorithm {a} does not exist for stage {i}", i))
+    if out:  # the transfers' sizes below are read through the algorithms
+        return out
 
     passes = pass_profiles(profile, schedule)
     offloads: dict[tuple[int, int], int] = {}

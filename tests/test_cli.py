@@ -193,6 +193,29 @@ def test_a_planners_slip_in_plan_is_one_line_naming_it(capsys, profile_file, mon
     assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
 
 
+@pytest.mark.parametrize("command", ["plan", "simulate"])
+@pytest.mark.parametrize("slip", ["no-b0", "algorithm", "kind"])
+def test_a_malformed_schedule_is_the_validators_verdict_in_plan_and_simulate(capsys, profile_file, monkeypatch,
+                                                                             command, slip):
+    """QA: `membudget simulate` ran a schedule without B0 to `status ok` at 0.98x the ideal time, exit 0 (it
+    never validated); `plan` printed a traceback for algorithm 7. Both give the violations, exit 1."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
+    code, out, err = _run(capsys, command, str(profile_file[1]), "--planner", "sloppy", "--budget", "peak", "--json")
+    report = json.loads(out)
+    assert code == 1 and err == "" and report["valid"] is False
+    assert "invalid schedule: " + report["violations"][0] == support.MALFORMED[slip]
+
+
+def test_simulate_judges_a_schedule_that_runs_over_its_budget_as_plan_does(capsys, profile_file, monkeypatch):
+    """A schedule whose structure is sound but which does not fit: `simulate` said `infeasible`, exit 1, and
+    no verdict; it now gives the validator's, as a suite's row does."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", "over")
+    code, out, _ = _run(capsys, "simulate", str(profile_file[1]), "--planner", "sloppy", "--budget", "50%", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["valid"] is False and report["status"] == "error"
+    assert report["message"].startswith("invalid schedule: the schedule cannot run within the budget")
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--budget=1e400"], "budget: too large: '1e400'"),
     (["--budget=1e30"], "budget: too large: '1e30'"),

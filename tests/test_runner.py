@@ -155,6 +155,23 @@ def test_a_planners_slips_are_error_rows_that_say_what_it_did(tmp_path, monkeypa
     assert set(prefix) == ({"ok"} if budget_model == "chain" else {"infeasible"})  # device: runtime bytes first
 
 
+@pytest.mark.parametrize("slip", sorted(support.MALFORMED))
+def test_a_schedule_no_memory_rule_can_read_is_an_invalid_row_not_a_crash_in_the_core(tmp_path, monkeypatch, slip):
+    """QA, a plugin author's malformed schedules: the row read ``IndexError: tuple index out of range (at
+    harness.memory:121 in stage_memory)``, ``KeyError: 'X'`` or a NumPy broadcast error, from the memory
+    rules and the simulator that read the schedule before the validator did. Its structure is checked as the
+    planner returns it: an ``error`` row in the validator's words, ``valid`` false, the other rows run."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
+    suite = _suite(tmp_path, support.SUITE.format(name="slip").replace("[keep-all, prefix]", "[prefix, sloppy]")
+                   .replace("[0, 0.5, 1.0]", "[1.0]"))
+    outcome = run_suite(suite, tmp_path / "r", progress=False)
+    rows = _rows(outcome.run_dir)
+    sloppy = [r for r in rows if r["planner"] == "sloppy"]
+    assert sloppy and all((r["status"], r["valid"]) == ("error", "false") for r in sloppy)
+    assert all(r["message"].startswith(support.MALFORMED[slip]) for r in sloppy), sloppy[0]["message"]
+    assert {r["status"] for r in rows if r["planner"] == "prefix"} == {"ok"}
+
+
 def test_where_an_error_was_raised_skips_the_standard_library():
     """``raised_at`` names the innermost frame outside the standard library and the libraries: a plugin
     that feeds ``json.loads`` bad text is told its own line, not the json module's; one whose pandas

@@ -214,7 +214,10 @@ class Sloppy(Prefix):
     """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
     returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte,
     ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``,
-    ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got."""
+    ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got; and
+    schedules no memory rule can read (``MALFORMED``): ``no-b0`` leaves out B0, ``algorithm`` names algorithm 7
+    of every stage, ``stage999`` offloads stage 999, ``kind`` runs an operation ``X0``, ``tuple`` lists a plain
+    tuple as an operation, ``sideways`` copies in a direction that is neither, ``half-byte`` moves 1000.5 bytes."""
 
     name = "sloppy"
     description = "a plugin author's slips (test plugin)"
@@ -234,7 +237,39 @@ class Sloppy(Prefix):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
         if slip in ("refuse", "refuse-float"):
             raise InfeasibleBudget("too small", needed_bytes=1 if slip == "refuse" else budget_bytes + 1.5)
+        if slip in MALFORMED:
+            return malformed(slip, keep_all_schedule(profile, budget_bytes, self.name))
         return super().plan(profile, budget_bytes, **options)
+
+
+MALFORMED = {  # Sloppy's malformed schedules, and the first violation each is refused with
+    "no-b0": "invalid schedule: operation B0 of sub-batch 0 is missing (stage 0)",
+    "algorithm": "invalid schedule: algorithm 7 does not exist for stage 0 (stage 0)",
+    "stage999": "invalid schedule: transfer 0 names stage 999 of sub-batch 0, which does not exist",
+    "kind": "invalid schedule: operation 0 has kind 'X', not one of F, Fc, Fn, R, B",
+    "tuple": "invalid schedule: operation 0 is ('F', 0), not an Op",
+    "sideways": "invalid schedule: transfer 0 has direction 'sideways', not 'offload' or 'prefetch'",
+    "half-byte": "invalid schedule: transfer 0 has nbytes 1000.5, not an int or None",
+}
+
+
+def malformed(slip: str, schedule):
+    """``schedule`` (keep-all) broken as ``MALFORMED[slip]`` says."""
+    import dataclasses
+
+    from harness.model import Op, Transfer
+
+    ops, n = schedule.ops, len(schedule.ops) // 2
+    change = {
+        "no-b0": dict(ops=ops[:-1]),
+        "algorithm": dict(algorithms=(7,) * n),
+        "stage999": dict(transfers=(Transfer(999, "offload", 0), Transfer(999, "prefetch", 1))),
+        "kind": dict(ops=(Op("X", 0), *ops[1:])),
+        "tuple": dict(ops=(("F", 0), *ops[1:])),
+        "sideways": dict(transfers=(Transfer(0, "sideways", 0),)),
+        "half-byte": dict(transfers=(Transfer(0, "offload", 0, nbytes=1000.5), Transfer(0, "prefetch", n))),
+    }[slip]
+    return dataclasses.replace(schedule, **change)
 
 
 class Unpicklable(Prefix):

@@ -126,3 +126,27 @@ def test_durations_are_judged_at_the_clock_s_own_precision() -> None:
     timeline[late[0]] = dataclasses.replace(timeline[late[0]], end=timeline[late[0]].end + 1e-6)
     assert "lasts" in messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(timeline)),
                                          budget))
+
+
+def test_parts_of_the_wrong_kind_are_named_before_any_rule_reads_them() -> None:
+    """QA: ``Transfer(1, "sideways", ...)`` was told "offload 1 starts before the data reached the host",
+    ``issue_at="middle"`` "starts before it is issued", and a bool stage or 1000.5 bytes passed. NumPy's ints are
+    ints."""
+    import numpy as np
+
+    profile = two_stage_chain()
+    ops = training_ops(2)  # F0 F1 B1 B0
+    cases = {
+        "transfer 0 has direction 'sideways', not 'offload' or 'prefetch'": (Transfer(1, "sideways", 1),),
+        "transfer 0 is issued at the 'middle' of its operation, not its 'start' or 'end'":
+            (Transfer(0, "offload", 0, "middle"), Transfer(0, "prefetch", 2)),
+        "transfer 1 has stage True, not an int": (Transfer(0, "offload", 0), Transfer(True, "prefetch", 2)),
+        "transfer 0 has nbytes 1000.5, not an int or None": (Transfer(0, "offload", 0, nbytes=1000.5),),
+    }
+    for expected, transfers in cases.items():
+        assert messages(validate(Schedule("t", 10**6, ops, transfers), profile)) == expected
+    numpy_ints = (Transfer(np.int64(0), "offload", np.int32(0), nbytes=np.int64(10)),
+                  Transfer(0, "prefetch", np.int64(2), nbytes=10))
+    assert validate(Schedule("t", 10**6, ops, numpy_ints), profile) == []
+    assert messages(validate(Schedule("t", 10**6, ops, algorithms=(0,)), profile)) == \
+        "algorithms lists 1 entries for 2 stages"

@@ -1125,6 +1125,8 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
         doc.para(note, small=True)
     for note in meta.get("skipped_plugins", []):
         doc.para(f"Note: {note}", small=True)
+    if (meta.get("spec") or {}).get("validate") is False:
+        doc.para(UNVALIDATED)
     tables: list[ExecutorTable] = []
     for group in model_groups(frame):
         doc.heading(group.title)
@@ -1258,6 +1260,12 @@ def _checked_run(run: RunFolder) -> tuple[dict[str, Any], pd.DataFrame]:
         raise ResultsError(f"{run.path / ROWS_CSV}: the case {twice.iloc[0]!r} has more than one row; "
                            "a run has one row per case")
     return meta, rows
+
+
+UNVALIDATED = ("Note: this run did not validate its schedules (the suite says validate: false): their structure was "
+               "checked, not their run against the chain model's rules (what each operation holds, when each copy "
+               "is back), so a row may read ok, even fastest, or infeasible where the validator would have found the "
+               "planner's error. Its rows' valid column is empty.")
 
 
 # --------------------------------------------------------------------------- compare

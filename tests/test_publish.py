@@ -794,3 +794,23 @@ def test_a_page_says_what_its_budgets_count(results, tmp_path):
     publish([run_b], tmp_path / "site")
     text = "".join(ET.fromstring((tmp_path / "site" / "pub" / "index.html").read_text()).itertext())
     assert "Budgets on this page are bytes of the chain model" in text and "not what a CUDA process reserves" in text
+
+
+def test_a_run_that_did_not_validate_its_schedules_says_so_on_its_page(tmp_path, monkeypatch):
+    """QA: with ``validate: false`` an invalid schedule published as ok and fastest, unmarked. The page says
+    its schedules were not validated; a validated run's does not. (A schedule over its budget, ``sloppy``'s slip
+    ``over``, is the planner's error when validated, an infeasible row when not.)"""
+    from harness.publish import UNVALIDATED
+
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", "over")
+    pages = {}
+    for validate in ("true", "false"):
+        (tmp_path / validate).mkdir()
+        run = support.run_yaml(tmp_path / validate, support.SUITE.format(name="v").replace(
+            "[keep-all, prefix]", "[keep-all, sloppy]") + f"validate: {validate}\n")
+        publish([run], tmp_path / validate / "site")
+        pages[validate] = (tmp_path / validate / "site" / "v" / "index.md").read_text()
+        rows = load_rows(run)
+        over = rows[(rows["planner"] == "sloppy") & (rows["budget_label"] == "f0.5")]
+        assert set(over["status"]) == ({"error"} if validate == "true" else {"infeasible"})
+    assert UNVALIDATED in pages["false"] and UNVALIDATED not in pages["true"]

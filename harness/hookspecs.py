@@ -3,7 +3,8 @@
 Registry style (as in simonw/llm): each hook receives a ``register`` callable, and the
 plugin calls it once for each object it brings. The objects follow the small protocols in
 ``harness.protocols``; each has a ``name`` and a one-line ``description``. A name another plugin
-registered first (the built-ins first) stays that plugin's, with a warning; a hook that raises
+registered first (the built-ins first, then the plugins by distribution name) stays that plugin's, with a
+warning; an object whose method cannot take the runner's arguments is skipped with a warning; a hook that raises
 costs its plugin what it registers there (``harness.plugins``).
 
 A plugin is a module with functions decorated by ``harness.hookimpl``, made known through

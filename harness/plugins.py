@@ -18,7 +18,8 @@ functions do not match the hook specifications (a parameter pluggy cannot give),
 raises, is skipped (nothing it registered in that hook is kept); a hook function whose name is
 no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest;
 a name (a planner's, a model's) that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
-entry points in the order Python lists them. Each such problem is a warning and a line of
+entry points by distribution name and entry-point name (not sys.path's order, which differs between machines);
+an object whose method cannot take what the runner gives it (``CALLS``) is skipped. Each such problem is a warning and a line of
 ``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
 """
 
@@ -28,6 +29,7 @@ import difflib
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import re
 import warnings
@@ -78,7 +80,7 @@ class Registry:
         self._order: dict[int, int] = {}  # plugin object id -> when it was added: who registers first
         self._entry_points: dict[int, str] = {}  # plugin object id -> the entry point that loaded it
         self._models: dict[str, Registered] | None = None  # model name -> its factory; built on first use
-        self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded
+        self.failed: dict[str, str] = {}  # plugin -> why it could not be loaded, or a hook of it raised
         self.problems: list[str] = []  # every plugin problem, one line each (see the module docstring)
 
     # -- loading
@@ -89,7 +91,9 @@ class Registry:
         chosen = {_norm(n) for n in only} if only is not None else None
         blocked = {_norm(n) for n in switches["MEMBUDGET_BLOCK_PLUGINS"] or []}
         seen: set[str] = set()
-        for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+        # by distribution, then entry point: which of two plugins keeps a name they both claim does not hang on
+        # the order of sys.path
+        for ep in sorted(importlib.metadata.entry_points(group=hookspecs.PROJECT), key=_load_order):
             dist = ep.dist.name if ep.dist else ep.name
             names = {_norm(ep.name), _norm(dist)}
             seen |= names
@@ -97,6 +101,9 @@ class Registry:
                 continue
             module = None
             try:
+                value = getattr(ep, "value", None)
+                if isinstance(value, str) and importlib.metadata.EntryPoint.pattern.match(value) is None:
+                    raise ValueError(f"{ep.name} = {value!r} is not 'module' or 'module:object'")
                 module = ep.load()
                 self._add(module, dist, ep.dist.version if ep.dist else "")
                 self._entry_points[id(module)] = ep.name
@@ -156,19 +163,30 @@ class Registry:
                 try:
                     impl.function(register=register)
                 except PLUGIN_FAILURES as exc:  # what it registered before it raised is dropped with it
+                    self.failed[plugin] = f"{type(exc).__name__}: {exc}"
                     self._problem(f"membudget plugin {plugin}: its membudget_register_{kind}s hook raised "
                                   f"{type(exc).__name__}: {exc}; what it registers there is skipped")
                     continue
-                for entry in staged:
+                names = [entry.name for entry in staged]
+                for k, entry in enumerate(staged):
                     if not isinstance(entry.name, str) or not entry.name.strip() or "/" in entry.name:
                         self._problem(f"membudget plugin {plugin}: a {kind} named {entry.name!r} is skipped: a name is "
                                       "a non-empty string without '/' (which separates the parts of a case id)")
                         continue
+                    if names.count(entry.name) > 1:
+                        self._problem(f"membudget plugin {plugin} registers {names.count(entry.name)} {kind}s named "
+                                      f"{entry.name!r}: the first is used")
+                        if k != names.index(entry.name):
+                            continue
                     existing = self._items[kind].get(entry.name)
                     if existing is not None and existing.plugin != entry.plugin:
                         self._problem(_clash(kind, entry.name, existing.plugin, entry.plugin,
                                              self._block_name(existing.plugin),
                                              self._entry_points.get(id(impl.plugin))))
+                        continue
+                    why = _cannot_be_called(kind, entry.obj)
+                    if why:
+                        self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} is skipped: {why}")
                         continue
                     self._items[kind][entry.name] = entry
         self._models = None
@@ -259,6 +277,35 @@ class Registry:
     def models(self) -> list[tuple[str, Registered]]:
         """Every model name with the factory entry that answers to it, by name."""
         return sorted(self._model_index().items())
+
+
+def _load_order(ep: Any) -> tuple[str, str]:
+    return (_norm(ep.dist.name if ep.dist else ep.name), ep.name)
+
+
+# what the runner calls on each kind of plugin, with the arguments it gives (harness.protocols)
+CALLS = {"profiler": ("Profiler", "profile", 1), "planner": ("Planner", "plan", 2), "executor": ("Executor", "run", 3),
+         "allocator": ("Allocator", "place", 1), "model": ("ModelFactory", "build", 2)}
+
+
+def _cannot_be_called(kind: str, obj: Any) -> str | None:
+    """Why the runner could not call ``obj`` as a ``kind`` (``harness.protocols``): its method is missing, or
+    cannot take the arguments the runner gives (``plan(self, profile)`` failed every case with a TypeError).
+    None when it can, or when Python cannot say (a compiled method without a signature)."""
+    protocol, method, n = CALLS[kind]
+    call = getattr(obj, method, None)
+    if not callable(call):
+        return f"it has no {method} method (harness.protocols.{protocol})"
+    try:
+        signature = inspect.signature(call)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*[None] * n)
+    except TypeError:
+        return (f"its {method}{signature} cannot take the {n} argument{'s' if n > 1 else ''} the runner gives it "
+                f"(harness.protocols.{protocol})")
+    return None
 
 
 def _norm(name: str) -> str:

@@ -827,6 +827,12 @@ def _check_names(suite: Suite) -> None:
 
                     close = close_names(entry.name, reg.names(kind), n=1)
                     typo = f" (did you mean {close[0]!r}?)" if close else ""
+                    if reg.failed:  # installed, perhaps, by a plugin that failed: not "not installed"
+                        failed = sorted(reg.failed)
+                        one = len(failed) == 1
+                        typo += (f" ({'the plugin' if one else 'the plugins'} {', '.join(failed)} failed to load or "
+                                 f"register, as {'its warning says' if one else 'their warnings say'}: it may be "
+                                 f"{'that plugin' if one else 'one of them'}'s)")
                     suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped{typo}")
                     suite.absent.add((key, entry.name))
                     continue

@@ -147,6 +147,9 @@ class _Models:
     def names(self) -> list[str]:
         return self._names
 
+    def build(self, workload, device="cpu"):
+        raise NotImplementedError
+
 
 def test_a_model_name_two_factories_offer_is_the_first_factorys() -> None:
     """The QA case: factory 'aaa' listed torchvision:resnet18 and, being first by name, built its own
@@ -207,6 +210,9 @@ def _entry_points(monkeypatch, *modules: tuple[str, str, object]) -> None:
 
 class _Planner:
     name, description = "sound", "a planner of a sound plugin"
+
+    def plan(self, profile, budget_bytes, **options):
+        raise NotImplementedError
 
 
 def _plugin(name: str, hook: str = "membudget_register_planners", function=None):
@@ -374,3 +380,63 @@ def test_installing_the_greedy_plugin_into_a_fresh_venv_makes_it_appear(tmp_path
     assert "keep-all" in before and "greedy" not in before
     install("membudget_greedy-*.whl")
     assert planners()["greedy"] == "membudget-greedy"
+
+
+def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_twice_keeps_the_first() -> None:
+    """QA: a planner with ``plan(self, profile)`` registered fine, then failed every case with a TypeError; a
+    plugin that registered two planners of one name kept the second without a word."""
+    class NoBudget(_Planner):
+        name = "no-budget"
+
+        def plan(self, profile):
+            raise NotImplementedError
+
+    class First(_Planner):
+        name = "twice"
+
+    class Second(First):
+        pass
+
+    class Plugin:
+        @hookimpl
+        def membudget_register_planners(self, register):
+            for planner in (NoBudget(), First(), Second()):
+                register(planner)
+
+    reg = Registry().load()
+    with pytest.warns(UserWarning) as caught:
+        reg.add_plugin(Plugin(), "careless")
+    messages = [str(w.message) for w in caught]
+    assert "membudget plugin careless: planner 'no-budget' is skipped: its plan(profile) cannot take the 2 arguments " \
+           "the runner gives it (harness.protocols.Planner)" in messages
+    assert "membudget plugin careless registers 2 planners named 'twice': the first is used" in messages
+    assert "no-budget" not in reg.names("planner") and type(reg.planner("twice")) is First
+
+
+@pytest.mark.parametrize("listed", [("zzz", "aaa"), ("aaa", "zzz")])
+def test_which_plugin_keeps_a_name_two_claim_does_not_hang_on_the_order_python_lists_them(monkeypatch, listed):
+    """QA: with two plugins registering one planner name, reversing PYTHONPATH handed it to the other one."""
+    _entry_points(monkeypatch, *[(name, f"membudget-{name}", _plugin(f"membudget_{name}")) for name in listed])
+    with pytest.warns(UserWarning, match="planner 'sound' is registered by membudget-aaa and by membudget-zzz: "
+                                         "membudget-aaa's is used"):
+        reg = Registry().load()
+    assert {e.name: e.plugin for e in reg.entries("planner")}["sound"] == "membudget-aaa"
+
+
+def test_an_entry_point_that_is_not_module_colon_object_says_so(monkeypatch) -> None:
+    """QA: ``bad = this is not : a valid [ref`` warned ``AttributeError: 'NoneType' object has no attribute
+    'group'`` (importlib's regular expression did not match)."""
+    import importlib.metadata
+    import types
+
+    def load():
+        raise AttributeError("'NoneType' object has no attribute 'group'")
+
+    bad = types.SimpleNamespace(name="bad", value="this is not : a valid [ref", load=load,
+                                dist=types.SimpleNamespace(name="membudget-bad", version="1.0"))
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [bad])
+    with pytest.warns(UserWarning, match=re.escape(
+            "membudget plugin membudget-bad: its entry point bad failed to load and is skipped "
+            "(MEMBUDGET_BLOCK_PLUGINS=bad silences this): ValueError: bad = 'this is not : a valid [ref' is not "
+            "'module' or 'module:object'")):
+        Registry().load()

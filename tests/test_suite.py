@@ -207,6 +207,19 @@ def test_a_file_profiled_model_that_is_no_profile_is_named_with_its_line(tmp_pat
     assert f"{path}:5: models[0].model: not a profile: " in err and "not valid JSON" in err
 
 
+def test_an_optional_planner_missing_while_a_plugin_failed_names_that_plugin(tmp_path, monkeypatch):
+    """QA: a plugin whose hook raised after registering its planner left the suite saying only that the
+    planner "is not installed", though its plugin is, and failed."""
+    from harness.plugins import registry
+
+    monkeypatch.setitem(registry().failed, "membudget-broken", "ModuleNotFoundError: No module named 'x'")
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                         "planners: [prefix, {name: not-installed, optional: true}]"))
+    assert load_suite(path).skipped == ["planner 'not-installed' is not installed (optional): skipped (the plugin "
+                                        "membudget-broken failed to load or register, as its warning says: it may "
+                                        "be that plugin's)"]
+
+
 def test_a_misspelt_optional_planner_is_skipped_with_the_name_it_resembles(tmp_path):
     """QA (2026-11-28): {name: gredy, optional: true} was skipped as "not installed", with no word of greedy."""
     path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",

@@ -330,8 +330,11 @@ def _plan(args: argparse.Namespace):
     except InvalidSchedule:  # the command's verdict (exit 1), with every violation
         raise
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
+        from harness.options import planner_options
+
+        hint = " (a smaller table, e.g. fewer slots, may fit)" if "slots" in (planner_options(planner) or ()) else ""
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
-                             "planning (a smaller table, e.g. fewer slots, may fit)") from None
+                             f"planning{hint}") from None
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}{raised_at(exc)}") from None
     except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
@@ -881,8 +884,8 @@ def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterru
     if args.command != "run":
         return ""
     run_dir = getattr(exc, "run_dir", None)  # set by run_suite once the folder holds meta.json
-    if run_dir is None:
-        return "; no run folder was started"
+    if run_dir is None:  # still loading the suite, or choosing the folder: a folder to resume is as it was
+        return "; the run had not begun: nothing was written"
     from harness.results import ResultsError, finished_case_ids
 
     try:

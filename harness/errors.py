@@ -84,11 +84,13 @@ def raised_at(exc: BaseException) -> str:
     message reads the same on every machine: the innermost frame of the traceback outside Python's
     standard library and outside the libraries of ``LIBRARIES``, so a plugin's slip names its line,
     followed by ``via`` the innermost library frame when the error came from inside one (a pandas
-    ``KeyError``). Empty when no frame qualifies, and for the harness's own errors
-    (``MembudgetError``), whose words say what failed and whose it was."""
+    ``KeyError``), and by ``called from`` the plugin's innermost frame when the error came from
+    inside the harness (a planning helper given a stage that does not exist). Empty when no frame
+    qualifies, and for the harness's own errors (``MembudgetError``), whose words say what failed
+    and whose it was."""
     if isinstance(exc, MembudgetError):
         return ""
-    own = inner = None
+    own = inner = caller = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         module = str(frame.f_globals.get("__name__", ""))
         top = module.split(".")[0]
@@ -97,6 +99,11 @@ def raised_at(exc: BaseException) -> str:
         inner = f"{module}:{line} in {frame.f_code.co_name}"
         if top not in LIBRARIES:
             own = inner
+            if top != "harness":
+                caller = inner
     if own is None:
         return f" (at {inner})" if inner else ""
-    return f" (at {own})" if own == inner else f" (at {own}, via {inner})"
+    where = own if own == inner else f"{own}, via {inner}"
+    if caller is not None and caller != own:
+        where += f", called from {caller}"
+    return f" (at {where})"

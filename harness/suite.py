@@ -815,8 +815,11 @@ def _check_names(suite: Suite) -> None:
                     problem = f"{str(profile_path)!r} is a folder, not a profile file"
                 else:
                     problem = f"no profile file {str(profile_path)!r}"
+                    if not Path(entry.model.removeprefix("file:")).is_absolute():
+                        problem += f" (a path in a suite is from the suite file's folder: {profile_path.resolve()})"
                 raise SuiteError(f"{source}:{line}: models[{k}].model: {problem}",
                                  source=source, line=line, field=f"models[{k}].model")
+            _check_profile_file_labels(suite, k, entry, profile_path)
     for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
         for k, entry in enumerate(getattr(spec, key)):
             try:
@@ -853,6 +856,43 @@ def _check_names(suite: Suite) -> None:
                     source, line = suite.line_of(key, k)
                     raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
                                      field=f"{key}[{k}]") from None
+
+
+def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry, path: Path) -> None:
+    """A profile file keeps its own device and dtype: the rows, which take the suite's labels, would name
+    another (a measured H100 profile labelled K40m, a float32 one labelled bfloat16, with float32's times).
+    Refused where the two differ; a suite on ``cpu`` or ``cuda`` (the torch executor's device) is not
+    compared with the GPU a profile names."""
+    from harness.model import ModelError, Profile, load
+    from harness.profilers import devices
+
+    try:
+        profile = load(Profile, path)
+    except (ModelError, OSError) as exc:
+        source, line = suite.line_of("models", k, "model")
+        raise SuiteError(f"{source}:{line}: models[{k}].model: not a profile: {exc}", source=source, line=line,
+                         field=f"models[{k}].model") from None
+    dtype = entry.dtype or suite.spec.dtype
+    if profile.dtype and dtype != profile.dtype:
+        at = ("models", k, "dtype") if entry.dtype else ("dtype",)
+        source, line = suite.line_of(*at)
+        raise SuiteError(f"{source}:{line}: {_field_name(at)}: {dtype}, but models[{k}]'s profile file is "
+                         f"{profile.dtype} (its times are): write dtype: {profile.dtype} on that model",
+                         source=source, line=line, field=_field_name(at))
+
+    def spec_of(name: str) -> Any:
+        try:
+            return devices.spec(name)
+        except KeyError:
+            return devices.match_gpu(name)
+
+    ours = None if devices.torch_device_refusal(suite.spec.device) is None else spec_of(suite.spec.device)
+    theirs = spec_of(profile.device)
+    if ours is not None and theirs is not None and ours.name != theirs.name:
+        source, line = suite.line_of("device")
+        raise SuiteError(f"{source}:{line}: device: {suite.spec.device}, but models[{k}]'s profile file was made "
+                         f"on {profile.device}: its rows would say {suite.spec.device}; give that model a suite "
+                         f"on device: {theirs.name}", source=source, line=line, field="device")
 
 
 def _check_devices_and_dtypes(suite: Suite) -> None:

@@ -481,9 +481,10 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
                                            f"{tmp_path / 'r2' / 'term' / 'b'} (resume with --resume)")
 
 
-def test_ctrl_c_before_the_run_folder_exists_promises_nothing_to_resume(capsys, tmp_path, monkeypatch):
-    """An interrupt while the suite's plugins load or its run folder is chosen leaves nothing on disk: the
-    message said "finished cases are saved (resume with --resume)" all the same."""
+def test_ctrl_c_before_the_run_begins_promises_nothing_to_resume(capsys, tmp_path, monkeypatch):
+    """An interrupt while the suite's plugins load or its run folder is chosen writes nothing: the message
+    said "finished cases are saved (resume with --resume)" all the same. (With --resume, a folder from
+    before is as it was: "no run folder was started" was wrong there, QA.)"""
     import harness.runner as runner
 
     def interrupted(*args, **kwargs):
@@ -491,7 +492,7 @@ def test_ctrl_c_before_the_run_folder_exists_promises_nothing_to_resume(capsys, 
 
     monkeypatch.setattr(runner, "_check_cuda_present", interrupted)
     code, _, err = _run(capsys, "run", str(support.write_suite(tmp_path)), "-o", str(tmp_path / "r"), "--no-progress")
-    assert code == 130 and err.strip() == "membudget: interrupted; no run folder was started"
+    assert code == 130 and err.strip() == "membudget: interrupted; the run had not begun: nothing was written"
     assert not (tmp_path / "r").exists()
 
 
@@ -898,7 +899,11 @@ def test_a_planner_out_of_memory_is_a_one_line_error(capsys, profile_file, monke
     _, path = profile_file
     code, out, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%")
     assert code == 2 and not out and err.count("\n") == 1
-    assert "membudget: error: planner prefix" in err and "out of memory while planning" in err
+    # QA: the hint of fewer slots went to every planner, those without a slots option too
+    assert err == "membudget: error: planner prefix (options []): out of memory while planning\n"
+    code, out, err = _run(capsys, "plan", str(path), "--planner", "recompute", "--budget", "50%")
+    assert code == 2 and err == ("membudget: error: planner recompute (options []): out of memory while planning "
+                                 "(a smaller table, e.g. fewer slots, may fit)\n")
 
 
 def test_plan_says_what_a_recomputing_schedule_keeps_offloads_and_recomputes(capsys, profile_file):

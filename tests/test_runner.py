@@ -204,6 +204,25 @@ def test_where_an_error_was_raised_skips_the_standard_library():
     assert where.startswith(f" (at tests.test_runner:{line} in plugin_code_with_pandas, via pandas."), where
 
 
+def test_a_helper_misused_by_a_plugin_names_the_plugins_line_too():
+    """QA: a planner that gave ``ordered_schedule`` a stage the chain does not have read ``KeyError: (18, 0)
+    (at harness.schedules:181 in ordered_schedule)``, no line of its own: the plugin's frame follows."""
+    from harness.errors import raised_at
+    from harness.schedules import ordered_schedule
+
+    profile = support.chain("synthetic:chain4", 2)
+
+    def plugin_plan():
+        return ordered_schedule(profile, 10**12, {18}, planner="careless")
+
+    try:
+        plugin_plan()
+    except (KeyError, IndexError) as exc:
+        where = raised_at(exc)
+    line = plugin_plan.__code__.co_firstlineno + 1
+    assert where.startswith(" (at harness.") and where.endswith(f", called from tests.test_runner:{line} in plugin_plan)")
+
+
 def test_profiling_failure_fails_only_that_model(tmp_path):
     text = support.SUITE.format(name="prof").replace("models:\n", "models:\n  - {model: synthetic:broken, batch_sizes: [4]}\n")
     rows = _rows(run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False).run_dir)

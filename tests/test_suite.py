@@ -94,6 +94,41 @@ def test_a_model_may_name_its_own_profiler_and_dtype(tmp_path):
     assert f"{path}:{_line_of(path, 'profiler: fil')}: models[1].profiler: unknown profiler 'fil'" in str(err)
 
 
+@pytest.mark.parametrize("change, words", [
+    (("dtype: float32", "dtype: bfloat16"),
+     "s.yaml:9: models[1].dtype: bfloat16, but models[1]'s profile file is float32 (its times are): write dtype: "
+     "float32 on that model"),
+    (("    dtype: float32\n", ""),  # the suite's dtype, float32 by default: the same, accepted
+     None),
+    (("device: synthetic", "device: K40m"),
+     "s.yaml:3: device: K40m, but models[1]'s profile file was made on NVIDIA H100 80GB HBM3: its rows would say "
+     "K40m; give that model a suite on device: H100"),
+    (("device: synthetic", "device: H100"), None),
+])
+def test_a_profile_file_keeps_its_own_device_and_dtype(tmp_path, change, words):
+    """QA: a measured H100 profile in a suite on device K40m published as "analytic profiles of K40m", and a
+    float32 profile under dtype bfloat16 as bfloat16 rows with float32's times."""
+    root = Path(__file__).resolve().parent.parent
+    entry = f"  - model: {root / 'results' / 'profiles' / 'resnet50-b32-h100-measured.json'}\n    profiler: file\n" \
+            "    dtype: float32\n    batch_sizes: [32]\n"
+    text = BASE.replace("budgets:", entry + "budgets:")
+    path = _suite(tmp_path, text.replace(*change))
+    if words is None:
+        assert load_suite(path).cases()
+    else:
+        assert str(_error(path)) == f"{path.parent / words}"
+
+
+def test_a_missing_profile_file_says_where_a_relative_path_was_looked_for(tmp_path):
+    """QA: a suite copied elsewhere said "no profile file '../results/profiles/x.json'", not where that is."""
+    text = BASE.replace("budgets:", "  - {model: ../results/x.json, profiler: file, batch_sizes: [2]}\nbudgets:")
+    (tmp_path / "suites").mkdir()
+    path = _suite(tmp_path / "suites", text)
+    assert str(_error(path)).endswith(f"models[1].model: no profile file '{tmp_path / 'results' / 'x.json'}'"
+                                      f" (a path in a suite is from the suite file's folder: "
+                                      f"{tmp_path / 'results' / 'x.json'})")
+
+
 def test_byte_budgets_parse_units(tmp_path):
     suite = load_suite(_suite(tmp_path, BASE.replace("{fractions: [0, 1]}", "{bytes: [4GiB, 512MiB, 1000]}")))
     assert [b.label for b in suite.budgets()] == ["4GiB", "512MiB", "1000"]

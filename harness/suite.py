@@ -219,7 +219,8 @@ def _named(value: Any) -> Any:
 def _byte_quantity(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"a byte quantity like 4GiB, 512MiB or 1073741824, got {value!r}")
-    parse_bytes(value)  # raises ValueError with the accepted forms
+    if parse_bytes(value) <= 0:  # raises ValueError with the accepted forms
+        raise ValueError(f"a budget must be positive, got {value!r}")
     return value
 
 
@@ -927,8 +928,17 @@ def _check_unique(suite: Suite, cases: list[Case]) -> None:
         (("allocators",), [a.display for a in suite.present("allocators")], " (give one a label:)"),
         (("seeds",), list(spec.seeds), ""),
     ]
-    for kind, key in (("fraction", "fractions"), ("peak_fraction", "peak_fractions"), ("bytes", "bytes")):
+    for kind, key in (("fraction", "fractions"), ("peak_fraction", "peak_fractions")):
         lists.append((("budgets", key), [b.label for b in budgets if b.kind == kind], ""))
+    in_bytes = [b for b in budgets if b.kind == "bytes"]  # 160MiB and 167772160 are one budget
+    for k, b in enumerate(in_bytes):
+        same = next((other for other in in_bytes[:k] if other.value == b.value), None)
+        if same is not None:
+            source, line = suite.line_of("budgets", "bytes")
+            twice = f"{same.label!r} is listed twice" if same.label == b.label else \
+                f"{same.label!r} and {b.label!r} are the same budget ({int(b.value)} bytes)"
+            raise SuiteError(f"{source}:{line}: budgets.bytes: {twice}", source=source, line=line,
+                             field="budgets.bytes")
     for k, entry in enumerate(spec.models):
         lists.append((("models", k, "batch_sizes"), list(entry.batch_sizes), ""))
         lists.append((("models", k, "input_sizes" if entry.input_sizes else "input_size"),

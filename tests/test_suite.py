@@ -143,6 +143,8 @@ def test_byte_budgets_parse_units(tmp_path):
     ("{fractions: [0, 1]}", "{bytes: [4 gigs]}", "budgets:", "budgets.bytes[0]", "not a byte quantity"),
     ("{fractions: [0, 1]}", "{bytes: ['-1GiB']}", "budgets:", "budgets.bytes[0]",
      "a byte quantity cannot be negative: '-1GiB'"),
+    # QA: bytes: [0] gave infeasible rows and exit 0, where the command line's --budget 0 is refused
+    ("{fractions: [0, 1]}", "{bytes: [1GiB, 0]}", "budgets:", "budgets.bytes[1]", "a budget must be positive, got 0"),
     ("device: synthetic", "device: [a, b]", "device:", "device", "a text, got a list"),
     ("{fractions: [0, 1]}", "{peak_fractions: [0.5, 0]}", "budgets:", "budgets.peak_fractions[1]",
      "a fraction of the keep-all peak is a number in (0, 1], got 0"),
@@ -308,6 +310,10 @@ def test_duplicate_planner_is_refused(tmp_path):
 
 @pytest.mark.parametrize("old, new, needle, expect", [
     ("{fractions: [0, 1]}", "{fractions: [0.5, 0.50]}", "budgets:", "budgets.fractions: 'f0.5' is listed twice"),
+    ("{fractions: [0, 1]}", "{bytes: [1GiB, 1GiB]}", "budgets:", "budgets.bytes: '1GiB' is listed twice"),
+    # QA: the same bytes written two ways ran every case twice, under two ids
+    ("{fractions: [0, 1]}", "{bytes: [160MiB, 167772160]}", "budgets:",
+     "budgets.bytes: '160MiB' and '167772160' are the same budget (167772160 bytes)"),
     ("batch_sizes: [1, 2]", "batch_sizes: [2, 2]", "batch_sizes", "models[0].batch_sizes: 2 is listed twice"),
     ("planners: [keep-all, prefix]", "planners: [prefix]\nseeds: [1, 1]", "seeds:", "seeds: 1 is listed twice"),
     ("planners: [keep-all, prefix]", "planners: [prefix]\nexecutors: [simulate, simulate]", "executors:",

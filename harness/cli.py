@@ -547,6 +547,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import run_suite
     from harness.suite import load_suite
 
+    _output_folder(args.output, "-o", create=False)  # the run makes it, once the suite is known to be good
     suite = load_suite(args.suite)
     for note in suite.skipped:
         print(f"membudget: note: {note}", file=sys.stderr)

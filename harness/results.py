@@ -388,6 +388,19 @@ def _last_started(run_dir: Path) -> tuple[str, str]:
     return started, run_dir.name
 
 
+def _not_a_run(path: Path) -> str:
+    """What a file given in place of a run folder is, and the command that reads it."""
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return (f"a suite, not a run: membudget run {path} runs it; publish and compare read the run folder it "
+                "writes (results/<suite>/<run-id>)")
+    if suffix == ".json":
+        return "a JSON file (a profile or a schedule), not a run: membudget plan and simulate read a profile"
+    if suffix == ".csv":
+        return "a CSV file that is no run's rows.csv: membudget place reads an allocation trace (id,lower,upper,size)"
+    return f"a file, not a run folder (expected results/<suite>/<run-id>/{ROWS_CSV})"
+
+
 def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:
     """Resolve publish/compare arguments to run folders.
 
@@ -401,6 +414,8 @@ def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:
             raise ResultsError(f"{path}: no such file or folder")
         if path.name == ROWS_CSV and path.is_file():  # a run's rows: its run folder
             path = path.parent
+        if path.is_file():
+            raise ResultsError(f"{path}: {_not_a_run(path)}")
         if is_run_folder(path):
             meta = read_meta(path)
             found.append(RunFolder(meta.get("suite", path.parent.name), path.name, path))

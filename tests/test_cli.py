@@ -574,6 +574,9 @@ def test_output_paths_are_checked_before_any_work_and_their_folders_made(capsys,
     assert code == 2 and err.strip() == f"membudget: error: -o {path / 's.json'}: {path} is a file, not a folder"
     code, _, err = _run(capsys, "publish", str(tmp_path), "-o", str(path))
     assert code == 2 and f"{path} is a file, not a folder" in err
+    # QA: run said "membudget: error: r18.json/g: Not a directory"
+    code, _, err = _run(capsys, "run", str(support.write_suite(tmp_path)), "-o", str(path), "--no-progress")
+    assert code == 2 and err.strip() == f"membudget: error: -o {path}: {path} is a file, not a folder"
     code, _, _ = _run(capsys, *plan, "-o", str(tmp_path / "new" / "deep" / "s.json"))
     assert code == 0 and (tmp_path / "new" / "deep" / "s.json").exists()
 
@@ -975,10 +978,23 @@ def test_a_file_given_to_the_wrong_command_names_the_right_one_in_one_line(capsy
     trace.write_text("id,lower,upper,size\n1,0,3,10\n")
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n\n")
+    from harness.results import header_line
+
+    rows = tmp_path / "run" / "rows.csv"
+    rows.parent.mkdir()
+    rows.write_text(header_line())
     for argv, needle in [
         (["place", str(suite), "--allocator", "bestfit"], f"{suite}: a suite (YAML), not a trace"),
         (["run", str(trace), "-o", str(tmp_path / "r")], f"{trace}: a CSV file, not a suite (YAML): membudget place"),
         (["run", str(empty), "-o", str(tmp_path / "r")], f"{empty}: the file is empty: a suite is a mapping"),
+        # QA: publish and compare said "no results here" of a suite or a trace; place, of a run's rows.csv,
+        # printed its 72-column header
+        (["publish", str(suite), "-o", str(tmp_path / "s")], f"{suite}: a suite, not a run: membudget run {suite} "
+                                                             "runs it"),
+        (["compare", str(suite), str(tmp_path)], f"{suite}: a suite, not a run: membudget run"),
+        (["publish", str(trace), "-o", str(tmp_path / "s")], f"{trace}: a CSV file that is no run's rows.csv: "
+                                                             "membudget place reads an allocation trace"),
+        (["place", str(rows), "--allocator", "bestfit"], f"{rows}: a run's rows.csv, not a trace"),
     ]:
         code, _, err = _run(capsys, *argv)
         assert code == 2 and err.count("\n") == 1 and needle in err, err

@@ -360,6 +360,10 @@ def _parse(
         if header and header[0].startswith(("{", "[")):
             raise TraceError(f"{where}: a JSON file, not a trace (CSV id,lower,upper,size); a profile's trace is "
                              "written by membudget simulate PROFILE --planner P --budget B --trace trace.csv")
+        if {"suite", "case_id", "status"} <= set(header):
+            raise TraceError(f"{where}: a run's rows.csv, not a trace (CSV id,lower,upper,size): membudget publish "
+                             "and compare read its folder; a case's trace is written by membudget simulate PROFILE "
+                             "--planner P --budget B --trace trace.csv")
         if where.lower().endswith((".yaml", ".yml")) or first[0].startswith("#"):
             raise TraceError(f"{where}: a suite (YAML), not a trace (CSV id,lower,upper,size): membudget run {where} "
                              "runs it")

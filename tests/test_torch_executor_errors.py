@@ -180,6 +180,24 @@ def test_a_suite_runs_the_torch_executor_beside_the_simulator(tmp_path, monkeypa
     assert by[("greedy", "f0")]["status"] == "ok" and int(by[("greedy", "f0")]["moved_bytes"]) > 0
     simulated = {(r["planner"], r["budget_label"]): r for r in rows if r["executor"] == "simulate"}
     assert by[("greedy", "f0")]["moved_bytes"] == simulated[("greedy", "f0")]["moved_bytes"]
+    # QA: "x ideal 1585" read as a slowdown; it is CPU time over a V100 estimate, and the row says so
+    assert all(r["message"].startswith("the profile's times are V100-PCIe's (analytic), not this cpu's")
+               for r in torch_rows if r["status"] == "ok")
+
+
+def test_a_profile_measured_on_this_device_needs_no_note_and_any_other_does():
+    import dataclasses
+
+    from harness.executors.torch_executor import _timed_elsewhere
+    from tests.test_suite_support import chain
+
+    estimate = chain("synthetic:chain4", 2)
+    cpu = torch.device("cpu")
+    assert _timed_elsewhere(dataclasses.replace(estimate, device="cpu", measured=True), cpu) == ""
+    assert _timed_elsewhere(dataclasses.replace(estimate, device="NVIDIA H100 80GB HBM3", measured=True), cpu) == (
+        "the profile's times are NVIDIA H100 80GB HBM3's (measured), not this cpu's: its ratios to them (x ideal, "
+        "prediction_error) compare two devices")
+    assert "(synthetic), not this cpu's" in _timed_elsewhere(dataclasses.replace(estimate, device="cpu"), cpu)
 
 
 def test_min_memory_budgets_run():

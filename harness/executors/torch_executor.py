@@ -235,6 +235,9 @@ class TorchExecutor:
             run = execution.measure(prediction)
         finally:
             execution.close()
+        elsewhere = _timed_elsewhere(profile, chain.device)
+        if elsewhere and run.status == "ok":
+            run = replace(run, message=f"{run.message}; {elsewhere}" if run.message else elsewhere)
         if self.grad_check and run.status == "ok":  # after the memory statistics were read
             try:
                 error = gradient_error(chain, schedule.sub_batches, self.seed)
@@ -250,6 +253,17 @@ class TorchExecutor:
                 return replace(run, message=f"{run.message}; {note}" if run.message else note)
             run = replace(run, metrics={**run.metrics, "grad_error": error})
         return run
+
+
+def _timed_elsewhere(profile: Profile, device: torch.device) -> str:
+    """A note when ``profile``'s times are not this device's (an analytic V100 estimate run on the CPU): the
+    row's ratios to them (x ideal, prediction_error) then compare two devices. Empty when it was measured here."""
+    here = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if profile.measured and profile.device == here:
+        return ""
+    how = "measured" if profile.measured else profile.profiler
+    return (f"the profile's times are {profile.device}'s ({how}), not this {here}'s: its ratios to them (x ideal, "
+            "prediction_error) compare two devices")
 
 
 def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | None:

@@ -30,14 +30,15 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable, Iterator
 
 WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
-               "killing it, e.g. for host memory); the other cases ran")
+               "killing it, e.g. for host memory); the run went on with the other cases")
 POLL_S = 1.0  # how often the parent looks for start reports while no started unit has a deadline
 
 
 def timed_out(limit: float) -> str:
     """The message of a unit stopped by the case time limit ``limit`` (seconds)."""
     return (f"stopped after {limit:g} s: the case time limit (case_timeout_s in the suite, --case-timeout "
-            f"on the command line); the other cases ran")
+            f"on the command line), which counts a new worker's imports and its planners' compilation (seconds: "
+            f"the worker that replaces a stopped one starts again); the run went on with the other cases")
 
 
 def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any], fail: Callable[[Any, str], Any],

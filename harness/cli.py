@@ -356,6 +356,11 @@ def _plan(args: argparse.Namespace):
         "non_default_algorithms": sum(1 for a in schedule.algorithms if a >= 0),
         "plan_time_s": plan_time, "notes": schedule.notes,
     }
+    if 0 < profile.device_memory < budget:  # a budget is what a card holds: this one holds less
+        from harness.units import format_bytes
+
+        summary["warning"] = (f"the budget ({format_bytes(budget)}) is above the memory of the profile's device, "
+                              f"{profile.device} ({format_bytes(profile.device_memory)}): no such card can train it")
     return profile, budget, planned, summary
 
 

@@ -84,7 +84,14 @@ def profile_command(
             raise ProfilingError(f"profiler {profiler!r} does not take these options: {exc}") from None
     size = tuple(input_size) if input_size else default_input_size(model)
     workload = Workload(model=model, batch_size=int(batch), input_size=size, device=device, dtype=dtype)
-    profile = chosen.profile(workload)
+    try:
+        profile = chosen.profile(workload)
+    except ProfilingError as exc:
+        own = default_input_size(model)
+        if input_size and own and tuple(input_size) != own and "failed while running" in str(exc):
+            raise ProfilingError(f"{exc} (the model's own input size is {'x'.join(map(str, own))}: is "
+                                 "--input-size right for it?)") from None
+        raise
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         save(profile, output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -191,6 +192,19 @@ def test_a_planners_slip_in_plan_is_one_line_naming_it(capsys, profile_file, mon
     _, path = profile_file
     code, out, err = _run(capsys, "plan", str(path), "--planner", "sloppy", "--budget", "50%")
     assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+
+
+def test_a_budget_above_the_devices_memory_is_a_warning(capsys, profile_file):
+    """QA: ResNet-18 at batch 100000 planned for 1.76 TiB on a 16 GiB V100 with status ok and no word."""
+    profile, path = profile_file
+    code, out, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "peak", "--json")
+    assert code == 0 and "warning" not in json.loads(out)  # the synthetic chain fits its 1 TB device
+    big = path.parent / "small-device.json"
+    save(dataclasses.replace(profile, device_memory=peak_memory(profile) - 1), big)
+    code, out, _ = _run(capsys, "simulate", str(big), "--planner", "prefix", "--budget", "peak", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["warning"].startswith("the budget (") and "above the memory of the profile's " \
+        f"device, {profile.device} (" in report["warning"]
 
 
 @pytest.mark.parametrize("command", ["plan", "simulate"])
@@ -1059,3 +1073,15 @@ def test_the_misspelling_hint_leaves_abbreviations_alone_and_reads_only_its_own_
         main(["plan", "p.json"])  # the last command line's --planners is not this one's
     err = capsys.readouterr().err
     assert "required: --planner, --budget" in err and "did you mean" not in err
+
+
+def test_a_model_that_fails_at_an_input_size_not_its_own_asks_whether_the_size_is_right(capsys, tmp_path):
+    """QA: ``--input-size 1,224,224`` on ResNet-18 said only "RuntimeError: Invalid channel dimensions"."""
+    from harness.commands import default_input_size
+
+    own = default_input_size("torchvision:resnet18")
+    code, _, err = _run(capsys, "profile", "torchvision:resnet18", "--batch", "2", "--input-size", "1,64,64",
+                        "-o", str(tmp_path / "p.json"))
+    assert code == 2 and err.count("\n") == 1
+    assert err.rstrip().endswith(f"(the model's own input size is {'x'.join(map(str, own))}: is --input-size "
+                                 "right for it?)"), err

@@ -78,15 +78,15 @@ def parse_budget(text: str, profile: Any = None) -> int:
     from harness.units import check_fraction, parse_bytes
 
     text = str(text).strip()
-    if text.endswith("%") or text in ("min", "peak"):
+    if text.endswith("%") or text.lower() in ("min", "peak"):  # case aside, as units are (160mib)
         if profile is None:
             raise MembudgetError(f"budget {text!r}: a fraction needs a profile; give bytes like 4GiB")
         from harness.bounds import min_memory, peak_memory
 
         lo, hi = min_memory(profile), peak_memory(profile)
-        if text == "min":
+        if text.lower() == "min":
             return lo
-        if text == "peak":
+        if text.lower() == "peak":
             return hi
         try:
             fraction = float(text[:-1]) / 100
@@ -103,7 +103,7 @@ def parse_budget(text: str, profile: Any = None) -> int:
     try:
         return parse_bytes(text)
     except ValueError as exc:
-        hint = "" if "50%" in str(exc) else "; or a percentage of the span min..peak like 50%"
+        hint = "" if "50%" in str(exc) else "; or a percentage of the span min..peak like 50%, or min, or peak"
         raise MembudgetError(f"budget: {exc}{hint}") from None
 
 

@@ -128,6 +128,17 @@ def test_plan_prints_the_summary_and_validation_as_text_and_json(capsys, profile
     assert pairs["recomputed_stages"] == "[]"
 
 
+@pytest.mark.parametrize("word", ["MIN", "Peak"])
+def test_min_and_peak_are_words_whatever_their_case_as_units_are(capsys, profile_file, word):
+    """QA: --budget MIN was refused ("not a byte quantity", naming neither min nor peak), while 160mib read."""
+    profile, path = profile_file
+    code, out, _ = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", word, "--json")
+    want = min_memory(profile) if word.lower() == "min" else peak_memory(profile)
+    assert code == 0 and json.loads(out)["budget_bytes"] == want
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "lots")
+    assert code == 2 and err.rstrip().endswith("or a percentage of the span min..peak like 50%, or min, or peak")
+
+
 def test_plan_writes_the_schedule(capsys, profile_file, tmp_path):
     from harness.model import Schedule, load
 

@@ -573,7 +573,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(width=200)
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    console.print(f"{len(frame)} rows ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
+    allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
+    lines = int((frame["allocator"] == allocators[0]).sum()) if allocators else len(frame)  # run_table's lines
+    per_line = f", {lines} lines of {len(allocators)} allocators each" if len(allocators) > 1 else ""
+    console.print(f"{len(frame)} rows{per_line} ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
     for line in failure_lines(frame):
         console.print(line, markup=False, highlight=False)
     for note in outcome.notes:

@@ -684,6 +684,9 @@ def test_run_and_compare_print_labels_with_their_options(capsys, tmp_path):
     assert planners == {"keep-all", "prefix", "prefix[depth=3]"}
     assert " infeasible " in out and "[red]" not in out  # the status colour is still markup
     assert "arena minisearch[time_limit=1]" in out  # an allocator's label in its column's header
+    lines = sum(1 for line in out.splitlines() if line.lstrip().startswith("synthetic:"))
+    # QA: "24 rows" under a table of 12 lines, each allocator's placement being a row of its own
+    assert f"{2 * lines} rows, {lines} lines of 2 allocators each (" in out
     shutil.copytree(tmp_path / "r" / "synth" / "a", tmp_path / "r" / "synth" / "b")
     rows = (tmp_path / "r" / "synth" / "b" / "rows.csv").read_text().splitlines()
     (tmp_path / "r" / "synth" / "b" / "rows.csv").write_text("\n".join(rows[:-1]) + "\n")  # its last case gone

@@ -19,7 +19,8 @@ raises, is skipped (nothing it registered in that hook is kept); a hook function
 no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest;
 a name (a planner's, a model's) that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
 entry points by distribution name and entry-point name (not sys.path's order, which differs between machines);
-an object whose method cannot take what the runner gives it (``CALLS``) is skipped. Each such problem is a warning and a line of
+an object whose method cannot take what the runner gives it (``CALLS``) is skipped; one without a description is kept,
+with a warning. Each such problem is a warning and a line of
 ``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
 """
 
@@ -188,6 +189,9 @@ class Registry:
                     if why:
                         self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} is skipped: {why}")
                         continue
+                    if not str(getattr(entry.obj, "description", "") or "").strip():  # kept: a page only lacks a line
+                        self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} has no description "
+                                      "(the one line membudget list and the published pages show)")
                     self._items[kind][entry.name] = entry
         self._models = None
 

@@ -384,7 +384,8 @@ def test_installing_the_greedy_plugin_into_a_fresh_venv_makes_it_appear(tmp_path
 
 def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_twice_keeps_the_first() -> None:
     """QA: a planner with ``plan(self, profile)`` registered fine, then failed every case with a TypeError; a
-    plugin that registered two planners of one name kept the second without a word."""
+    plugin that registered two planners of one name kept the second without a word; one without a
+    description registered silently."""
     class NoBudget(_Planner):
         name = "no-budget"
 
@@ -397,10 +398,13 @@ def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_tw
     class Second(First):
         pass
 
+    class Silent(_Planner):
+        name, description = "silent", ""
+
     class Plugin:
         @hookimpl
         def membudget_register_planners(self, register):
-            for planner in (NoBudget(), First(), Second()):
+            for planner in (NoBudget(), First(), Second(), Silent()):
                 register(planner)
 
     reg = Registry().load()
@@ -410,7 +414,10 @@ def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_tw
     assert "membudget plugin careless: planner 'no-budget' is skipped: its plan(profile) cannot take the 2 arguments " \
            "the runner gives it (harness.protocols.Planner)" in messages
     assert "membudget plugin careless registers 2 planners named 'twice': the first is used" in messages
+    assert "membudget plugin careless: planner 'silent' has no description (the one line membudget list and the " \
+           "published pages show)" in messages
     assert "no-budget" not in reg.names("planner") and type(reg.planner("twice")) is First
+    assert "silent" in reg.names("planner")  # kept: it runs, only its line is missing
 
 
 @pytest.mark.parametrize("listed", [("zzz", "aaa"), ("aaa", "zzz")])

@@ -187,7 +187,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
             if kind == "Fn" and r < pos[("R", i - 1, sb)]:
                 out.append(Violation(f"R{i} runs before R{i - 1}, which re-creates its input", i))
     if schedule.algorithms and len(schedule.algorithms) != n:
-        return [Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages")]
+        return [*out, Violation(f"algorithms lists {len(schedule.algorithms)} entries for {n} stages")]
     for i, a in enumerate(schedule.algorithms):
         if not -1 <= a < len(profile.stages[i].algorithms):
             out.append(Violation(f"algorithm {a} does not exist for stage {i}", i))

@@ -150,3 +150,6 @@ def test_parts_of_the_wrong_kind_are_named_before_any_rule_reads_them() -> None:
     assert validate(Schedule("t", 10**6, ops, numpy_ints), profile) == []
     assert messages(validate(Schedule("t", 10**6, ops, algorithms=(0,)), profile)) == \
         "algorithms lists 1 entries for 2 stages"
+    swapped = (ops[1], ops[0]) + ops[2:]  # and an order violation found before it is kept beside it
+    assert messages(validate(Schedule("t", 10**6, swapped, algorithms=(0,)), profile)) == \
+        "F1 runs before F0, whose output it reads (stage 1) | algorithms lists 1 entries for 2 stages"

@@ -78,16 +78,15 @@ def parse_budget(text: str, profile: Any = None) -> int:
     from harness.units import check_fraction, parse_bytes
 
     text = str(text).strip()
-    if text.endswith("%") or text.lower() in ("min", "peak"):  # case aside, as units are (160mib)
+    word = text.lower()  # min and peak whatever their case, as units are (160mib)
+    if text.endswith("%") or word in ("min", "peak"):
         if profile is None:
             raise MembudgetError(f"budget {text!r}: a fraction needs a profile; give bytes like 4GiB")
         from harness.bounds import min_memory, peak_memory
 
         lo, hi = min_memory(profile), peak_memory(profile)
-        if text.lower() == "min":
-            return lo
-        if text.lower() == "peak":
-            return hi
+        if word in ("min", "peak"):
+            return lo if word == "min" else hi
         try:
             fraction = float(text[:-1]) / 100
         except ValueError:
@@ -497,13 +496,18 @@ def _cell(col: str, value: Any) -> str:
     return str(value)
 
 
+def _allocators_and_lines(frame) -> tuple[list[str], Any]:
+    """The allocators a run placed with, and the rows that make the run table's lines (the first allocator's)."""
+    allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
+    return allocators, frame[frame["allocator"] == allocators[0]] if allocators else frame
+
+
 def run_table(frame) -> Any:
     """A rich table of a run's rows: one line per planned case, one arena column per allocator."""
     from rich.markup import escape
     from rich.table import Table
 
-    allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
-    lines = frame[frame["allocator"] == allocators[0]] if allocators else frame
+    allocators, lines = _allocators_and_lines(frame)
     arenas = {a: {tuple(r[k] for k in UNIT_KEY): r for r in frame[frame["allocator"] == a].to_dict("records")}
               for a in allocators}
     columns = list(RUN_TABLE)
@@ -573,9 +577,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(width=200)
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    allocators = [a for a in dict.fromkeys(frame["allocator"]) if a]
-    lines = int((frame["allocator"] == allocators[0]).sum()) if allocators else len(frame)  # run_table's lines
-    per_line = f", {lines} lines of {len(allocators)} allocators each" if len(allocators) > 1 else ""
+    allocators, lines = _allocators_and_lines(frame)
+    per_line = f", {len(lines)} lines of {len(allocators)} allocators each" if len(allocators) > 1 else ""
     console.print(f"{len(frame)} rows{per_line} ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
     for line in failure_lines(frame):
         console.print(line, markup=False, highlight=False)

@@ -516,6 +516,7 @@ class Suite:
     skipped: list[str] = field(default_factory=list)
     absent: set[tuple[str, str]] = field(default_factory=set)  # (list key, name) not installed, optional
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    _profiles: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # path -> its Profile
 
     @property
     def name(self) -> str:
@@ -547,21 +548,29 @@ class Suite:
         if entry.input_size:
             return [tuple(entry.input_size)]
         if self.profiler_of(entry) == "file":
-            from harness.model import ModelError, Profile, load
-
-            try:
-                return [tuple(load(Profile, self.model_name(entry)).input_shape)]
-            except (ModelError, OSError) as exc:  # where in the suite: the file alone does not say
-                k = next(k for k, e in enumerate(self.spec.models) if e is entry)
-                source, line = self.line_of("models", k, "model")
-                raise SuiteError(f"{source}:{line}: models[{k}].model: not a profile: {exc}", source=source,
-                                 line=line, field=f"models[{k}].model") from None
+            return [tuple(self.profile_file(entry).input_shape)]
         from harness.commands import DEFAULT_INPUT_SIZE, default_input_size
 
         try:
             return [default_input_size(entry.model)]
         except UnknownPlugin:  # the suite's check names the unknown model, with its line
             return [DEFAULT_INPUT_SIZE]
+
+    def profile_file(self, entry: ModelEntry) -> Any:
+        """The ``Profile`` a ``profiler: file`` entry names, read once; a file that is none is refused with its
+        line in the suite (the file alone does not say where it was named)."""
+        path = self.model_name(entry)
+        if path not in self._profiles:
+            from harness.model import ModelError, Profile, load
+
+            try:
+                self._profiles[path] = load(Profile, path)
+            except (ModelError, OSError) as exc:
+                k = next(k for k, e in enumerate(self.spec.models) if e is entry)
+                source, line = self.line_of("models", k, "model")
+                raise SuiteError(f"{source}:{line}: models[{k}].model: not a profile: {exc}", source=source,
+                                 line=line, field=f"models[{k}].model") from None
+        return self._profiles[path]
 
     def all_cases(self) -> list[Case]:
         """Every case of the grid, before excludes."""
@@ -820,7 +829,7 @@ def _check_names(suite: Suite) -> None:
                         problem += f" (a path in a suite is from the suite file's folder: {profile_path.resolve()})"
                 raise SuiteError(f"{source}:{line}: models[{k}].model: {problem}",
                                  source=source, line=line, field=f"models[{k}].model")
-            _check_profile_file_labels(suite, k, entry, profile_path)
+            _check_profile_file_labels(suite, k, entry)
     for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
         for k, entry in enumerate(getattr(spec, key)):
             try:
@@ -859,20 +868,14 @@ def _check_names(suite: Suite) -> None:
                                      field=f"{key}[{k}]") from None
 
 
-def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry, path: Path) -> None:
+def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:
     """A profile file keeps its own device and dtype: the rows, which take the suite's labels, would name
     another (a measured H100 profile labelled K40m, a float32 one labelled bfloat16, with float32's times).
     Refused where the two differ; a suite on ``cpu`` or ``cuda`` (the torch executor's device) is not
     compared with the GPU a profile names."""
-    from harness.model import ModelError, Profile, load
     from harness.profilers import devices
 
-    try:
-        profile = load(Profile, path)
-    except (ModelError, OSError) as exc:
-        source, line = suite.line_of("models", k, "model")
-        raise SuiteError(f"{source}:{line}: models[{k}].model: not a profile: {exc}", source=source, line=line,
-                         field=f"models[{k}].model") from None
+    profile = suite.profile_file(entry)
     dtype = entry.dtype or suite.spec.dtype
     if profile.dtype and dtype != profile.dtype:
         at = ("models", k, "dtype") if entry.dtype else ("dtype",)

@@ -118,7 +118,7 @@ def test_a_budget_where_nothing_runs_is_marked():
 def test_a_lead_that_rounds_to_one_shows_the_digit_that_makes_it_a_lead():
     """QA (2026-11-25): modnn-k40's vgg101 at 4GiB read 1.000x for 47798.25 ms against 47794.23 ms, like a
     tie; ties are named as such, so a lead shows the first digit that tells it from one."""
-    from harness.publish import _lead
+    from harness.publish.tables import _lead
 
     assert _lead(47798.25, 47794.23) == "1.0001x"
     # below 0.005% a fourth decimal still reads 1.0000x (beaumont-fig5's runner-up did, review 2026-11-28)

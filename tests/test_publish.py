@@ -553,7 +553,7 @@ def test_the_latest_run_is_the_last_started_not_the_last_by_name(results, tmp_pa
 def test_strategies_with_equal_values_stay_visible_in_line_plots():
     """greedy and capacity often give the same times: each line keeps its own marker, the later smaller
     and drawn on top, so neither hides the other."""
-    from harness.publish import _styles
+    from harness.publish.figures import _styles
 
     styles = _styles(["greedy", "dynprog", "capacity"])
     markers = [s["marker"] for s in styles.values()]
@@ -752,7 +752,7 @@ def test_plot_titles_stay_inside_the_figure():
     })
     group = Group(rows["model"].iloc[0], 256, "3x224x224", rows)
     table = ExecutorTable(group, "simulate", rows, summarise(rows))
-    fig = time_figure(table)  # the other plots title themselves the same way (publish._wrap)
+    fig = time_figure(table)  # the other plots title themselves the same way (harness.publish.figures._wrap)
     fig.canvas.draw()
     title = fig.axes[0].title.get_window_extent()
     assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, (title, fig.bbox)

@@ -1,0 +1,223 @@
+"""A run's rows as its pages read them: grouped by model, ordered, and summarised into one cell per
+strategy and budget on each executor, the fastest of each budget found by the quantity common to it,
+the iteration time."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from harness.publish.formats import slug
+
+
+@dataclass(frozen=True)
+class Group:
+    """The rows of one model at one batch and input size."""
+
+    model: str
+    batch_size: int
+    input_size: str
+    rows: pd.DataFrame
+
+    @property
+    def title(self) -> str:
+        """``torchvision:resnet18, batch 32, 3x224x224``."""
+        return f"{self.model}, batch {self.batch_size}, {self.input_size}"
+
+    @property
+    def key(self) -> str:
+        """A file-name stem."""
+        return slug(f"{self.model}-b{self.batch_size}-{self.input_size}")
+
+
+def model_groups(frame: pd.DataFrame) -> list[Group]:
+    """Rows split by (model, batch, input size), in order of appearance."""
+    out = []
+    for (model, batch, size), rows in frame.groupby(["model", "batch_size", "input_size"], sort=False):
+        out.append(Group(model, int(batch), size, rows))
+    return out
+
+
+def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by model (as they first appear), strategy (likewise), budget, allocator."""
+    def rank(values: pd.Series) -> pd.Series:
+        return values.map({v: i for i, v in enumerate(dict.fromkeys(values))})
+
+    group = frame["model"] + "/" + frame["batch_size"].astype(str) + "/" + frame["input_size"]
+    keyed = frame.assign(_g=rank(group), _p=rank(frame["planner_label"]))
+    keyed = keyed.sort_values(["_g", "_p", "budget_bytes", "allocator", "case_id"], kind="stable")
+    return keyed.drop(columns=["_g", "_p"])
+
+
+def plan_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per planned case: the first allocator's (plans do not depend on the allocator)."""
+    if (rows["allocator"] == "").all():
+        return rows
+    first = rows["allocator"].iloc[0]
+    return rows[rows["allocator"] == first]
+
+
+def budget_order(rows: pd.DataFrame) -> list[str]:
+    """The budget labels of ``rows``, smallest budget first."""
+    order = rows.groupby("budget_label", sort=False)["budget_bytes"].median().sort_values(kind="stable")
+    return list(order.index)
+
+
+def planner_order(rows: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(rows["planner_label"]))
+
+
+def executors(rows: pd.DataFrame) -> list[str]:
+    """The executors of ``rows``, in order of appearance."""
+    return list(dict.fromkeys(rows["executor"]))
+
+
+def is_measured(rows: pd.DataFrame) -> bool:
+    """True when ``rows`` were timed on real hardware (the executor reports its iterations' spread)."""
+    return bool(rows["time_iqr_s"].notna().any())
+
+
+NOTHING_FINISHED = "no case finished"
+
+
+def kind_of(rows: pd.DataFrame) -> str:
+    """``measured``, ``simulated``, or, when no row has an iteration time (every case failed, was
+    infeasible or ran out of memory), ``NOTHING_FINISHED``: such rows say neither."""
+    if is_measured(rows):
+        return "measured"
+    return "simulated" if rows["makespan_s"].notna().any() else NOTHING_FINISHED
+
+
+STATISTICS = ("trimmed-mean", "median", "mean")
+
+
+def central(values: Sequence[float], statistic: str = "trimmed-mean") -> tuple[float, list[float]]:
+    """The summary of a case's repeated times and the values it kept.
+
+    ``trimmed-mean`` drops the fastest and the slowest when there are three or more (MLPerf's
+    rule), then averages; ``median`` and ``mean`` are what they say.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        return math.nan, []
+    if statistic == "median":
+        return statistics.median(xs), xs
+    kept = xs[1:-1] if statistic == "trimmed-mean" and len(xs) >= 3 else xs
+    return sum(kept) / len(kept), kept
+
+
+# grad_error above which a strategy did not train the same network: another convolution algorithm's or
+# TF32's rounding stays orders of magnitude below it, a lost or doubled gradient contribution far above
+GRAD_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One strategy at one budget on one executor: its repeats summarised.
+
+    ``time_s`` is the column's common quantity (the iteration time); ``spread_s`` is half the
+    interquartile range of a measured run's timed iterations, or half the range of the kept
+    repeats; ``over_allocators`` names the allocator models of the suite whose arena for the
+    schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts);
+    ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check);
+    ``sub_batches``, how many parts the schedule splits the batch into (1: it does not).
+    """
+
+    status: str
+    time_s: float = math.nan
+    spread_s: float = math.nan
+    ratio_to_budget_lb: float = math.nan
+    slowdown: float = math.nan
+    repeats: int = 1
+    failed: int = 0
+    over_allocators: tuple[str, ...] = ()
+    grad_error: float = math.nan
+    sub_batches: int = 1
+
+    @property
+    def ok(self) -> bool:
+        """True when the strategy ran at this budget (every repeat)."""
+        return self.status == "ok"
+
+    @property
+    def ranked(self) -> bool:
+        """True when the strategy contends at this budget: it ran, has a time, and trained the same network."""
+        return self.ok and not math.isnan(self.time_s) and not self.trained_differently
+
+    @property
+    def trained_differently(self) -> bool:
+        """True when its gradients differ from the unmodified model's by more than ``GRAD_TOLERANCE``:
+        not the same training, so never ranked the fastest."""
+        return self.grad_error > GRAD_TOLERANCE  # False for NaN
+
+
+def over_budget_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The allocator rows whose arena the runner found not to fit the budget (``arena_fits_budget``)."""
+    return rows[(rows["allocator"] != "") & rows["arena_fits_budget"].eq(False).fillna(False)]
+
+
+def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple[str, str], Cell]:
+    """(planner label, budget label) -> Cell, for the rows of one model group on one executor."""
+    out: dict[tuple[str, str], Cell] = {}
+    for (planner, budget), cell in rows.groupby(["planner_label", "budget_label"], sort=False):
+        planned = plan_rows(cell)
+        failed = planned[planned["status"] != "ok"]
+        names = tuple(dict.fromkeys(over_budget_rows(cell)["allocator"]))
+        if not failed.empty:
+            out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed))
+            continue
+        time_s, kept = central(planned["makespan_s"], statistic)
+        if len(planned) > 1:
+            spread = (max(kept) - min(kept)) / 2
+        else:
+            spread = float(planned["time_iqr_s"].iloc[0]) / 2
+        budget_lb = planned["budget_lower_bound_s"].dropna()
+        ideal = planned["ideal_s"].dropna()
+        grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
+        parts = planned["sub_batches"].dropna()
+        out[planner, budget] = Cell(
+            "ok", time_s, spread,
+            time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
+            time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
+            repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
+            sub_batches=int(parts.max()) if len(parts) else 1,
+        )
+    return out
+
+
+def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) -> set[str]:
+    """The planner labels with the smallest iteration time at ``budget`` (ties within ``rel``); empty
+    when nothing ran. A strategy that trained a different network (``Cell.trained_differently``) is not
+    a contender."""
+    ran = {p: c.time_s for (p, b), c in cells.items() if b == budget and c.ranked}
+    if not ran:
+        return set()
+    best = min(ran.values())
+    return {p for p, t in ran.items() if t <= best * (1 + rel)}
+
+
+@dataclass(frozen=True)
+class ExecutorTable:
+    """The rows of one model group on one executor, summarised once for its tables and plots."""
+
+    group: Group
+    executor: str
+    rows: pd.DataFrame
+    cells: dict[tuple[str, str], Cell]
+
+    @classmethod
+    def of(cls, group: Group, executor: str, statistic: str = "trimmed-mean") -> ExecutorTable:
+        """The rows of ``group`` that ``executor`` ran, each strategy and budget summarised by ``statistic``."""
+        rows = group.rows[group.rows["executor"] == executor]
+        return cls(group, executor, rows, summarise(rows, statistic))
+
+    @property
+    def title(self) -> str:
+        """``torchvision:resnet18, batch 32, 3x224x224, simulate executor``."""
+        return f"{self.group.title}, {self.executor} executor"

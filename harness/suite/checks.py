@@ -1,0 +1,234 @@
+"""What a valid suite is checked for before anything runs: the plugins it names are registered and
+take its options, its devices, dtypes and profile files agree, no value is listed twice, and every
+``excludes``/``timelines`` match finds a case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UnknownOption, UnknownPlugin
+from harness.options import check_planner_options
+from harness.suite.cases import Case, Suite, alternatives, value_matches
+from harness.suite.errors import Path_, SuiteError, UnknownSuitePlugin, field_name
+from harness.suite.schema import ModelEntry
+
+
+def check_plugin_names(suite: Suite) -> None:
+    from harness.plugins import registry
+
+    reg = registry()
+    spec = suite.spec
+
+    def fail(exc: UnknownPlugin, *at: Any) -> SuiteError:
+        source, line = suite.line_of(*at)
+        return UnknownSuitePlugin(f"{source}:{line}: {field_name(at)}: {exc}", exc, source=source, line=line,
+                                  field=field_name(at))
+
+    try:
+        reg.profiler(spec.profiler)
+    except UnknownPlugin as exc:
+        raise fail(exc, "profiler") from None
+    for k, entry in enumerate(spec.models):
+        if entry.profiler is not None:
+            try:
+                reg.profiler(entry.profiler)
+            except UnknownPlugin as exc:
+                raise fail(exc, "models", k, "profiler") from None
+    if "analytic" in {suite.profiler_of(e) for e in spec.models}:  # a device spec name: check it now, not case by case
+        from harness.profilers import devices
+
+        try:
+            devices.spec(spec.device)
+        except KeyError as exc:
+            source, line = suite.line_of("device")
+            raise SuiteError(f"{source}:{line}: device: {exc.args[0]}", source=source, line=line, field="device",
+                             choices=devices.names()) from None
+    _check_devices_and_dtypes(suite)
+    for k, entry in enumerate(spec.models):
+        if suite.profiler_of(entry) != "file":
+            try:
+                reg.model_factory(entry.model)
+            except UnknownPlugin as exc:
+                if entry.model.endswith(".json") or Path(suite.model_name(entry)).is_file():
+                    source, line = suite.line_of("models", k, "model")
+                    raise SuiteError(f"{source}:{line}: models[{k}].model: {entry.model!r} names a file, not a model: "
+                                     "a profile file is read with profiler: file", source=source, line=line,
+                                     field=f"models[{k}].model") from None
+                raise fail(exc, "models", k, "model") from None
+        else:
+            profile_path = Path(suite.model_name(entry))
+            if not profile_path.is_file():
+                source, line = suite.line_of("models", k, "model")
+                if entry.model in dict(reg.models()):
+                    problem = (f"{entry.model!r} is a model name, not a profile file: profile it with "
+                               "profiler: analytic (or torch)")
+                elif profile_path.is_dir():
+                    problem = f"{str(profile_path)!r} is a folder, not a profile file"
+                else:
+                    problem = f"no profile file {str(profile_path)!r}"
+                    if not Path(entry.model.removeprefix("file:")).is_absolute():
+                        problem += f" (a path in a suite is from the suite file's folder: {profile_path.resolve()})"
+                raise SuiteError(f"{source}:{line}: models[{k}].model: {problem}",
+                                 source=source, line=line, field=f"models[{k}].model")
+            _check_profile_file_labels(suite, k, entry)
+    for key, kind in (("planners", "planner"), ("executors", "executor"), ("allocators", "allocator")):
+        for k, entry in enumerate(getattr(spec, key)):
+            try:
+                plugin = reg.get(kind, entry.name)
+            except UnknownPlugin as exc:
+                if entry.optional:
+                    from harness.plugins import close_names
+
+                    close = close_names(entry.name, reg.names(kind), n=1)
+                    typo = f" (did you mean {close[0]!r}?)" if close else ""
+                    if reg.failed:  # installed, perhaps, by a plugin that failed: not "not installed"
+                        failed = sorted(reg.failed)
+                        one = len(failed) == 1
+                        typo += (f" ({'the plugin' if one else 'the plugins'} {', '.join(failed)} failed to load or "
+                                 f"register, as {'its warning says' if one else 'their warnings say'}: it may be "
+                                 f"{'that plugin' if one else 'one of them'}'s)")
+                    suite.skipped.append(f"{kind} {entry.name!r} is not installed (optional): skipped{typo}")
+                    suite.absent.add((key, entry.name))
+                    continue
+                raise fail(exc, key, k, "name") from None
+            if key == "executors" and entry.options:
+                source, line = suite.line_of(key, k)
+                raise SuiteError(f"{source}:{line}: {key}[{k}]: {kind}s take no options, got "
+                                 f"{sorted(entry.options)}", source=source, line=line, field=f"{key}[{k}]")
+            if key != "executors" and entry.options:
+                try:
+                    if key == "planners":
+                        check_planner_options(entry.name, plugin, entry.options)
+                    else:
+                        from harness.allocators.options import check_allocator_options
+
+                        check_allocator_options(entry.name, plugin, entry.options)
+                except UnknownOption as exc:
+                    source, line = suite.line_of(key, k)
+                    raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
+                                     field=f"{key}[{k}]") from None
+
+
+def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:
+    """A profile file keeps its own device and dtype: the rows, which take the suite's labels, would name
+    another (a measured H100 profile labelled K40m, a float32 one labelled bfloat16, with float32's times).
+    Refused where the two differ; a suite on ``cpu`` or ``cuda`` (the torch executor's device) is not
+    compared with the GPU a profile names."""
+    from harness.profilers import devices
+
+    profile = suite.profile_file(entry)
+    dtype = entry.dtype or suite.spec.dtype
+    if profile.dtype and dtype != profile.dtype:
+        at = ("models", k, "dtype") if entry.dtype else ("dtype",)
+        source, line = suite.line_of(*at)
+        raise SuiteError(f"{source}:{line}: {field_name(at)}: {dtype}, but models[{k}]'s profile file is "
+                         f"{profile.dtype} (its times are): write dtype: {profile.dtype} on that model",
+                         source=source, line=line, field=field_name(at))
+
+    def spec_of(name: str) -> Any:
+        try:
+            return devices.spec(name)
+        except KeyError:
+            return devices.match_gpu(name)
+
+    ours = None if devices.torch_device_refusal(suite.spec.device) is None else spec_of(suite.spec.device)
+    theirs = spec_of(profile.device)
+    if ours is not None and theirs is not None and ours.name != theirs.name:
+        source, line = suite.line_of("device")
+        raise SuiteError(f"{source}:{line}: device: {suite.spec.device}, but models[{k}]'s profile file was made "
+                         f"on {profile.device}: its rows would say {suite.spec.device}; give that model a suite "
+                         f"on device: {theirs.name}", source=source, line=line, field="device")
+
+
+def _check_devices_and_dtypes(suite: Suite) -> None:
+    """Refuse, before any case runs, a torch device or a dtype the bundled profilers would refuse in every case."""
+    from harness.models.dtypes import unknown_dtype
+    from harness.profilers import devices
+
+    spec = suite.spec
+
+    def refuse(message: str, *at: Any) -> SuiteError:
+        source, line = suite.line_of(*at)
+        return SuiteError(f"{source}:{line}: {field_name(at)}: {message}", source=source, line=line,
+                          field=field_name(at))
+
+    refusal = devices.torch_device_refusal(spec.device)
+    if refusal and "torch" in {suite.profiler_of(e) for e in spec.models}:
+        raise refuse(refusal, "device")
+    for k, entry in enumerate(spec.models):
+        if suite.profiler_of(entry) not in ("analytic", "torch"):  # they build the model in this dtype
+            continue
+        complaint = unknown_dtype(entry.dtype or spec.dtype)
+        if complaint:
+            raise refuse(complaint, *(("models", k, "dtype") if entry.dtype else ("dtype",)))
+
+
+def check_unique(suite: Suite, cases: list[Case]) -> None:
+    """Refuse a value listed twice: its cases (``cases``: the grid) would share a case id."""
+    spec, budgets = suite.spec, suite.budgets()
+    lists: list[tuple[Path_, list[Any], str]] = [
+        (("planners",), [p.display for p in suite.present("planners")], " (give one a label:)"),
+        (("executors",), [e.name for e in suite.present("executors")], ""),
+        (("allocators",), [a.display for a in suite.present("allocators")], " (give one a label:)"),
+        (("seeds",), list(spec.seeds), ""),
+    ]
+    for kind, key in (("fraction", "fractions"), ("peak_fraction", "peak_fractions")):
+        lists.append((("budgets", key), [b.label for b in budgets if b.kind == kind], ""))
+    in_bytes = [b for b in budgets if b.kind == "bytes"]  # 160MiB and 167772160 are one budget
+    for k, b in enumerate(in_bytes):
+        same = next((other for other in in_bytes[:k] if other.value == b.value), None)
+        if same is not None:
+            source, line = suite.line_of("budgets", "bytes")
+            twice = f"{same.label!r} is listed twice" if same.label == b.label else \
+                f"{same.label!r} and {b.label!r} are the same budget ({int(b.value)} bytes)"
+            raise SuiteError(f"{source}:{line}: budgets.bytes: {twice}", source=source, line=line,
+                             field="budgets.bytes")
+    for k, entry in enumerate(spec.models):
+        lists.append((("models", k, "batch_sizes"), list(entry.batch_sizes), ""))
+        lists.append((("models", k, "input_sizes" if entry.input_sizes else "input_size"),
+                      ["x".join(map(str, size)) for size in suite.input_sizes(entry)], ""))
+    for at, values, hint in lists:
+        duplicate = next((v for v in values if values.count(v) > 1), None)
+        if duplicate is not None:
+            source, line = suite.line_of(*at)
+            raise SuiteError(f"{source}:{line}: {field_name(at)}: {duplicate!r} is listed twice{hint}",
+                             source=source, line=line, field=field_name(at))
+    seen: set[str] = set()
+    for case in cases:  # what the lists above cannot see: a model entry repeated
+        if case.case_id in seen:
+            source, line = suite.line_of("models")
+            raise SuiteError(f"{source}:{line}: models: two entries give the case {case.case_id!r} (the same model, "
+                             "batch size and input size listed twice)", source=source, line=line, field="models")
+        seen.add(case.case_id)
+
+
+def check_match_values(suite: Suite, cases: list[Case]) -> None:
+    """Refuse an ``excludes``/``timelines`` value that no case of the grid (``cases``) has: a typo
+    would match nothing."""
+    absent = {name for _, name in suite.absent}  # optional plugins not installed: their matches are fine
+    for key in ("excludes", "timelines"):
+        matches_ = getattr(suite.spec, key)
+        if isinstance(matches_, bool):
+            continue
+        for k, match in enumerate(matches_):
+            for name, want in match.items():
+                for w in alternatives(name, want):
+                    if (isinstance(w, str) and w in absent) or any(value_matches(name, w, c) for c in cases):
+                        continue
+                    have = sorted({_shown(name, c) for c in cases}, key=str)
+                    source, line = suite.line_of(key, k, name)
+                    raise SuiteError(f"{source}:{line}: {key}[{k}].{name}: {w!r} matches no case of the suite; its "
+                                     f"{name} values are {', '.join(map(str, have))}",
+                                     source=source, line=line, field=f"{key}[{k}].{name}")
+
+
+def _shown(key: str, case: Case) -> Any:
+    """How a match names ``case``'s value of ``key`` (labels, not objects)."""
+    if key == "budget":
+        return case.budget.label
+    if key == "planner":
+        return case.planner_label
+    if key == "input_size":
+        return case.input_label
+    return case.field_value(key)

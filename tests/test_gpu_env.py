@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -44,17 +45,21 @@ FAILING_TOX = """\
 """
 
 
-def _machine(tmp_path: Path, tox: bool) -> tuple[Path, dict[str, str]]:
-    """A checkout with env.sh and tox.ini, and a PATH whose python3 is the stand-in (and whose tox,
-    when ``tox``, fails as an old tox would offline)."""
+def _machine(tmp_path: Path, tox: bool, python: Path | None = None) -> tuple[Path, dict[str, str]]:
+    """A checkout with env.sh, tox.ini and the projects, and a PATH whose python3 is the stand-in, running
+    ``python`` (default: this one) for all but pip (and whose tox, when ``tox``, fails as an old tox would
+    offline)."""
     work = tmp_path / "checkout"
     (work / "benchmarks" / "gpu").mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "gpu" / "env.sh", work / "benchmarks" / "gpu" / "env.sh")
-    shutil.copy(ROOT / "tox.ini", work / "tox.ini")
-    shutil.copy(ROOT / "benchmarks" / "gpu" / "wheels.txt", work / "benchmarks" / "gpu" / "wheels.txt")
+    for name in ("env.sh", "link_checkout.py", "wheels.txt"):
+        shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
+    for name in ("tox.ini", "pyproject.toml"):
+        shutil.copy(ROOT / name, work / name)
+    for name in ("harness", "plugins"):
+        (work / name).symlink_to(ROOT / name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(textwrap.dedent(PYTHON3).replace("PYTHON", sys.executable))
+    (bin_dir / "python3").write_text(textwrap.dedent(PYTHON3).replace("PYTHON", str(python or sys.executable)))
     if tox:
         (bin_dir / "tox").write_text(textwrap.dedent(FAILING_TOX))
     for script in bin_dir.iterdir():
@@ -87,12 +92,65 @@ def test_without_a_working_tox_the_machines_python3_gets_the_checkout_and_every_
     assert done.returncode == 0, done.stderr + log
     assert done.stdout.strip() == str(tmp_path / "bin" / "python3")  # the one line the scripts read
     assert ("tox -e gpu-suite failed" if tox else "no tox on this machine") in log
+    # this Python has membudget already (pip installed it for the tests): linking would offer every plugin
+    # twice, so the link is refused and pip installs the checkout
+    assert "already has membudget" in log and "the link was refused" in log
     plugins = _tox_plugins()
     assert len(plugins) >= 10 and f"has the checkout and {len(plugins)} plugins" in log
     wheels, pip = (tmp_path / "pip-calls").read_text().splitlines()
     assert wheels == WHEELS
     editable = " ".join(f"-e {p}" for p in ["."] + plugins)  # tox.ini's order: a plugin after what it builds on
     assert pip == f"-m pip install -q --no-deps --no-build-isolation --no-index {editable}"
+
+
+def _bare_python(tmp_path: Path) -> Path:
+    """A virtual environment standing in for the GPU machine's python3: every package this one has
+    (numpy, pandas, torch...) but no membudget and no plugin."""
+    venv, deps = tmp_path / "machine-python", tmp_path / "machine-packages"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True, capture_output=True)
+    deps.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        if not entry.name.startswith(("membudget", "__editable__", "harness", "__pycache__")) and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "machine-packages.pth").write_text(f"{deps}\n")
+    return python
+
+
+def test_a_fresh_python3_gets_the_checkout_and_every_plugin_linked_without_a_build(tmp_path):
+    """pip's editable installs of the core and the ten plugins took about 50 s of the H200 session's one
+    call (46 s here): env.sh links them instead (benchmarks/gpu/link_checkout.py), and the machine's
+    Python then runs membudget from the checkout, from any folder, with every plugin registered."""
+    import tomllib
+
+    python = _bare_python(tmp_path)
+    work, env = _machine(tmp_path, tox=False, python=python)
+    env.pop("PYTHONPATH")  # only the link may make the checkout importable
+    if shutil.which("tox", path="/usr/bin:/bin"):
+        pytest.skip("a tox in /usr/bin or /bin: the PATH cannot leave it out")
+    done = _env_sh(work, env, GPU_ENV_CHECK="0")
+    log = (work / "env.txt").read_text()
+    assert done.returncode == 0, done.stderr + log
+    assert f"has the checkout and {len(_tox_plugins())} plugins, linked" in log
+    assert (tmp_path / "pip-calls").read_text().splitlines() == [WHEELS]  # no editable build
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    where = subprocess.run([python, "-c", "import harness, membudget_hybrid; print(harness.__file__); "
+                            "print(membudget_hybrid.__file__)"], cwd=elsewhere, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr
+    core, plugin = where.stdout.split()
+    assert Path(core).resolve() == ROOT / "harness" / "__init__.py"
+    assert Path(plugin).resolve() == ROOT / "plugins" / "hybrid" / "membudget_hybrid" / "__init__.py"
+    listed = subprocess.run([python.parent / "membudget", "list"], cwd=elsewhere, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    for folder in _tox_plugins():
+        name = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]["name"]
+        assert name in listed.stdout, f"{name} registers nothing after the link"
+    assert "warning" not in listed.stderr  # no plugin offered twice, none failed
 
 
 def test_a_python3_whose_torch_sees_no_gpu_is_refused_with_the_reason(tmp_path):

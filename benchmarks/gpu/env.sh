@@ -7,9 +7,11 @@
 #   2. When that cannot be had (no tox on the machine and none to install offline, a tox older than
 #      tox.ini's `requires`, a failed build): the machine's own python3 (the first on PATH; on the
 #      GPU image the one that holds PyTorch: the device tool's KINDS.md),
-#      gets the same editable installs (--no-deps --no-build-isolation --no-index, the plugins of
-#      tox.ini's [base] list, in its order) and is printed. The machine is lent for the session,
-#      so its Python is ours to install into.
+#      gets the checkout and the plugins of tox.ini's [base] list, in its order, linked as editable
+#      installs are (benchmarks/gpu/link_checkout.py, under a second), or, where the link is refused
+#      (that Python has one of them already), by pip's editable installs (--no-deps
+#      --no-build-isolation --no-index, about 50 s), and is printed. The machine is lent for the
+#      session, so its Python is ours to install into.
 # Exits 1 (LOG says why) when neither gives a Python whose torch sees a CUDA GPU;
 # GPU_ENV_CHECK=0 leaves that check out (the CPU rehearsals in tests/). GPU_PYTHON, when set, is
 # printed as it is: the Python a caller (session.sh) has just made this way.
@@ -53,6 +55,14 @@ if ((${#plugins[@]} == 0)); then
     echo "gpu env: tox.ini lists no plugins under [base]" >>"$log"
     exit 1
 fi
+# Linked (benchmarks/gpu/link_checkout.py: a .pth and a dist-info per project, under a second) rather than
+# built by pip's editable installs (about 50 s of a session's one call); pip when the link is refused
+if "$py" benchmarks/gpu/link_checkout.py . "${plugins[@]}" >>"$log" 2>&1; then
+    echo "gpu env: $py has the checkout and ${#plugins[@]} plugins, linked" >>"$log"
+    echo "$py"
+    exit 0
+fi
+echo "gpu env: the link was refused (above): pip installs the checkout instead" >>"$log"
 editable=(-e .)
 for p in "${plugins[@]}"; do editable+=(-e "$p"); done
 if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-deps --no-build-isolation --no-index "${editable[@]}" >>"$log" 2>&1; then

@@ -95,7 +95,7 @@ class Registry:
         # by distribution, then entry point: which of two plugins keeps a name they both claim does not hang on
         # the order of sys.path
         for ep in sorted(importlib.metadata.entry_points(group=hookspecs.PROJECT), key=_load_order):
-            dist = ep.dist.name if ep.dist else ep.name
+            dist = _distribution_name(ep)
             names = {_norm(ep.name), _norm(dist)}
             seen |= names
             if names & blocked or (chosen is not None and not names & chosen):
@@ -106,7 +106,7 @@ class Registry:
                 if isinstance(value, str) and importlib.metadata.EntryPoint.pattern.match(value) is None:
                     raise ValueError(f"{ep.name} = {value!r} is not 'module' or 'module:object'")
                 module = ep.load()
-                self._add(module, dist, ep.dist.version if ep.dist else "")
+                self._add(module, dist, (ep.dist.version if ep.dist else "") or "")
                 self._entry_points[id(module)] = ep.name
             except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
@@ -283,8 +283,15 @@ class Registry:
         return sorted(self._model_index().items())
 
 
+def _distribution_name(ep: Any) -> str:
+    """The distribution an entry point came from, else the entry point's own name (a dist-info without a
+    METADATA name, half written or half removed, must not take the other plugins down)."""
+    name = ep.dist.name if ep.dist else None
+    return name if isinstance(name, str) and name else ep.name
+
+
 def _load_order(ep: Any) -> tuple[str, str]:
-    return (_norm(ep.dist.name if ep.dist else ep.name), ep.name)
+    return (_norm(_distribution_name(ep)), ep.name)
 
 
 # what the runner calls on each kind of plugin, with the arguments it gives (harness.protocols)

@@ -447,3 +447,17 @@ def test_an_entry_point_that_is_not_module_colon_object_says_so(monkeypatch) -> 
             "(MEMBUDGET_BLOCK_PLUGINS=bad silences this): ValueError: bad = 'this is not : a valid [ref' is not "
             "'module' or 'module:object'")):
         Registry().load()
+
+
+def test_a_dist_info_without_metadata_is_one_plugin_skipped_not_every_command_broken(monkeypatch, tmp_path) -> None:
+    """QA: a dist-info with entry points but no METADATA (a plugin half reinstalled) has no distribution
+    name; sorting the entry points by it raised a TypeError in every command."""
+    import sys
+
+    info = tmp_path / "broken-1.0.dist-info"
+    info.mkdir()
+    (info / "entry_points.txt").write_text("[membudget]\nbroken = no_such_module_here\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    with pytest.warns(UserWarning, match="membudget plugin broken: its entry point broken failed to load"):
+        reg = Registry().load()
+    assert "greedy" in reg.names("planner")  # the others load

@@ -106,6 +106,9 @@ def parse_budget(text: str, profile: Any = None) -> int:
         raise MembudgetError(f"budget: {exc}{hint}") from None
 
 
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
     import yaml
 
@@ -117,7 +120,10 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
         if key.strip() in out:  # argparse keeps both: the last would win without a word
             raise MembudgetError(f"--option {key.strip()} is given twice: give each option once")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            loaded = yaml.safe_load(value)
+            if isinstance(loaded, str) and _SCIENTIFIC.fullmatch(loaded.strip()):
+                loaded = float(loaded)  # YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): a number was meant
+            out[key.strip()] = loaded
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or "not valid YAML"
             raise MembudgetError(f"--option {pair!r}: the value is not valid YAML ({problem}); e.g. "
@@ -892,7 +898,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
-    """What an interrupt leaves for ``--resume``: the run folder and its finished cases, or that none was started."""
+    """What an interrupt leaves: for ``run``, the run folder and its finished cases for ``--resume``, or that
+    none was started; for ``place``, the best placement found so far, when the allocator left one."""
+    if args.command == "place":
+        if getattr(exc, "report", None) is None:
+            return f"; {args.allocator} left no placement"
+        return "; the best placement found so far is above" + (f" and in {args.output}" if args.output else "")
     if args.command != "run":
         return ""
     run_dir = getattr(exc, "run_dir", None)  # set by run_suite once the folder holds meta.json

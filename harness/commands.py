@@ -34,11 +34,12 @@ from typing import Any, Sequence, TextIO
 import numpy as np
 
 from harness.allocators.options import check_allocator_options
-from harness.allocators.trace import as_int_trace, read_csv, to_memory_blocks, write_csv
+from harness.allocators.trace import (IntTrace, as_int_trace, max_live_bytes, ranked_times, read_csv,
+                                      to_memory_blocks, write_csv)
 from harness.allocators.validate import violations
 from harness.errors import UnknownOption
 from harness.lazy import resolve
-from harness.model import Profile, save
+from harness.model import MemoryBlock, Placement, Profile, save
 from harness.plugins import registry as get_registry
 from harness.errors import ProfilingError
 from harness.profilers.devices import DEFAULT_DEVICE
@@ -104,12 +105,20 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
 
     Returns the report as a dict: ``trace, allocator, options, blocks, max_live_bytes,
     arena_bytes, fragmentation, optimal, lower_bound_bytes, gap, place_time_s, valid,
-    violations, notes, offsets`` (``lower_bound_bytes``/``gap``: None when the allocator
-    reports no bound). ``options`` go to ``place`` (:func:`allocator_options`). The
-    allocator gets the blocks with their integer times as floats (so the CSV's lifetimes
-    are kept exactly), less the zero-length blocks (``lower == upper``), which occupy no
-    time and get offset 0; ``place_time_s`` excludes a warm-up call on one block (imports,
-    Numba compilation), as docs/architecture.md ("Planning kernels") asks of reported times.
+    violations, notes, offsets, interrupted``. ``lower_bound_bytes`` is the larger of the
+    allocator's proved bound and the max-live bytes (a bound on any arena); ``gap`` is
+    ``(arena - lower bound) / arena``, how far from the optimum the arena is at most; an arena
+    at its lower bound is proved ``optimal`` whatever the allocator says. ``options`` go to
+    ``place`` (:func:`allocator_options`). The allocator gets the blocks with their integer
+    times as floats (so the CSV's lifetimes are kept exactly; times beyond 2**53, which a float
+    cannot hold, by their ranks: ``ranked_times``), less the zero-length blocks (``lower ==
+    upper``), which occupy no time and get offset 0; ``place_time_s`` excludes a warm-up call on
+    one block (imports, Numba compilation), as docs/architecture.md ("Planning kernels") asks of
+    reported times.
+
+    Interrupted (Ctrl-C, SIGTERM), an allocator may leave the best placement it had on the
+    ``KeyboardInterrupt`` as its ``placement`` attribute (``harness.protocols.Allocator``); the
+    exception then goes on with this report, ``interrupted`` true, as its ``report``.
     """
     alloc = (get_registry() if registry is None else registry).allocator(allocator)
     options = dict(options or {})
@@ -117,7 +126,8 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         check_allocator_options(allocator, alloc, options)
     trace = read_csv(trace_csv)
     timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
-    blocks = to_memory_blocks(trace.subset(timed))
+    ranked = ranked_times(trace.subset(timed))
+    blocks = to_memory_blocks(trace.subset(timed) if ranked is None else ranked)
     try:
         if blocks:  # warm up (imports, JIT compilation or its cache) outside the timing
             alloc.place(blocks[:1], **options)
@@ -127,29 +137,55 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         if not options:
             raise
         raise UnknownOption(f"allocator {allocator!r} with options {options}: {exc}") from None
-    elapsed = time.perf_counter() - started
-    problems = violations(as_int_trace(blocks), placement)  # judged on the times the allocator saw
+    except KeyboardInterrupt as exc:
+        best = getattr(exc, "placement", None)
+        if isinstance(best, Placement) and len(best.offsets) == len(blocks):
+            exc.report = _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, best,
+                                           time.perf_counter() - started, interrupted=True)
+        raise
+    return _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, placement,
+                             time.perf_counter() - started)
+
+
+def _placement_report(trace_csv: str | Path, allocator: str, options: dict[str, Any], trace: IntTrace,
+                      timed: np.ndarray, ranked: IntTrace | None, blocks: Sequence[MemoryBlock],
+                      placement: Placement, elapsed: float, interrupted: bool = False) -> dict[str, Any]:
+    """``place_trace_file``'s report of ``placement``, judged by the core: its validity, its arena against
+    the max-live bytes and the allocator's bound."""
+    placed = as_int_trace(blocks)  # the times the allocator saw
+    problems = violations(placed, placement)
     offsets = np.zeros(len(trace), np.int64)
     offsets[timed] = placement.offsets
-    notes = [placement.notes] if placement.notes else []
+    live = max_live_bytes(placed)
+    bound = max(live, placement.lower_bound_bytes or 0)
+    arena = placement.arena_bytes
+    # proved by the allocator, or by the arena at a lower bound; else what the allocator says (None: nothing)
+    optimal = False if problems else True if placement.optimal or arena <= bound else placement.optimal
+    notes = [f"interrupted after {elapsed:.2f} s: the best placement found so far"] if interrupted else []
+    notes += [placement.notes] if placement.notes else []
+    if optimal and not placement.optimal:
+        notes.append("proved optimal by its arena, the lower bound")
     if len(timed) < len(trace):
         notes.append(f"{len(trace) - len(timed)} zero-length block(s) (lower == upper) occupy nothing: offset 0")
+    if ranked is not None:
+        notes.append("times beyond 2**53 were placed by their ranks (the same overlaps; a float cannot hold them)")
     return {
         "trace": str(trace_csv),
         "allocator": allocator,
         "blocks": len(trace),
-        "max_live_bytes": placement.max_live_bytes,
-        "arena_bytes": placement.arena_bytes,
-        "fragmentation": placement.fragmentation,
-        "optimal": placement.optimal,
-        "lower_bound_bytes": getattr(placement, "lower_bound_bytes", None),
-        "gap": getattr(placement, "gap", None),
+        "max_live_bytes": live,
+        "arena_bytes": arena,
+        "fragmentation": arena / live if live else 1.0,
+        "optimal": optimal,
+        "lower_bound_bytes": bound,
+        "gap": 0.0 if optimal or not arena else (arena - bound) / arena,
         "options": options,
         "place_time_s": elapsed,
         "valid": not problems,
         "violations": [v.message for v in problems[:20]],
         "notes": "; ".join(notes),
         "offsets": [int(x) for x in offsets],
+        "interrupted": interrupted,
     }
 
 
@@ -166,10 +202,25 @@ def place_command(
     """Run ``membudget place``: print the report (text or JSON) and return the exit status.
 
     The status is 0 for a valid placement and 1 for an invalid one. ``output``, when given,
-    receives the trace with an ``offset`` column (MiniMalloc's solution format).
+    receives the trace with an ``offset`` column (MiniMalloc's solution format). Interrupted, it
+    prints and writes the best placement the allocator left (``place_trace_file``), if any, and
+    the interrupt goes on.
     """
     out = stream or sys.stdout
-    report = place_trace_file(trace_csv, allocator, registry=registry, options=options)
+    try:
+        report = place_trace_file(trace_csv, allocator, registry=registry, options=options)
+    except KeyboardInterrupt as exc:  # the best placement found so far, when the allocator left one
+        report = getattr(exc, "report", None)
+        if report is not None:
+            _write_placement_report(report, as_json, output, trace_csv, out)
+        raise
+    _write_placement_report(report, as_json, output, trace_csv, out)
+    return 0 if report["valid"] else 1
+
+
+def _write_placement_report(report: dict[str, Any], as_json: bool, output: str | Path | None,
+                            trace_csv: str | Path, out: TextIO) -> None:
+    """Print ``report`` (text or JSON) and write the placed trace to ``output`` when given."""
     if output is not None:
         write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
     if as_json:
@@ -184,8 +235,7 @@ def place_command(
             f"fragmentation  {report['fragmentation']:.4f}",
             f"optimal        {opt}",
         ]
-        if report["lower_bound_bytes"] is not None:
-            lines.append(f"lower bound    {report['lower_bound_bytes']} (gap {100 * report['gap']:.3f}%)")
+        lines.append(f"lower bound    {report['lower_bound_bytes']} (gap {100 * report['gap']:.3f}% of the arena)")
         lines += [
             f"place time     {report['place_time_s']:.4f} s",
             f"valid          {'yes' if report['valid'] else 'NO'}",
@@ -194,4 +244,3 @@ def place_command(
             lines.append(f"notes          {report['notes']}")
         lines.extend(f"  violation: {msg}" for msg in report["violations"])
         out.write("\n".join(lines) + "\n")
-    return 0 if report["valid"] else 1

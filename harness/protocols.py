@@ -70,6 +70,10 @@ class Allocator(Protocol):
     ``set_per_process_memory_fraction``): whether it serves the trace capped at ``cap_bytes``. The
     runner asks it when the arena ``place`` reported does not fit the budget (``arena_fits_budget``;
     ``harness.device_memory.arena_fits``).
+
+    Optional too, for an allocator that searches: interrupted (Ctrl-C, SIGTERM: a ``KeyboardInterrupt``),
+    it may set the exception's ``placement`` attribute to the best ``Placement`` it had, for every block
+    it was given, and re-raise; ``membudget place`` then prints and writes that placement before it stops.
     """
 
     name: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 
 from harness import hookimpl
@@ -139,14 +140,116 @@ def test_place_command_passes_options_and_reports_the_bound(trace_csv, builtins_
     assert report["optimal"] is True and report["lower_bound_bytes"] == 12 and report["gap"] == 0.0
     text = io.StringIO()
     place_command(trace_csv, "exact", False, registry=builtins_registry, stream=text, options={"time_limit": 5})
-    assert "lower bound    12 (gap 0.000%)" in text.getvalue()
+    assert "lower bound    12 (gap 0.000% of the arena)" in text.getvalue()
 
 
-def test_place_command_without_a_bound_says_none(trace_csv, builtins_registry):
-    out = io.StringIO()
-    place_command(trace_csv, "first-fit", True, registry=builtins_registry, stream=out)
-    report = json.loads(out.getvalue())
-    assert report["lower_bound_bytes"] is None and report["gap"] is None and report["options"] == {}
+class _Stack:
+    """Every block above the one before: never optimal but where they all live at once; no bound of its own."""
+
+    name = "stack"
+    description = "offsets: the sizes of the blocks before"
+
+    def place(self, trace):
+        from harness.allocators._common import make_placement
+        from harness.allocators.trace import as_int_trace
+
+        t = as_int_trace(trace)
+        return make_placement(self.name, t, [int(x) for x in np.cumsum(t.size) - t.size])
+
+
+def test_an_allocator_without_a_bound_is_judged_against_the_max_live_bytes(tmp_path):
+    """Every report says how far from the optimum its arena is at most: the lower bound is the larger of
+    the allocator's and the max-live bytes; an arena at its bound is proved optimal, whoever placed it
+    (QA: best-fit said 'optimal -' at max-live; exact said 'optimal no' with a gap of 0)."""
+    class Reg:
+        def allocator(self, name):
+            return _Stack()
+
+    reports = {}
+    for name, text in (("apart", "a,0,2,1\nb,0,4,1\nc,2,6,2\n"), ("together", "a,0,4,1\nb,1,4,3\n")):
+        trace = tmp_path / f"{name}.csv"
+        trace.write_text("id,lower,upper,size\n" + text)
+        out = io.StringIO()
+        place_command(trace, "stack", True, registry=Reg(), stream=out)
+        reports[name] = json.loads(out.getvalue())
+    apart, together = reports["apart"], reports["together"]
+    assert (apart["max_live_bytes"], apart["arena_bytes"], apart["lower_bound_bytes"]) == (3, 4, 3)
+    assert apart["gap"] == 0.25 and apart["optimal"] is None  # not proved, and the allocator said nothing
+    assert together["arena_bytes"] == together["lower_bound_bytes"] == 4 and together["optimal"] is True
+    assert together["gap"] == 0.0 and "proved optimal by its arena, the lower bound" in together["notes"]
+
+
+@pytest.mark.parametrize("name", ["greedy-by-size", "exact"])
+def test_nanosecond_timestamps_keep_their_order(tmp_path, name, builtins_registry):
+    """QA: times beyond 2**53 (nanosecond timestamps) became equal floats, so blocks one after the other
+    overlapped: arena 2000 for three blocks of 1000 bytes in turn, marked proved. They are placed by
+    their ranks now."""
+    from harness.commands import place_trace_file
+
+    if name == "exact":
+        pytest.importorskip("ortools")
+    trace = tmp_path / "ns.csv"
+    start = 1_732_000_000_000_000_000
+    trace.write_text("id,lower,upper,size\n" + "".join(f"{i},{start + 100 * i},{start + 100 * (i + 1)},1000\n"
+                                                        for i in range(3)))
+    report = place_trace_file(trace, name, registry=builtins_registry)
+    assert report["max_live_bytes"] == report["arena_bytes"] == 1000 and report["valid"]
+    assert "times beyond 2**53 were placed by their ranks" in report["notes"]
+
+
+class _Interrupted:
+    """An allocator that is interrupted while it searches, leaving (or not) the best placement it had."""
+
+    name = "interrupted"
+    description = "raises KeyboardInterrupt from place"
+
+    def __init__(self, leaves: bool):
+        self.leaves, self.calls = leaves, 0
+
+    def place(self, trace):
+        from harness.allocators.first_fit import FirstFit
+
+        self.calls += 1
+        best = FirstFit().place(trace)
+        if self.calls == 1:  # the warm-up on one block
+            return best
+        exc = KeyboardInterrupt()
+        if self.leaves:
+            exc.placement = best
+        raise exc
+
+
+@pytest.mark.parametrize("leaves", [True, False], ids=["leaves-its-best", "leaves-nothing"])
+def test_an_interrupted_place_prints_and_writes_the_best_placement_found(trace_csv, tmp_path, leaves):
+    """QA: Ctrl-C in a long search printed nothing and wrote no -o file, though the allocator had a
+    placement. An allocator may leave it on the interrupt (``harness.protocols.Allocator``)."""
+    class Reg:
+        def allocator(self, name):
+            return allocator
+
+    allocator = _Interrupted(leaves)
+    out, solution = io.StringIO(), tmp_path / "placed.csv"
+    with pytest.raises(KeyboardInterrupt) as caught:
+        place_command(trace_csv, "interrupted", False, output=solution, registry=Reg(), stream=out)
+    if not leaves:
+        assert out.getvalue() == "" and not solution.exists()
+        return
+    assert caught.value.report["interrupted"] is True and caught.value.report["valid"]
+    assert "interrupted after" in out.getvalue() and "valid          yes" in out.getvalue()
+    trace, offsets = read_csv_offsets(solution)
+    assert offsets == caught.value.report["offsets"] and not violations(trace, offsets)
+
+
+def test_the_interrupt_message_of_place_says_where_the_placement_is():
+    import argparse
+
+    from harness.cli import _what_an_interrupted_run_left
+
+    args = argparse.Namespace(command="place", allocator="exact", output="placed.csv")
+    exc = KeyboardInterrupt()
+    assert _what_an_interrupted_run_left(args, exc) == "; exact left no placement"
+    exc.report = {"offsets": []}
+    assert _what_an_interrupted_run_left(args, exc) == "; the best placement found so far is above and in placed.csv"
 
 
 def test_place_command_rejects_an_option_the_allocator_does_not_take(trace_csv, builtins_registry):

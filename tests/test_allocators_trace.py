@@ -246,3 +246,26 @@ def test_a_block_that_ends_before_it_starts_names_its_line():
     """QA (2026-11-28): the error read "block 1: upper 1 < lower 2", with no line, unlike the other trace errors."""
     with pytest.raises(TraceError, match=r"^<stream>:3: block 'b' ends before it starts \(lower 2, upper 1\)$"):
         read_csv(io.StringIO("id,lower,upper,size\na,0,3,10\nb,2,1,10\n"))
+
+
+def test_times_beyond_what_a_float_holds_are_ranked_keeping_every_overlap():
+    """``ranked_times``: a trace whose times pass 2**53 (nanosecond timestamps) gets the ranks of its
+    times, so that ``to_memory_blocks``' floats keep them apart; the same pairs of blocks overlap and the
+    max-live bytes are the same. A trace whose times all fit is left as it is (None)."""
+    from harness.allocators.trace import FLOAT_EXACT, IntTrace, max_live_bytes, ranked_times, to_memory_blocks
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 30))
+        lower = rng.integers(0, 50, n)
+        small = IntTrace(lower, lower + rng.integers(0, 20, n), rng.integers(0, 100, n))
+        assert ranked_times(small) is None
+        big = IntTrace(small.lower * 7 + 2**60, small.upper * 7 + 2**60, small.size)
+        ranked = ranked_times(big)
+        assert ranked is not None and max(ranked.upper) < FLOAT_EXACT
+        blocks = to_memory_blocks(ranked)
+        for i in range(n):
+            for j in range(n):
+                overlap = small.lower[i] < small.upper[j] and small.lower[j] < small.upper[i]
+                assert (blocks[i].alloc < blocks[j].free and blocks[j].alloc < blocks[i].free) == overlap
+        assert max_live_bytes(ranked) == max_live_bytes(small)

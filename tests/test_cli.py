@@ -1099,3 +1099,12 @@ def test_a_model_that_fails_at_an_input_size_not_its_own_asks_whether_the_size_i
     assert code == 2 and err.count("\n") == 1
     assert err.rstrip().endswith(f"(the model's own input size is {'x'.join(map(str, own))}: is --input-size "
                                  "right for it?)"), err
+
+
+def test_an_option_in_scientific_notation_is_the_number_it_writes():
+    """QA: ``--option time_limit=1e-9`` was refused with "got '1e-9'": YAML 1.1 reads 1e-9 as text (it
+    wants 1.0e-9). A value that is a number in scientific notation is that number; other text stays text."""
+    from harness.cli import _options
+
+    assert _options(["time_limit=1e-9", "a=-2E+2", "b=1.5e3", "c=1e", "d=e5", "e=2"]) == {
+        "time_limit": 1e-9, "a": -200.0, "b": 1500.0, "c": "1e", "d": "e5", "e": 2}

@@ -83,6 +83,7 @@ class ExactResult:
     wall_time_s: float
     pool_bytes: int | None = None
     scale: int = 1
+    solver_status: str = ""  # CP-SAT's own word: OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, MODEL_INVALID
 
     @property
     def optimal(self) -> bool:
@@ -189,28 +190,73 @@ def solve_exact(
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed)
     solver.parameters.catch_sigint_signal = False  # Ctrl-C must reach the runner (interrupt, resume)
-    code = solver.solve(model)
-    elapsed = time.perf_counter() - started
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        offsets = [0] * n
-        for i in active:
-            offsets[i] = int(solver.value(xs[i])) * g
-        arena = max(offsets[i] + int(t.size[i]) for i in active)
-        bound = max(live, int(math.ceil(solver.best_objective_bound - 1e-9)) * g)
-        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-        if status == "optimal":
-            bound = arena
-        gap = (arena - bound) / arena if arena else 0.0
-        return ExactResult(status, tuple(offsets), arena, bound, gap, elapsed, pool_bytes, g)
-    if code == cp_model.INFEASIBLE:
-        return ExactResult("infeasible", None, None, live, math.inf, elapsed, pool_bytes, g)
-    # time ran out with nothing found: fall back on the hint when it fits
-    if pool_bytes is None or hint_arena <= pool_bytes:
-        offsets = tuple(int(x) for x in hint_off)
-        gap = (hint_arena - live) / hint_arena if hint_arena else 0.0
-        return ExactResult("feasible" if pool_bytes is None else "unknown", offsets, hint_arena, live, gap,
-                           elapsed, pool_bytes, g)
-    return ExactResult("unknown", None, None, live, math.inf, elapsed, pool_bytes, g)
+
+    def result(code: int) -> ExactResult:
+        elapsed = time.perf_counter() - started
+        said = solver.status_name(code)
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            offsets = [0] * n
+            for i in active:
+                offsets[i] = int(solver.value(xs[i])) * g
+            arena = max(offsets[i] + int(t.size[i]) for i in active)
+            bound = max(live, int(math.ceil(solver.best_objective_bound - 1e-9)) * g)
+            status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+            if status == "optimal":
+                bound = arena
+            gap = (arena - bound) / arena if arena else 0.0
+            return ExactResult(status, tuple(offsets), arena, bound, gap, elapsed, pool_bytes, g, said)
+        if code == cp_model.INFEASIBLE:
+            return ExactResult("infeasible", None, None, live, math.inf, elapsed, pool_bytes, g, said)
+        # nothing found (the time ran out, or CP-SAT refused the model): fall back on the hint when it fits
+        if pool_bytes is None or hint_arena <= pool_bytes:
+            offsets = tuple(int(x) for x in hint_off)
+            gap = (hint_arena - live) / hint_arena if hint_arena else 0.0
+            return ExactResult("feasible" if pool_bytes is None else "unknown", offsets, hint_arena, live, gap,
+                               elapsed, pool_bytes, g, said)
+        return ExactResult("unknown", None, None, live, math.inf, elapsed, pool_bytes, g, said)
+
+    try:
+        code = _solve_in_a_thread(solver, model)
+    except KeyboardInterrupt as exc:  # the search stopped: what it had goes with the interrupt
+        if getattr(exc, "solver_code", None) is not None:
+            exc.exact_result = result(exc.solver_code)
+        raise
+    return result(code)
+
+
+def _solve_in_a_thread(solver: Any, model: Any) -> int:
+    """``solver.solve(model)``, run in a thread so that Ctrl-C and SIGTERM reach this one at once: Python runs
+    its signal handlers in the main thread between bytecodes, never inside CP-SAT's C++ (which does not
+    hold the GIL while it searches); so the handlers' ``KeyboardInterrupt`` arrives here, stops the search
+    (``stop_search``, again until it has returned: a stop asked before the search starts is lost) and goes
+    on once ``solve`` has returned, its status code as ``solver_code``. An ``Event`` says when, not
+    ``Thread.join``: a join that an interrupt cuts short can take the thread for ended (CPython 3.11)."""
+    import threading
+
+    done: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def solve() -> None:
+        try:
+            done["code"] = solver.solve(model)
+        except BaseException as exc:  # handed to the main thread
+            done["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=solve, name="cp-sat", daemon=True).start()
+    try:
+        while not finished.wait(0.05):
+            pass
+    except KeyboardInterrupt as exc:
+        while not finished.is_set():
+            solver.stop_search()
+            finished.wait(0.05)
+        exc.solver_code = done.get("code")
+        raise
+    if "error" in done:
+        raise done["error"]
+    return done["code"]
 
 
 class ExactAllocator:
@@ -251,16 +297,28 @@ class ExactAllocator:
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
             raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
         hinted = self._hint_placement(hint, t)
-        res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
-                          hint=None if hinted is None else hinted.offsets)
+        try:
+            res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
+                              hint=None if hinted is None else hinted.offsets)
+        except KeyboardInterrupt as exc:  # membudget place prints the best placement found so far
+            if getattr(exc, "exact_result", None) is not None:
+                exc.placement = self._placement(t, exc.exact_result, limit, hint, hinted)
+            raise
+        return self._placement(t, res, limit, hint, hinted)
+
+    def _placement(self, t: IntTrace, res: ExactResult, limit: float, hint: str | None,
+                   hinted: Placement | None) -> Placement:
+        """The ``Placement`` of a solve, its notes saying what CP-SAT proved, in how long."""
         assert res.offsets is not None  # without a pool there is always a placement
         if res.optimal:
             notes = f"optimal (CP-SAT, {res.wall_time_s:.2f} s)"
+        elif res.solver_status == "MODEL_INVALID":
+            notes = ("CP-SAT refused the model (MODEL_INVALID: sizes or times too large for its integer "
+                     f"arithmetic): the heuristic's placement; lower bound {res.lower_bound_bytes} bytes, "
+                     f"gap {100 * res.gap:.2f}%")
         else:
-            notes = (
-                f"best found in {limit:g} s: lower bound {res.lower_bound_bytes} bytes, "
-                f"gap {100 * res.gap:.2f}%"
-            )
+            notes = (f"best found in {res.wall_time_s:.2f} s (time limit {limit:g} s): lower bound "
+                     f"{res.lower_bound_bytes} bytes, gap {100 * res.gap:.2f}%")
         if hinted is not None:
             notes += f"; hint: {hint} ({hinted.arena_bytes} bytes)"
         return make_placement(self.name, t, res.offsets, optimal=res.optimal, notes=notes,

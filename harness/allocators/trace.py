@@ -173,6 +173,23 @@ def as_int_trace(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> IntTrace:
     return to_int_trace(trace)
 
 
+FLOAT_EXACT = 2**53  # the integers a float holds exactly, and MemoryBlock's times are floats
+
+
+def ranked_times(trace: IntTrace) -> IntTrace | None:
+    """``trace`` with each time replaced by its rank among the trace's times, when some time is beyond
+    what a float holds exactly (2**53: nanosecond timestamps are); None when every time fits.
+
+    ``to_memory_blocks`` hands the times on as floats, and beyond 2**53 neighbouring times become one
+    float: blocks one after the other would overlap. Ranks keep the order of every time, so the same
+    blocks overlap, the max-live bytes are the same, and any placement of one is a placement of the other.
+    """
+    if not len(trace) or max(int(np.abs(trace.lower).max()), int(np.abs(trace.upper).max())) < FLOAT_EXACT:
+        return None
+    times = np.unique(np.concatenate([trace.lower, trace.upper]))
+    return IntTrace(np.searchsorted(times, trace.lower), np.searchsorted(times, trace.upper), trace.size, trace.ids)
+
+
 def to_memory_blocks(trace: IntTrace, names: Sequence[str] | None = None) -> tuple[MemoryBlock, ...]:
     """``MemoryBlock``s with the integer times as floats, so any allocator can place an ``IntTrace``.
 

@@ -74,7 +74,7 @@ class BestFit:
         """Place ``trace``: arena = the highest block end of the best-fit placement."""
         t = as_int_trace(trace)
         off = self.offsets(t)
-        mode = "paper_only" if self.paper_only else f"rounds={self.rounds}"
+        mode = "paper_only" if self.paper_only else f"rounds<={self.rounds}"  # squeaky-wheel rounds, at most
         return make_placement(self.name, t, off, notes=f"kernel={self.kernel} {mode}")
 
     def session(self, **options) -> ProfileGuidedSession:

@@ -90,7 +90,16 @@ class MiniSearch:
     def place(self, trace: Sequence[MemoryBlock], **options) -> Placement:
         """Place ``trace``; ``options`` override the allocator's settings for this call."""
         t = as_int_trace(trace)
-        res = self.solve(t, **options)
+        try:
+            res = self.solve(t, **options)
+        except KeyboardInterrupt as exc:  # membudget place prints the best placement found so far
+            if getattr(exc, "partial", None) is not None:
+                exc.placement = self._placement(t, exc.partial)
+            raise
+        return self._placement(t, res)
+
+    def _placement(self, t: IntTrace, res: SearchResult) -> Placement:
+        """The ``Placement`` of a search's result, its notes saying what was proved."""
         if res.optimal:
             notes = f"proved optimal in {res.wall_time_s:.2f} s ({res.nodes} nodes)"
         else:

@@ -81,18 +81,9 @@ class Instance:
         self.order = np.ascontiguousarray(order, dtype=np.int64)
         self.rank = np.empty(n, dtype=np.int64)
         self.rank[self.order] = np.arange(n, dtype=np.int64)
-        # overlap lists (sorted by rank, so both implementations see them alike)
-        by_rank_lo, by_rank_up = self.lower[self.order], self.upper[self.order]
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        lists = []
-        for i in range(n):
-            hit = (by_rank_lo < self.upper[i]) & (self.lower[i] < by_rank_up)
-            nb = self.order[hit]
-            nb = nb[nb != i]
-            lists.append(nb)
-            ptr[i + 1] = ptr[i] + len(nb)
-        self.nb_ptr = ptr
-        self.nb_idx = np.concatenate(lists).astype(np.int64) if n and ptr[-1] else np.zeros(0, np.int64)
+        # overlap lists (sorted by rank, so both implementations see them alike), from each overlapping pair
+        first, second = _overlapping_pairs(self.lower, self.upper)
+        self.nb_ptr, self.nb_idx = _lists_by_rank(first, second, self.order, n)
         self.twin_prev = np.full(n, -1, dtype=np.int64)
         last: dict[tuple[int, int, int], int] = {}
         for b in self.order:
@@ -108,6 +99,80 @@ class Instance:
 
     def neighbours(self, i: int) -> np.ndarray:
         return self.nb_idx[self.nb_ptr[i] : self.nb_ptr[i + 1]]
+
+
+@njit(cache=True)
+def _sweep(lower, upper, first, second, fill):
+    """The sweep of ``_overlapping_pairs``: counts the pairs, and writes them into ``first``/``second``
+    when ``fill``."""
+    n = len(lower)
+    by_start = np.argsort(lower, kind="mergesort")
+    by_end = np.argsort(upper, kind="mergesort")
+    active = np.empty(n, dtype=np.int64)  # the blocks alive, in no order; where[b]: b's place there
+    where = np.full(n, -1, dtype=np.int64)
+    alive, ended, pairs = 0, 0, 0
+    for k in range(n):
+        b = by_start[k]
+        while ended < n and upper[by_end[ended]] <= lower[b]:
+            gone = by_end[ended]
+            ended += 1
+            if where[gone] >= 0:
+                last = active[alive - 1]
+                active[where[gone]] = last
+                where[last] = where[gone]
+                where[gone] = -1
+                alive -= 1
+        if fill:
+            for j in range(alive):
+                first[pairs + j] = active[j]
+                second[pairs + j] = b
+        pairs += alive
+        active[alive] = b
+        where[b] = alive
+        alive += 1
+    return pairs
+
+
+@njit(cache=True)
+def _lists_by_rank(first, second, order, n):
+    """Each block's neighbours (the pairs ``first[p], second[p]`` both ways) in rank order, as CSR
+    (``ptr``, ``idx``): the lists in any order first, then each block handed to its neighbours' lists
+    in rank order, so every list comes out sorted without a sort."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for p in range(len(first)):
+        ptr[first[p] + 1] += 1
+        ptr[second[p] + 1] += 1
+    for i in range(n):
+        ptr[i + 1] += ptr[i]
+    unsorted = np.empty(ptr[n], dtype=np.int64)
+    filled = ptr[:n].copy()
+    for p in range(len(first)):
+        a, b = first[p], second[p]
+        unsorted[filled[a]] = b
+        filled[a] += 1
+        unsorted[filled[b]] = a
+        filled[b] += 1
+    idx = np.empty(ptr[n], dtype=np.int64)
+    filled[:] = ptr[:n]
+    for r in range(n):
+        d = order[r]
+        for q in range(ptr[d], ptr[d + 1]):
+            s = unsorted[q]
+            idx[filled[s]] = d
+            filled[s] += 1
+    return ptr, idx
+
+
+def _overlapping_pairs(lower, upper):
+    """Every pair of blocks whose lifetimes ``[lower, upper)`` intersect, once each, as two arrays, by a
+    sweep over the starts: a block overlaps exactly the blocks started no later than it and not ended
+    when it starts. Its time is that of the sort plus the pairs (the all-pairs test it replaces was
+    quadratic: 8.5 s on 100,000 blocks)."""
+    none = np.zeros(0, dtype=np.int64)
+    count = _sweep(lower, upper, none, none, False)
+    first, second = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+    _sweep(lower, upper, first, second, True)
+    return first, second
 
 
 PREFERENCES = ("lifetime", "size", "area", "start", "start-size")

@@ -209,49 +209,56 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     def out_of_budget():
         return time.perf_counter() >= deadline or (node_limit is not None and nodes >= node_limit)
 
-    while bound < arena and not out_of_budget():
-        budget = slice_nodes << min(rnd, 40)
-        mid = bound + (arena - bound) // 2
-        targets = [bound] + ([mid] if rnd >= 1 and mid > bound else [])
-        settled = False
-        for threshold in targets:
-            for pref in prefs if threshold == bound else [prefs[rnd % len(prefs)]]:
-                if out_of_budget():
-                    break
-                key = (threshold, pref)
-                if key not in questions:
-                    questions[key] = _Question(instance(pref), threshold, kernel)
-                    asked.add(threshold)
-                q = questions[key]
-                step = budget if node_limit is None else min(budget, node_limit - nodes)
-                nodes += q.advance(step, deadline)
-                d = q.deepest.get("depth", 0)
-                if q.status == PAUSED and d >= q.completed_depth + max(1, len(active) // 50):
-                    # the deepest partial placement under the threshold, completed greedily:
-                    # often below the incumbent when the threshold is not reached
-                    q.completed_depth = d
-                    cand = complete(q.inst, q.deepest["placed"], q.deepest["offsets"])
-                    cand_arena = int((cand + sz[active]).max())
-                    if cand_arena < arena:
-                        offsets[active] = cand
-                        arena = cand_arena
-                if q.status == FOUND:
-                    order_offsets = q.offsets
-                    offsets[active] = order_offsets
-                    arena = int((order_offsets + sz[active]).max())
-                    settled = True
-                elif q.status == EXHAUSTED:
-                    bound = max(bound, threshold + 1, q.next_bound)
-                    settled = True
+    try:
+        while bound < arena and not out_of_budget():
+            budget = slice_nodes << min(rnd, 40)
+            mid = bound + (arena - bound) // 2
+            targets = [bound] + ([mid] if rnd >= 1 and mid > bound else [])
+            settled = False
+            for threshold in targets:
+                for pref in prefs if threshold == bound else [prefs[rnd % len(prefs)]]:
+                    if out_of_budget():
+                        break
+                    key = (threshold, pref)
+                    if key not in questions:
+                        questions[key] = _Question(instance(pref), threshold, kernel)
+                        asked.add(threshold)
+                    q = questions[key]
+                    step = budget if node_limit is None else min(budget, node_limit - nodes)
+                    nodes += q.advance(step, deadline)
+                    d = q.deepest.get("depth", 0)
+                    if q.status == PAUSED and d >= q.completed_depth + max(1, len(active) // 50):
+                        # the deepest partial placement under the threshold, completed greedily:
+                        # often below the incumbent when the threshold is not reached
+                        q.completed_depth = d
+                        cand = complete(q.inst, q.deepest["placed"], q.deepest["offsets"])
+                        cand_arena = int((cand + sz[active]).max())
+                        if cand_arena < arena:
+                            offsets[active] = cand
+                            arena = cand_arena
+                    if q.status == FOUND:
+                        order_offsets = q.offsets
+                        offsets[active] = order_offsets
+                        arena = int((order_offsets + sz[active]).max())
+                        settled = True
+                    elif q.status == EXHAUSTED:
+                        bound = max(bound, threshold + 1, q.next_bound)
+                        settled = True
+                    if settled:
+                        break
                 if settled:
                     break
-            if settled:
-                break
-        if settled:  # a new question: forget the old ones (their thresholds are settled)
-            questions = {k: v for k, v in questions.items() if bound <= k[0] < arena}
-            rnd = 0
-        else:
-            rnd += 1
+            if settled:  # a new question: forget the old ones (their thresholds are settled)
+                questions = {k: v for k, v in questions.items() if bound <= k[0] < arena}
+                rnd = 0
+            else:
+                rnd += 1
+    except KeyboardInterrupt as exc:  # the best placement so far goes with the interrupt (its arena recounted:
+        # the interrupt may fall between an offsets update and the arena's)
+        arena = int((offsets[active] + sz[active]).max())
+        exc.partial = SearchResult(offsets, arena, min(bound, arena), max_live, incumbent_arena, bound >= arena,
+                                   nodes, len(asked), True, time.perf_counter() - started)
+        raise
     bound = min(bound, arena)
     return SearchResult(offsets, arena, bound, max_live, incumbent_arena, bound == arena, nodes,
                         len(asked), bound < arena, time.perf_counter() - started)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -242,3 +243,18 @@ def test_paper001_first_fit_pool_needs_more_than_the_optimum():
         p = alloc.place(blocks)
         assert p.arena_bytes == 14 * MiB and "grew 1" in p.notes  # does not fit; 7/6 P with growth
     assert FirstFit().place(blocks).arena_bytes == 14 * MiB
+
+
+def test_time_limit_null_means_no_limit_as_for_minisearch(monkeypatch):
+    """QA: ``--option time_limit=null`` meant no limit for minisearch and the 10 s default for exact."""
+    import harness.allocators.exact as exact
+
+    limits = []
+    solve = exact.solve_exact
+    monkeypatch.setattr(exact, "solve_exact", lambda *a, **k: limits.append(k["time_limit_s"]) or solve(*a, **k))
+    t = IntTrace(np.array([0, 3, 0, 9, 0]), np.array([3, 9, 9, 21, 21]), np.array([4, 4, 4, 4, 4]))
+    assert ExactAllocator(time_limit_s=7.0).place(t, time_limit=None).optimal
+    ExactAllocator(time_limit_s=7.0).place(t)
+    assert limits == [math.inf, 7.0]
+    with pytest.raises(ValueError, match="or null: none"):
+        ExactAllocator().place(t, time_limit=-1)

@@ -284,18 +284,18 @@ class ExactAllocator:
             trace, time_limit_s=self.time_limit_s, pool_bytes=pool_bytes, workers=self.workers, seed=self.seed
         )
 
-    def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None = None,
+    def place(self, trace: Sequence[MemoryBlock], *, time_limit: float | None | str = "default",
               hint: str | None = None) -> Placement:
         """Place ``trace`` optimally if CP-SAT proves it within the time limit, else as well as it found.
 
         ``time_limit`` (seconds) overrides ``time_limit_s`` for this call (``membudget place
-        --option time_limit=5``). ``hint`` names a registered allocator whose placement seeds
+        --option time_limit=5``); None (``time_limit=null``) sets none, as for ``minisearch``. ``hint`` names a registered allocator whose placement seeds
         the search (``--option hint=bestfit``). The placement carries CP-SAT's proved lower bound.
         """
         t = as_int_trace(trace)
-        limit = self.time_limit_s if time_limit is None else time_limit
+        limit = self.time_limit_s if time_limit == "default" else math.inf if time_limit is None else time_limit
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
-            raise ValueError(f"time_limit must be a number of seconds >= 0, got {limit!r}")
+            raise ValueError(f"time_limit must be a number of seconds >= 0 (or null: none), got {limit!r}")
         hinted = self._hint_placement(hint, t)
         try:
             res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
@@ -317,7 +317,8 @@ class ExactAllocator:
                      f"arithmetic): the heuristic's placement; lower bound {res.lower_bound_bytes} bytes, "
                      f"gap {100 * res.gap:.2f}%")
         else:
-            notes = (f"best found in {res.wall_time_s:.2f} s (time limit {limit:g} s): lower bound "
+            within = "no time limit" if math.isinf(limit) else f"time limit {limit:g} s"
+            notes = (f"best found in {res.wall_time_s:.2f} s ({within}): lower bound "
                      f"{res.lower_bound_bytes} bytes, gap {100 * res.gap:.2f}%")
         if hinted is not None:
             notes += f"; hint: {hint} ({hinted.arena_bytes} bytes)"

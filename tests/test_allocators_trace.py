@@ -163,7 +163,7 @@ def test_csv_round_trip(tmp_path):
     [
         ("", "empty"),
         ("id,lower,size\nb,0,1\n", "missing column"),
-        ("id,lower,upper,size\nb,0,x,1\n", "not an integer"),
+        ("id,lower,upper,size\nb,0,x,1\n", "upper 'x' is not a whole number"),
         ("id,lower,upper,size\nb,0,1\n", "fields"),
         ("id,lower,upper,size\nb,5,1,1\n", "upper"),
         ("id,lower,upper,size,alignment\nb,0,1,1,64\n", "alignment"),

@@ -405,14 +405,19 @@ def _parse(
     for lineno, row in enumerate(rows, start=2):
         if len(row) != len(names):
             raise TraceError(f"{where}:{lineno}: {len(row)} fields, header has {len(names)}")
+        value: dict[str, int] = {}
+        column = "lower"
         try:
-            lo, up, sz = (int(row[col[c]].strip()) for c in ("lower", "upper", "size"))
-            if "alignment" in col and int(row[col["alignment"]].strip()) not in (0, 1):
-                raise TraceError(f"{where}:{lineno}: alignment other than 1 is not supported")
-            if offsets is not None:
-                offsets.append(int(row[col["offset"]].strip()))
-        except ValueError as exc:
-            raise TraceError(f"{where}:{lineno}: not an integer: {exc}") from None
+            for column in ("lower", "upper", "size", *(c for c in ("alignment", "offset") if c in col)):
+                value[column] = int(row[col[column]].strip())
+        except ValueError:
+            raise TraceError(f"{where}:{lineno}: {column} {row[col[column]].strip()!r} is not a whole number "
+                             "(integers only: times and bytes, no decimals or exponents)") from None
+        lo, up, sz = value["lower"], value["upper"], value["size"]
+        if value.get("alignment", 1) not in (0, 1):
+            raise TraceError(f"{where}:{lineno}: alignment other than 1 is not supported")
+        if offsets is not None:
+            offsets.append(value["offset"])
         block_id = row[col["id"]].strip()
         if block_id in first_line:
             raise TraceError(f"{where}:{lineno}: duplicate id {block_id!r} (first on line {first_line[block_id]}): "

@@ -129,8 +129,8 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     ranked = ranked_times(trace.subset(timed))
     blocks = to_memory_blocks(trace.subset(timed) if ranked is None else ranked)
     try:
-        if blocks:  # warm up (imports, JIT compilation or its cache) outside the timing
-            alloc.place(blocks[:1], **options)
+        # warm up (imports, JIT compilation or its cache) outside the timing, on one block of the trace's
+        alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
         started = time.perf_counter()
         placement = alloc.place(blocks, **options)
     except (TypeError, ValueError) as exc:

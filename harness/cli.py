@@ -121,7 +121,7 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
             raise MembudgetError(f"--option {key.strip()} is given twice: give each option once")
         try:
             loaded = yaml.safe_load(value)
-            if isinstance(loaded, str) and _SCIENTIFIC.fullmatch(loaded.strip()):
+            if isinstance(loaded, str) and _SCIENTIFIC.fullmatch(value.strip()):  # unquoted: '1e5' stays text
                 loaded = float(loaded)  # YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): a number was meant
             out[key.strip()] = loaded
         except yaml.YAMLError as exc:
@@ -903,7 +903,8 @@ def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterru
     if args.command == "place":
         if getattr(exc, "report", None) is None:
             return f"; {args.allocator} left no placement"
-        return "; the best placement found so far is above" + (f" and in {args.output}" if args.output else "")
+        written = args.output and getattr(exc, "written", True)
+        return "; the best placement found so far is above" + (f" and in {args.output}" if written else "")
     if args.command != "run":
         return ""
     run_dir = getattr(exc, "run_dir", None)  # set by run_suite once the folder holds meta.json

@@ -128,6 +128,7 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
     ranked = ranked_times(trace.subset(timed))
     blocks = to_memory_blocks(trace.subset(timed) if ranked is None else ranked)
+    started = time.perf_counter()  # again after the warm-up; set here for an interrupt during it
     try:
         # warm up (imports, JIT compilation or its cache) outside the timing, on one block of the trace's
         alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
@@ -157,8 +158,9 @@ def _placement_report(trace_csv: str | Path, allocator: str, options: dict[str, 
     offsets = np.zeros(len(trace), np.int64)
     offsets[timed] = placement.offsets
     live = max_live_bytes(placed)
-    bound = max(live, placement.lower_bound_bytes or 0)
     arena = placement.arena_bytes
+    # an allocator that proved its arena optimal without giving its bound proved the arena the bound
+    bound = max(live, placement.lower_bound_bytes or 0, arena if placement.optimal and not problems else 0)
     # proved by the allocator, or by the arena at a lower bound; else what the allocator says (None: nothing)
     optimal = False if problems else True if placement.optimal or arena <= bound else placement.optimal
     notes = [f"interrupted after {elapsed:.2f} s: the best placement found so far"] if interrupted else []
@@ -212,17 +214,22 @@ def place_command(
     except KeyboardInterrupt as exc:  # the best placement found so far, when the allocator left one
         report = getattr(exc, "report", None)
         if report is not None:
-            _write_placement_report(report, as_json, output, trace_csv, out)
+            _print_placement_report(report, as_json, out)
+            if output is not None:
+                try:
+                    write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
+                except OSError as why:  # the interrupt goes on, not this error
+                    exc.written = False
+                    print(f"membudget: the best placement could not be written to {output}: {why}", file=sys.stderr)
         raise
-    _write_placement_report(report, as_json, output, trace_csv, out)
+    _print_placement_report(report, as_json, out)
+    if output is not None:
+        write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
     return 0 if report["valid"] else 1
 
 
-def _write_placement_report(report: dict[str, Any], as_json: bool, output: str | Path | None,
-                            trace_csv: str | Path, out: TextIO) -> None:
-    """Print ``report`` (text or JSON) and write the placed trace to ``output`` when given."""
-    if output is not None:
-        write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
+def _print_placement_report(report: dict[str, Any], as_json: bool, out: TextIO) -> None:
+    """Print ``report``, as text or as JSON."""
     if as_json:
         out.write(json.dumps(report) + "\n")
     else:

@@ -106,7 +106,7 @@ class Registry:
                 if isinstance(value, str) and importlib.metadata.EntryPoint.pattern.match(value) is None:
                     raise ValueError(f"{ep.name} = {value!r} is not 'module' or 'module:object'")
                 module = ep.load()
-                self._add(module, dist, (ep.dist.version if ep.dist else "") or "")
+                self._add(module, dist, _distribution_field(ep, "version") or "")
                 self._entry_points[id(module)] = ep.name
             except PLUGIN_FAILURES as exc:  # a broken plugin must not take the others down with it
                 if module is not None and self.pm.is_registered(module):  # pluggy < 1.6 registers part of it
@@ -286,8 +286,17 @@ class Registry:
 def _distribution_name(ep: Any) -> str:
     """The distribution an entry point came from, else the entry point's own name (a dist-info without a
     METADATA name, half written or half removed, must not take the other plugins down)."""
-    name = ep.dist.name if ep.dist else None
+    name = _distribution_field(ep, "name")
     return name if isinstance(name, str) and name else ep.name
+
+
+def _distribution_field(ep: Any, field: str) -> Any:
+    """``ep.dist.<field>``, or None where the distribution lacks it (importlib.metadata gives None for a
+    missing METADATA field in Python 3.11 and 3.12, and raises KeyError in later versions)."""
+    try:
+        return getattr(ep.dist, field) if ep.dist else None
+    except (KeyError, AttributeError):
+        return None
 
 
 def _load_order(ep: Any) -> tuple[str, str]:

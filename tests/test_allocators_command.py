@@ -203,15 +203,15 @@ class _Interrupted:
     name = "interrupted"
     description = "raises KeyboardInterrupt from place"
 
-    def __init__(self, leaves: bool):
-        self.leaves, self.calls = leaves, 0
+    def __init__(self, leaves: bool, at_call: int = 2):
+        self.leaves, self.calls, self.at_call = leaves, 0, at_call
 
     def place(self, trace):
         from harness.allocators.first_fit import FirstFit
 
         self.calls += 1
         best = FirstFit().place(trace)
-        if self.calls == 1:  # the warm-up on one block
+        if self.calls < self.at_call:  # the warm-up on one block
             return best
         exc = KeyboardInterrupt()
         if self.leaves:
@@ -240,6 +240,54 @@ def test_an_interrupted_place_prints_and_writes_the_best_placement_found(trace_c
     assert offsets == caught.value.report["offsets"] and not violations(trace, offsets)
 
 
+def test_an_interrupt_in_the_warm_up_of_a_one_block_trace_is_reported_too(tmp_path):
+    """Review: on a trace of one block the warm-up places the whole trace; an interrupt there was an
+    UnboundLocalError (the clock had not started)."""
+    class Reg:
+        def allocator(self, name):
+            return _Interrupted(True, at_call=1)
+
+    one = tmp_path / "one.csv"
+    one.write_text("id,lower,upper,size\na,0,5,100\n")
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        place_command(one, "interrupted", False, registry=Reg(), stream=out)
+    assert caught.value.report["interrupted"] and "interrupted after" in out.getvalue()
+
+
+def test_an_interrupted_place_that_cannot_write_its_file_still_stops_as_interrupted(trace_csv, tmp_path, capsys):
+    """Review: a failed -o write replaced the interrupt (exit 2, not 130/143) and printed nothing."""
+    class Reg:
+        def allocator(self, name):
+            return _Interrupted(True)
+
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        place_command(trace_csv, "interrupted", False, output=tmp_path, registry=Reg(), stream=out)  # a folder
+    assert "valid          yes" in out.getvalue() and caught.value.written is False
+    assert "could not be written" in capsys.readouterr().err
+
+
+def test_an_allocator_that_proves_its_arena_without_a_bound_is_its_own_bound(trace_csv):
+    """Review: optimal=True with no bound printed the max-live bytes as the bound and a 0% gap beside a
+    larger arena; the arena it proved optimal is the bound."""
+    class Proved(_Stack):
+        def place(self, trace):
+            from dataclasses import replace
+
+            return replace(super().place(trace), optimal=True)
+
+    class Reg:
+        def allocator(self, name):
+            return Proved()
+
+    out = io.StringIO()
+    place_command(trace_csv, "stack", True, registry=Reg(), stream=out)
+    report = json.loads(out.getvalue())
+    assert report["arena_bytes"] > report["max_live_bytes"]
+    assert report["lower_bound_bytes"] == report["arena_bytes"] and report["gap"] == 0.0 and report["optimal"]
+
+
 def test_the_interrupt_message_of_place_says_where_the_placement_is():
     import argparse
 
@@ -250,6 +298,8 @@ def test_the_interrupt_message_of_place_says_where_the_placement_is():
     assert _what_an_interrupted_run_left(args, exc) == "; exact left no placement"
     exc.report = {"offsets": []}
     assert _what_an_interrupted_run_left(args, exc) == "; the best placement found so far is above and in placed.csv"
+    exc.written = False
+    assert _what_an_interrupted_run_left(args, exc) == "; the best placement found so far is above"
 
 
 def test_place_command_rejects_an_option_the_allocator_does_not_take(trace_csv, builtins_registry):

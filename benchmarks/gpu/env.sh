@@ -62,7 +62,7 @@ if "$py" benchmarks/gpu/link_checkout.py . "${plugins[@]}" >>"$log" 2>&1; then
     echo "$py"
     exit 0
 fi
-echo "gpu env: the link was refused (above): pip installs the checkout instead" >>"$log"
+echo "gpu env: the link did not take (refused or failed, above): pip installs the checkout instead" >>"$log"
 editable=(-e .)
 for p in "${plugins[@]}"; do editable+=(-e "$p"); done
 if ! PIP_NO_INDEX=1 "$py" -m pip install -q --no-deps --no-build-isolation --no-index "${editable[@]}" >>"$log" 2>&1; then

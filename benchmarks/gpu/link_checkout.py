@@ -19,7 +19,8 @@ site-packages, for each project (a folder with a ``pyproject.toml``), in well un
 It refuses (exit 2, before writing anything) a project whose distribution this Python already has
 from elsewhere: two copies would offer every plugin twice. Then ``benchmarks/gpu/env.sh`` installs
 with pip, as before. At the end a fresh interpreter must import every project's packages from the
-checkout and see every entry point, or it removes what it wrote and exits 1.
+checkout and see every entry point, or it removes what it wrote (by each link's RECORD, written first)
+and exits 1; so does any error while it writes. A second call replaces the links of the first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -65,8 +67,25 @@ def elsewhere(project: dict, site: Path) -> str | None:
     return str(getattr(dist, "_path", "?"))
 
 
+def unlink(project: dict, site: Path) -> None:
+    """Remove every link of ``project`` this script made in ``site`` (any version: a version changed since
+    would leave two distributions of one name), by its RECORD, which names the .pth and the scripts."""
+    stem = normalized(project["name"])
+    for info in site.glob(f"{stem}-*.dist-info"):
+        installer = info / "INSTALLER"
+        if not installer.is_file() or installer.read_text(encoding="utf-8").strip() != INSTALLER:
+            continue  # not ours: elsewhere() refused it before anything was written
+        record = info / "RECORD"
+        for line in record.read_text(encoding="utf-8").splitlines() if record.is_file() else ():
+            path = Path(line.split(",")[0])
+            (path if path.is_absolute() else site / path).unlink(missing_ok=True)
+        (site / f"__link__{stem}.pth").unlink(missing_ok=True)
+        shutil.rmtree(info, ignore_errors=True)
+
+
 def link(folder: Path, project: dict, site: Path, scripts: Path) -> list[Path]:
-    """Write the ``.pth``, the dist-info and the scripts of one project; return the files written."""
+    """Write the ``.pth``, the dist-info and the scripts of one project; return the files written. Its RECORD
+    is written first, naming them all, so that ``unlink`` (and pip) can remove a link cut short."""
     stem = normalized(project["name"])
     info = site / f"{stem}-{project['version']}.dist-info"
     info.mkdir(exist_ok=True)
@@ -82,19 +101,17 @@ def link(folder: Path, project: dict, site: Path, scripts: Path) -> list[Path]:
             for group, points in {**project["entry_points"],
                                   **({"console_scripts": project["scripts"]} if project["scripts"] else {})}.items()),
     }
-    written = [pth]
+    written = [pth, *(info / name for name in files), *(scripts / name for name in project["scripts"])]
+    record = [f"{p.relative_to(site) if p.is_relative_to(site) else p},," for p in written]
+    (info / "RECORD").write_text("\n".join([*record, f"{info.name}/RECORD,,"]) + "\n", encoding="utf-8")
     for name, text in files.items():
         (info / name).write_text(text, encoding="utf-8")
-        written.append(info / name)
     for name, target in project["scripts"].items():
         module, _, function = target.partition(":")
         script = scripts / name
         script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {function}\n"
                           f"sys.exit({function}())\n", encoding="utf-8")
         script.chmod(0o755)
-        written.append(script)
-    record = [f"{p.relative_to(site) if p.is_relative_to(site) else p},," for p in written]
-    (info / "RECORD").write_text("\n".join([*record, f"{info.name}/RECORD,,"]) + "\n", encoding="utf-8")
     return written
 
 
@@ -125,16 +142,20 @@ def main(argv: list[str]) -> int:
         print(f"link_checkout: {sys.executable} already has {', '.join(there)}: install with pip instead",
               file=sys.stderr)
         return 2
-    written = [path for folder, project in projects for path in link(folder, project, site, scripts)]
-    check = subprocess.run([sys.executable, "-c", CHECK, json.dumps([(str(f), p) for f, p in projects])],
-                           capture_output=True, text=True, cwd="/")  # not the checkout: only the links can work
-    if check.returncode:
-        for path in written:  # nothing half-made left for pip to trip over
-            path.unlink(missing_ok=True)
-        for folder in {path.parent for path in written if path.parent.name.endswith(".dist-info")}:
-            (folder / "RECORD").unlink(missing_ok=True)
-            folder.rmdir()
-        print(f"link_checkout: {check.stderr.strip() or check.stdout.strip()}", file=sys.stderr)
+    try:
+        for folder, project in projects:
+            unlink(project, site)  # a link of an earlier call, perhaps of another version
+            link(folder, project, site, scripts)
+        check = subprocess.run([sys.executable, "-c", CHECK, json.dumps([(str(f), p) for f, p in projects])],
+                               capture_output=True, text=True, cwd="/")  # not the checkout: only the links work
+        why = (check.stderr.strip() or check.stdout.strip() or f"the check exited {check.returncode}"
+               if check.returncode else "")
+    except Exception as exc:  # an unwritable site-packages, a disk full: pip gets a clean one
+        why = f"{type(exc).__name__}: {exc}"
+    if why:
+        for _, project in projects:  # nothing half-made left for pip to trip over
+            unlink(project, site)
+        print(f"link_checkout: {why}", file=sys.stderr)
         return 1
     print(f"link_checkout: {len(projects)} projects linked into {site}")
     return 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any, Callable, Literal, Sequence, Union
 
@@ -244,14 +244,18 @@ def _solve_in_a_thread(solver: Any, model: Any) -> int:
         finally:
             finished.set()
 
-    threading.Thread(target=solve, name="cp-sat", daemon=True).start()
+    worker = threading.Thread(target=solve, name="cp-sat", daemon=True)
     try:
+        worker.start()
         while not finished.wait(0.05):
             pass
     except KeyboardInterrupt as exc:
-        while not finished.is_set():
-            solver.stop_search()
-            finished.wait(0.05)
+        while worker.is_alive() and not finished.is_set():  # a second interrupt stops the search no sooner
+            try:
+                solver.stop_search()
+                finished.wait(0.05)
+            except KeyboardInterrupt:
+                pass
         exc.solver_code = done.get("code")
         raise
     if "error" in done:
@@ -296,7 +300,14 @@ class ExactAllocator:
         limit = self.time_limit_s if time_limit == "default" else math.inf if time_limit is None else time_limit
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
             raise ValueError(f"time_limit must be a number of seconds >= 0 (or null: none), got {limit!r}")
-        hinted = self._hint_placement(hint, t)
+        try:
+            hinted = self._hint_placement(hint, t)
+        except KeyboardInterrupt as exc:  # the hint's best so far is this call's: say whose it is
+            if getattr(exc, "placement", None) is not None:
+                exc.placement = replace(exc.placement, allocator=self.name,
+                                        notes=f"the hint {hint}'s, interrupted before CP-SAT began: "
+                                              f"{exc.placement.notes}")
+            raise
         try:
             res = solve_exact(t, time_limit_s=float(limit), workers=self.workers, seed=self.seed,
                               hint=None if hinted is None else hinted.offsets)

@@ -71,18 +71,20 @@ class Instance:
     the identical block (same lifetime and size) just before i in rank order, or -1.
     """
 
-    def __init__(self, lower, upper, size, order):
+    def __init__(self, lower, upper, size, order, pairs=None):
         self.lower = np.ascontiguousarray(lower, dtype=np.int64)
         self.upper = np.ascontiguousarray(upper, dtype=np.int64)
         self.size = np.ascontiguousarray(size, dtype=np.int64)
         n = len(self.size)
+        if n and (self.upper <= self.lower).any():  # the sweep below counts on every block lasting
+            raise ValueError("an Instance takes blocks that last (lower < upper): prepare() gives them")
         self.n = n
         self.horizon = int(self.upper.max()) if n else 0
         self.order = np.ascontiguousarray(order, dtype=np.int64)
         self.rank = np.empty(n, dtype=np.int64)
         self.rank[self.order] = np.arange(n, dtype=np.int64)
         # overlap lists (sorted by rank, so both implementations see them alike), from each overlapping pair
-        first, second = _overlapping_pairs(self.lower, self.upper)
+        first, second = overlapping_pairs(self.lower, self.upper) if pairs is None else pairs
         self.nb_ptr, self.nb_idx = _lists_by_rank(first, second, self.order, n)
         self.twin_prev = np.full(n, -1, dtype=np.int64)
         last: dict[tuple[int, int, int], int] = {}
@@ -103,7 +105,7 @@ class Instance:
 
 @njit(cache=True)
 def _sweep(lower, upper, first, second, fill):
-    """The sweep of ``_overlapping_pairs``: counts the pairs, and writes them into ``first``/``second``
+    """The sweep of ``overlapping_pairs``: counts the pairs, and writes them into ``first``/``second``
     when ``fill``."""
     n = len(lower)
     by_start = np.argsort(lower, kind="mergesort")
@@ -163,7 +165,7 @@ def _lists_by_rank(first, second, order, n):
     return ptr, idx
 
 
-def _overlapping_pairs(lower, upper):
+def overlapping_pairs(lower, upper):
     """Every pair of blocks whose lifetimes ``[lower, upper)`` intersect, once each, as two arrays, by a
     sweep over the starts: a block overlaps exactly the blocks started no later than it and not ended
     when it starts. Its time is that of the sort plus the pairs (the all-pairs test it replaces was
@@ -178,8 +180,11 @@ def _overlapping_pairs(lower, upper):
 PREFERENCES = ("lifetime", "size", "area", "start", "start-size")
 
 
-def prepare(lower, upper, size, preference="lifetime") -> Instance:
+def prepare(lower, upper, size, preference="lifetime", pairs=None) -> Instance:
     """An :class:`Instance` for blocks that all occupy something (size > 0, lower < upper).
+
+    ``pairs``: ``overlapping_pairs(lower, upper)`` when the caller has it (it depends on the lifetimes
+    alone, not on the order of preference: a portfolio computes it once).
 
     Times are renumbered densely (the same overlaps). ``preference`` orders blocks of
     equal floor: ``"lifetime"`` (longest first, then largest; best-fit's order),
@@ -213,7 +218,7 @@ def prepare(lower, upper, size, preference="lifetime") -> Instance:
         order = np.lexsort((idx, -sz, -(sz.astype(np.float64) * length)))
     else:
         raise ValueError(f"preference must be one of {', '.join(PREFERENCES)} or a seed, got {preference!r}")
-    return Instance(dlo, dup, sz, order)
+    return Instance(dlo, dup, sz, order, pairs)
 
 
 # --------------------------------------------------------------------------- reference

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.allocators.trace import IntTrace, max_live_bytes
 from membudget_minisearch._search import (
-    EXHAUSTED, FOUND, PAUSED, PREFERENCES, SearchKernel, prepare, search_reference,
+    EXHAUSTED, FOUND, PAUSED, PREFERENCES, SearchKernel, overlapping_pairs, prepare, search_reference,
 )
 
 __all__ = ["SearchResult", "solve"]
@@ -193,14 +194,15 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     incumbent_arena = arena
     clo, cup = canonical_times(lo[active], up[active], sz[active])
     instances = {}
+    pairs = []  # the overlapping pairs, once: they do not depend on the order of preference
 
     def instance(pref):
         if pref not in instances:
-            instances[pref] = prepare(clo, cup, sz[active], pref)
+            pairs[:] = pairs or [overlapping_pairs(clo, cup)]
+            instances[pref] = prepare(clo, cup, sz[active], pref, pairs[0])
         return instances[pref]
 
-    bound = instance(prefs[0]).max_live
-    max_live = bound
+    bound = max_live = max_live_bytes(IntTrace(clo, cup, sz[active]))  # the instances are built in the try
     nodes = 0
     questions: dict[tuple[int, object], _Question] = {}
     asked: set[int] = set()

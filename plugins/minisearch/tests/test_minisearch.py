@@ -278,7 +278,7 @@ def test_place_command_option(tmp_path):
 
 
 def test_overlap_lists_are_every_intersecting_block_in_rank_order():
-    """The sweep that builds the overlap lists (``_overlapping_pairs``, ``_lists_by_rank``; it replaced an
+    """The sweep that builds the overlap lists (``overlapping_pairs``, ``_lists_by_rank``; it replaced an
     all-pairs test that took 8.5 s on 100,000 blocks) gives each block exactly the blocks whose lifetimes
     intersect its own, sorted by rank, for every order of preference."""
     rng = np.random.default_rng(11)

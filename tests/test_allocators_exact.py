@@ -92,12 +92,23 @@ def test_the_notes_report_the_time_limit_of_the_call():
 
 
 def _interrupt_after(seconds: float):
-    """A timer that raises KeyboardInterrupt in the main thread, as Ctrl-C does."""
+    """A timer that raises KeyboardInterrupt in the main thread, as Ctrl-C does (with Python's own SIGINT
+    handler: interrupt_main does nothing where an earlier test's library set another); its ``cancel``
+    puts the old handler back."""
     import _thread
+    import signal
     import threading
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(seconds, _thread.interrupt_main)
     timer.start()
+    stop = timer.cancel
+
+    def cancel():
+        stop()
+        signal.signal(signal.SIGINT, previous)
+
+    timer.cancel = cancel
     return timer
 
 
@@ -110,7 +121,8 @@ def test_an_interrupt_stops_the_search_at_once_and_leaves_the_best_placement():
     rng = np.random.default_rng(3)
     lower = rng.integers(0, 200, 400)  # CP-SAT proves nothing about it in 8 s
     t = IntTrace(lower, lower + rng.integers(1, 60, 400), rng.integers(1000, 64000, 400))
-    started = time.perf_counter()
+    ExactAllocator().place(IntTrace(lower[:5], lower[:5] + 1, np.ones(5, np.int64)))  # compiled, imported:
+    started = time.perf_counter()  # the interrupt lands in the search (a cold Numba cache took over 1 s)
     timer = _interrupt_after(1.0)
     try:
         with pytest.raises(KeyboardInterrupt) as caught:

@@ -298,16 +298,21 @@ def test_an_interrupt_leaves_the_best_placement_found_so_far():
     """QA: Ctrl-C during a long search printed nothing. The interrupt now carries the best placement
     (``placement``), valid, for ``membudget place`` to print and write."""
     import _thread
+    import signal
     import threading
 
     t = cut_rectangle_dnn(800, seed=1)  # not proved in 30 s
+    MiniSearch().place(to_memory_blocks(cut_rectangle_dnn(20, seed=1)))  # compiled: the interrupt lands in the search
+    # interrupt_main does nothing where SIGINT is not Python's (an earlier test's library may have set it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, _thread.interrupt_main)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt) as caught:
-            MiniSearch().place(to_memory_blocks(t), time_limit=None)
+            MiniSearch().place(to_memory_blocks(t), time_limit=60)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     best = caught.value.placement
     assert len(best.offsets) == len(t) and not violations(t, best)
     assert best.arena_bytes >= best.lower_bound_bytes >= t.max_live_bytes

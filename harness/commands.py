@@ -126,8 +126,9 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         check_allocator_options(allocator, alloc, options)
     trace = read_csv(trace_csv)
     timed = np.flatnonzero(trace.upper > trace.lower)  # zero-length blocks occupy no time: offset 0
-    ranked = ranked_times(trace.subset(timed))
-    blocks = to_memory_blocks(trace.subset(timed) if ranked is None else ranked)
+    occupied = trace.subset(timed)
+    ranked = ranked_times(occupied)
+    blocks = to_memory_blocks(occupied if ranked is None else ranked)
     started = time.perf_counter()  # again after the warm-up; set here for an interrupt during it
     try:
         # warm up (imports, JIT compilation or its cache) outside the timing, on one block of the trace's

@@ -83,8 +83,8 @@ def unlink(project: dict, site: Path) -> None:
         shutil.rmtree(info, ignore_errors=True)
 
 
-def link(folder: Path, project: dict, site: Path, scripts: Path) -> list[Path]:
-    """Write the ``.pth``, the dist-info and the scripts of one project; return the files written. Its RECORD
+def link(folder: Path, project: dict, site: Path, scripts: Path) -> None:
+    """Write the ``.pth``, the dist-info and the scripts of one project. Its RECORD
     is written first, naming them all, so that ``unlink`` (and pip) can remove a link cut short."""
     stem = normalized(project["name"])
     info = site / f"{stem}-{project['version']}.dist-info"
@@ -112,7 +112,6 @@ def link(folder: Path, project: dict, site: Path, scripts: Path) -> list[Path]:
         script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {function}\n"
                           f"sys.exit({function}())\n", encoding="utf-8")
         script.chmod(0o755)
-    return written
 
 
 CHECK = """

@@ -5,6 +5,7 @@ compute and copies for one case."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -76,7 +77,7 @@ def _plot_against_memory(table: ExecutorTable, path: Path, value: Callable[[Cell
     """One line per strategy of ``value`` against the memory limit, a dashed grey line at ``reference``."""
     fig, ax = _figure()
     _plot_per_planner(ax, table, value)
-    if reference == reference:  # NaN: no reference line
+    if not math.isnan(reference):
         ax.axhline(reference, color="grey", lw=0.8, ls="--", label=reference_label)
     ax.set_xlabel("memory limit (GiB)")
     ax.set_ylabel(ylabel)

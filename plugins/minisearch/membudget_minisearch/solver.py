@@ -194,12 +194,13 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     incumbent_arena = arena
     clo, cup = canonical_times(lo[active], up[active], sz[active])
     instances = {}
-    pairs = []  # the overlapping pairs, once: they do not depend on the order of preference
+    pairs = None  # the overlapping pairs, once: they do not depend on the order of preference
 
     def instance(pref):
+        nonlocal pairs
         if pref not in instances:
-            pairs[:] = pairs or [overlapping_pairs(clo, cup)]
-            instances[pref] = prepare(clo, cup, sz[active], pref, pairs[0])
+            pairs = overlapping_pairs(clo, cup) if pairs is None else pairs
+            instances[pref] = prepare(clo, cup, sz[active], pref, pairs)
         return instances[pref]
 
     bound = max_live = max_live_bytes(IntTrace(clo, cup, sz[active]))  # the instances are built in the try

@@ -106,11 +106,10 @@ def parse_budget(text: str, profile: Any = None) -> int:
         raise MembudgetError(f"budget: {exc}{hint}") from None
 
 
-_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
     import yaml
+
+    from harness import yaml_numbers
 
     out: dict[str, Any] = {}
     for pair in pairs or ():
@@ -120,10 +119,7 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
         if key.strip() in out:  # argparse keeps both: the last would win without a word
             raise MembudgetError(f"--option {key.strip()} is given twice: give each option once")
         try:
-            loaded = yaml.safe_load(value)
-            if isinstance(loaded, str) and _SCIENTIFIC.fullmatch(value.strip()):  # unquoted: '1e5' stays text
-                loaded = float(loaded)  # YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): a number was meant
-            out[key.strip()] = loaded
+            out[key.strip()] = yaml_numbers.load(value)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or "not valid YAML"
             raise MembudgetError(f"--option {pair!r}: the value is not valid YAML ({problem}); e.g. "

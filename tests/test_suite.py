@@ -341,6 +341,16 @@ def test_a_match_value_no_case_has_is_refused(tmp_path, key, match, field, words
     assert err.startswith(f"{path}:{_line_of(path, match)}: {field}: ") and words in err, err
 
 
+def test_numbers_in_scientific_notation_are_numbers_and_quoted_ones_text(tmp_path):
+    """YAML 1.1 (PyYAML) reads ``5e-1`` as text, and the suite said "a fraction ... got '5e-1'"; a suite
+    reads it as YAML 1.2 and JSON do. A quoted one is still the text it quotes."""
+    text = BASE.replace("fractions: [0, 1]", "fractions: [0, 5e-1, 1E0]").replace(
+        "planners: [keep-all, prefix]", "planners: [keep-all, {name: prefix, depth: 3e0}, {name: prefix, depth: '3e0'}]")
+    suite = load_suite(_suite(tmp_path, text))
+    assert suite.spec.budgets.fractions == [0, 0.5, 1.0]
+    assert [p.options for p in suite.spec.planners[1:]] == [{"depth": 3.0}, {"depth": "3e0"}]
+
+
 def test_a_match_on_an_optional_planner_that_is_not_installed_is_fine(tmp_path):
     text = BASE.replace("[keep-all, prefix]", "[keep-all, prefix, {name: nope, optional: true}]")
     suite = load_suite(_suite(tmp_path, text + "excludes:\n  - {planner: nope}\n"))

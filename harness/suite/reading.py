@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from harness.files import not_utf8
+from harness.yaml_numbers import NumberLoader
 from harness.suite.errors import Locations, Path_, SuiteError, field_name
 
 
@@ -47,7 +48,7 @@ def _compose(path: Path) -> tuple[Any, Locations]:
     if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
         raise SuiteError(f"{path}: the file is empty: a suite is a mapping (name:, profiler:, models:, ...)",
                          source=str(path))
-    loader = yaml.SafeLoader(text)
+    loader = NumberLoader(text)
     source = str(path)
     try:
         root = loader.get_single_node()

@@ -379,6 +379,24 @@ def test_the_planned_executor_on_the_cpu_emulates_the_arena():
     assert m["grad_error"] < 1e-5
 
 
+def test_a_planned_run_is_judged_by_its_gradients_departures_and_arena():
+    """``planned_run_problems``, what the GPU test asserts and benchmarks/gpu/planned_placement.py
+    reports of each run, since the GPU session no longer runs that test beside the script: a sound
+    run has no problem; each fault is named; a missing caching comparison is a fault, not a pass."""
+    from harness.executors.planned import GRAD_TOLERANCE, planned_run_problems
+
+    sound = {"grad_error_vs_caching": 0.0, "departures": 0.0, "planned_requests": 120.0,
+             "plan_max_live_bytes": 900.0, "plan_bytes": 1000.0, "arena_bytes": 1024.0}
+    assert planned_run_problems(sound) == []
+    faults = {"grad_error_vs_caching": 10 * GRAD_TOLERANCE, "departures": 3.0, "planned_requests": 0.0,
+              "arena_bytes": 512.0, "allocator_errors": 1.0}
+    for key, value in faults.items():
+        (problem,) = planned_run_problems({**sound, key: value})
+        assert key.split("_")[0] in problem or key == "planned_requests" and "no request" in problem, problem
+    no_caching_run = {k: v for k, v in sound.items() if k != "grad_error_vs_caching"}
+    assert planned_run_problems(no_caching_run) == ["grad_error_vs_caching nan > 0.01"]
+
+
 def test_the_planned_process_runs_the_torch_executors_iterations(monkeypatch):
     """The planned process's execution (``harness.executors.planned``: the torch executor's, each
     iteration but the first monitored by the real-address allocator) run on the CPU, CUDA's

@@ -22,7 +22,7 @@ pytestmark = [
 
 from harness.bounds import min_memory, peak_memory  # noqa: E402
 from harness.executors._torch_chain import TorchChain, build_chain, output_gradient  # noqa: E402
-from harness.executors.planned import TorchPlannedExecutor  # noqa: E402
+from harness.executors.planned import TorchPlannedExecutor, planned_run_problems  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
 from harness.model import Profile  # noqa: E402
 from harness.plugins import registry  # noqa: E402
@@ -156,9 +156,7 @@ def test_resnet50_trains_at_planned_addresses_with_the_caching_allocators_gradie
     run = TorchPlannedExecutor(warmup=3, iterations=3).run(schedule, p, Workload(*PLANNED_MODEL, "cuda"))
     assert run.status == "ok", run.message
     m = run.metrics
-    assert m["grad_error_vs_caching"] < 1e-2, m
-    assert m["departures"] == 0 and m["planned_requests"] > 0
-    assert m["plan_max_live_bytes"] <= m["plan_bytes"] <= m["arena_bytes"]
-    assert m["caching_reserved_bytes"] > 0 and "allocator_errors" not in m
+    assert planned_run_problems(m) == [], m
+    assert m["caching_reserved_bytes"] > 0
     print(f"{planner}: arena {m['arena_bytes'] / 2**30:.2f} GiB, planned reserved "
           f"{m['planned_reserved_bytes'] / 2**30:.2f} GiB, caching reserved {m['caching_reserved_bytes'] / 2**30:.2f} GiB")

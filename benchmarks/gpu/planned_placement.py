@@ -6,7 +6,9 @@ For keep-all and two offloading schedules (greedy and dynprog at half-way betwee
 minimum memory and the peak), runs the ``torch-planned`` executor (its own process per run,
 then the caching allocator's run of the same schedule) and writes ``OUT/rows.csv`` (one row
 per schedule: the planned metrics beside the caching ones) and ``OUT/summary.json``
-(``complete`` once every schedule has its row); prints arena vs caching reserved per schedule.
+(``complete`` once every schedule has its row); prints arena vs caching reserved per schedule,
+and what ``harness.executors.planned.planned_run_problems`` finds wrong with an ``ok`` run (the
+GPU test's assertions: gradients equal to the caching run's, no departure; ``problems``, "none").
 Both files are written after every run, atomically. Run again on the same OUT, it keeps the
 rows that finished (ok, oom, infeasible) and runs only the others: an ``error`` row runs
 again once (``attempts``), then counts as finished, so that a schedule that fails every time
@@ -40,7 +42,7 @@ def main() -> int:
     args.device_name, args.torch_version = torch.cuda.get_device_name(), torch.__version__
     from harness.bounds import min_memory, peak_memory
     from harness.errors import InfeasibleBudget, MembudgetError
-    from harness.executors.planned import TorchPlannedExecutor
+    from harness.executors.planned import TorchPlannedExecutor, planned_run_problems
     from harness.plugins import registry
     from harness.profilers.measured import TorchProfiler
     from harness.protocols import Workload
@@ -68,15 +70,17 @@ def main() -> int:
         run = TorchPlannedExecutor(allocator=args.allocator, warmup=3, iterations=5).run(schedule, profile, workload)
         row = {"planner": planner, "budget_bytes": budget, "status": run.status, "message": run.message,
                "time_s": run.makespan, "attempts": attempt, **run.metrics}
-        rows.append(row)
         m = run.metrics
+        if run.status == "ok":  # what tests/test_torch_executor_gpu.py asserts of a planned run
+            row["problems"] = "; ".join(planned_run_problems(m)) or "none"
+        rows.append(row)
         if run.status == "ok":
             print(f"{planner:9s} arena {m.get('arena_bytes', 0) / 2**30:6.2f} GiB  planned reserved "
                   f"{m.get('planned_reserved_bytes', 0) / 2**30:6.2f} GiB  caching reserved "
                   f"{m.get('caching_reserved_bytes', 0) / 2**30:6.2f} GiB  departures {m.get('departures')}  "
                   f"grad_error_vs_caching {m.get('grad_error_vs_caching', float('nan')):.1e}  "
-                  f"time {run.makespan:.4f} s (caching {m.get('caching_time_median_s', float('nan')):.4f} s)",
-                  flush=True)
+                  f"time {run.makespan:.4f} s (caching {m.get('caching_time_median_s', float('nan')):.4f} s)  "
+                  f"problems: {row['problems']}", flush=True)
         else:
             print(f"{planner:9s} {run.status}: {run.message}", flush=True)
         write(args, rows)  # after every run: a call cut short keeps what finished

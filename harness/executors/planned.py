@@ -46,7 +46,33 @@ from harness.errors import MembudgetError
 from harness.model import Profile, Run, Schedule, chosen_algorithms, duplex_of, from_dict, to_dict
 from harness.protocols import Workload
 
-__all__ = ["TorchPlannedExecutor", "main"]
+__all__ = ["GRAD_TOLERANCE", "TorchPlannedExecutor", "main", "planned_run_problems"]
+
+
+GRAD_TOLERANCE = 1e-2  # the largest relative gradient error that counts as the caching run's gradients
+
+
+def planned_run_problems(metrics: dict[str, float]) -> list[str]:
+    """What is wrong with an ``ok`` planned run, by its metrics (empty: nothing): gradients not the
+    caching run's (``grad_error_vs_caching`` at most ``GRAD_TOLERANCE``), timed requests that left the
+    plan (``departures``), no request served from the plan, or an arena smaller than the plan or a plan
+    smaller than its trace's max-live bytes. The GPU test and ``benchmarks/gpu/planned_placement.py``
+    judge a run by it."""
+    m = metrics
+    problems = []
+    error = m.get("grad_error_vs_caching", math.nan)
+    if not error <= GRAD_TOLERANCE:  # NaN (no caching run to compare with) is a problem too
+        problems.append(f"grad_error_vs_caching {error:.1e} > {GRAD_TOLERANCE:g}")
+    if m.get("departures", math.nan) != 0:
+        problems.append(f"departures {m.get('departures')}")
+    if not m.get("planned_requests", 0) > 0:
+        problems.append("no request served from the plan")
+    live, plan, arena = (m.get(k, math.nan) for k in ("plan_max_live_bytes", "plan_bytes", "arena_bytes"))
+    if not live <= plan <= arena:
+        problems.append(f"not max-live {live:.0f} <= plan {plan:.0f} <= arena {arena:.0f}")
+    if "allocator_errors" in m:
+        problems.append(f"allocator_errors {m['allocator_errors']}")
+    return problems
 
 
 def _allocator(name: str) -> Any:

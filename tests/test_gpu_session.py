@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 import textwrap
 from pathlib import Path
@@ -141,3 +142,34 @@ def test_a_job_that_finishes_no_case_in_a_whole_call_is_skipped_by_the_calls_aft
     assert "suite:a.yaml:r1: skipped: no case finished in" in second.stdout, second.stdout
     assert "cases to run" not in second.stdout
     assert not (run_a / "rows.csv").exists() or _case_ids(run_a) == []  # no case ran, in either call
+
+
+def test_a_job_whose_gpu_cases_all_fail_ends_the_call_and_its_errors_can_be_run_again(tmp_path):
+    """An error row counts as finished, so a fault common to the GPU cases (the 2026-11-28 call's
+    gradient check on CUDA) would make every later job "done" with errors: the call stops at the
+    first job whose measured cases are all errors, and pending.py --forget-errors (on the
+    development machine, after the fix) makes the next call run them again."""
+    work, env = _checkout(tmp_path)
+    env["SESSION_JOBS"] = "suite:a.yaml:r1 suite:p1.yaml:r1"
+    run_a = work / "results" / "cpu-a" / "r1"
+
+    first = _call(work, env, SESSION_SECONDS="240", SLICE_TEST_CASE_SLEEP="0", SLICE_TEST_TORCH_FAULT="1")
+    # (keep-all at half the span is infeasible: planned by nobody, it never reaches the GPU)
+    assert "suite:a.yaml:r1: every case this call measured on the GPU (2) is an error row" in first.stdout, \
+        first.stdout
+    assert not (work / "results" / "cpu-parts").exists()  # the job after it never started
+    assert "results/cpu-a/r1/rows.csv" in _archive(env)  # what it found comes back
+    rows = (run_a / "rows.csv").read_text().splitlines()[1:]
+    faulty = [r for r in rows if "stand-in for a fault" in r]
+    assert len(rows) == 6 and len(faulty) == 2 and all(r.split(",")[1].endswith("/torch") for r in faulty)
+
+    pending = [sys.executable, "benchmarks/gpu/pending.py"]
+    counted = subprocess.run([*pending, "a.yaml", "r1"], cwd=work, env=env, capture_output=True, text=True)
+    assert counted.stdout.split() == ["0", "6", "results/cpu-a/r1", "2", "2"], counted
+    forgot = subprocess.run([*pending, "--forget-errors", "a.yaml", "r1"], cwd=work, env=env, capture_output=True,
+                            text=True)
+    assert "2 error row(s) removed" in forgot.stderr and forgot.stdout.split()[:2] == ["2", "6"], forgot
+    second = _call(work, env, SESSION_SECONDS="240")
+    assert "suite:a.yaml:r1: 2 of 6 cases to run" in second.stdout, second.stdout
+    rows = (run_a / "rows.csv").read_text().splitlines()[1:]
+    assert len(_case_ids(run_a)) == 6 and not any(",error," in r for r in rows), rows

@@ -44,7 +44,8 @@ SUITE = """
 
 
 # `python -m harness.cli ...` run by the stand-in gpu-suite Python with SLICE_TEST_CASE_SLEEP set: every
-# case first sleeps that long, so that a suite of 6 cases outlasts a small SLICE_SECONDS on the CPU
+# case first sleeps that long, so that a suite of 6 cases outlasts a small SLICE_SECONDS on the CPU;
+# with SLICE_TEST_TORCH_FAULT set too, every torch case fails
 SLOW_CLI = """
     import os, sys, time
 
@@ -60,6 +61,13 @@ SLOW_CLI = """
 
 
     runner.execute_unit = execute_unit
+    if os.environ.get("SLICE_TEST_TORCH_FAULT"):  # a fault of the torch executor alone, as a CUDA-only bug is
+        from harness.executors.torch_executor import TorchExecutor
+
+        def run(self, *args, **kwargs):
+            raise RuntimeError("a stand-in for a fault only the GPU shows")
+
+        TorchExecutor.run = run
     sys.exit(main(sys.argv[1:]))
 """
 CASE_SLEEP_S = 20  # the first slice's suite gets 60 to about 80 s: 2 to 4 of its 6 cases
@@ -116,7 +124,7 @@ def checkout(tmp_path: Path, scripts: tuple[str, ...], suites: dict[str, str]) -
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TOX_CALLS": str(tmp_path / "tox-calls")}
     for name in ("SESSION_SECONDS", "SESSION_JOBS", "SLICE_SECONDS", "SLICE_TESTS", "SLICE_TEST_CASE_SLEEP",
-                 "PLANNED_DIR", "GPU_PYTHON", "GPU_ENV_CHECK"):
+                 "SLICE_TEST_TORCH_FAULT", "PLANNED_DIR", "GPU_PYTHON", "GPU_ENV_CHECK"):
         env.pop(name, None)
     return work, env
 

@@ -26,7 +26,7 @@ fi
 cuda_check="import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'torch sees no CUDA GPU')"
 
 # offline (the lent GPU machines), pip's five retries with backoff would cost seconds of device time
-command -v tox >/dev/null || python3 -m pip install -q --retries 0 --timeout 5 tox >/dev/null 2>&1 || true
+command -v tox >/dev/null || timeout 20 python3 -m pip install -q --retries 0 --timeout 5 tox >/dev/null 2>&1 || true
 if command -v tox >/dev/null; then
     if tox -e gpu-suite -q -- --help >>"$log" 2>&1; then
         echo .tox/gpu-suite/bin/python

@@ -1,11 +1,17 @@
 """How many cases of a suite a run folder still lacks (benchmarks/gpu/session.sh asks before each job).
 
     python benchmarks/gpu/pending.py SUITE.yaml RUN_ID [RESULTS_ROOT]
+    python benchmarks/gpu/pending.py --forget-errors SUITE.yaml RUN_ID [RESULTS_ROOT]
 
-prints ``<pending> <total> <run folder>``: the suite's cases that ``--resume`` would run
-(not in the run's ``rows.csv``, or recorded there as an interrupt) and all of them. Nothing
-is profiled or run, so asking costs a second where resuming a finished part would build the
-harness's tasks first.
+prints ``<pending> <total> <run folder> <measured> <errors>``: the suite's cases that ``--resume``
+would run (not in the run's ``rows.csv``, or recorded there as an interrupt), all of them, the
+run folder, the finished cases sent to the device (any executor but ``simulate``, less the
+``infeasible`` ones, which never got there) and how many of those are ``error`` rows (session.sh stops a call whose slice measured nothing but errors). Nothing is profiled or run, so asking costs a second where
+resuming a finished part would build the harness's tasks first.
+
+An ``error`` row counts as finished, as it does for ``--resume``. After a fix (on the development
+machine, where a CUDA suite cannot run), ``--forget-errors`` removes the run's error rows so that
+the next GPU call runs those cases again, and says how many it removed.
 """
 
 from __future__ import annotations
@@ -13,25 +19,44 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.results import finished_case_ids
+from harness.results import ROWS_CSV, drop_rows, finished_case_ids, is_interrupt_row, read_rows_csv
 from harness.suite import load_suite
 
 
-def pending(suite_path: str, run_id: str, root: str = "results") -> tuple[int, int, Path]:
-    """(cases not finished, cases in all, the run folder) of ``suite_path``'s run ``run_id``."""
+PREDICTED = "simulate"  # the executor that predicts; every other one measures on the device (summary.py)
+
+
+def pending(suite_path: str, run_id: str, root: str = "results") -> tuple[int, int, Path, int, int]:
+    """Of ``suite_path``'s run ``run_id``: (cases not finished, cases in all, the run folder, finished
+    cases sent to the device (any executor but ``simulate``; not ``infeasible``, which no planner
+    planned), and how many of those are errors)."""
     suite = load_suite(suite_path)
     run_dir = Path(root) / suite.name / run_id
-    done = finished_case_ids(run_dir) if run_dir.is_dir() else set()
-    ids = [case.case_id for case in suite.cases()]
-    return sum(1 for i in ids if i not in done), len(ids), run_dir
+    ids = {case.case_id for case in suite.cases()}
+    if not (run_dir / ROWS_CSV).is_file():
+        return len(ids), len(ids), run_dir, 0, 0
+    done = finished_case_ids(run_dir) & ids
+    measured = {row["case_id"]: _is_error(row) for row in read_rows_csv(run_dir / ROWS_CSV)
+                if row["case_id"] in done and row.get("executor") != PREDICTED and row.get("status") != "infeasible"}
+    return len(ids - done), len(ids), run_dir, len(measured), sum(measured.values())
+
+
+def _is_error(row) -> bool:
+    return row.get("status") == "error" and not is_interrupt_row(row)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print("usage: pending.py SUITE.yaml RUN_ID [RESULTS_ROOT]", file=sys.stderr)
+    forget = argv[:1] == ["--forget-errors"]
+    args = argv[1:] if forget else argv
+    if len(args) not in (2, 3) or any(a.startswith("-") for a in args):
+        print("usage: pending.py [--forget-errors] SUITE.yaml RUN_ID [RESULTS_ROOT]", file=sys.stderr)
         return 2
-    left, total, run_dir = pending(*argv)
-    print(left, total, run_dir)
+    if forget:
+        run_dir = pending(*args)[2]
+        gone = drop_rows(run_dir, _is_error) if (run_dir / ROWS_CSV).is_file() else set()
+        print(f"pending: {len(gone)} error row(s) removed from {run_dir}: the next call runs them again",
+              file=sys.stderr)
+    print(*pending(*args))
     return 0
 
 

@@ -25,7 +25,9 @@
 #   session.txt  what this call did, job by job (also printed), and the GPU it ran on
 # The planned job goes first, capped, so that one call (a session's only one: docs/gpu.md) brings
 # evidence for all three issues. The CUDA tests run once, in the slice that starts the first suite
-# job's run; the planned path's GPU tests in the call that starts its folder.
+# job's run; the planned path's GPU tests are not run (the planned job's rows carry their checks).
+# A suite job whose slice measured only error rows on the GPU ends the call (benchmarks/gpu/pending.py says
+# how to run them again after a fix).
 set -uo pipefail
 out=${OUT:-/tmp/session-out}
 deadline=$((SECONDS + ${SESSION_SECONDS:-540} - 30))  # 30 s kept to pack what came out
@@ -39,7 +41,7 @@ work=$(mktemp -d)
 log="$out/session.txt"
 : >"$log"
 export PYTHONUNBUFFERED=1
-say() { echo "session: $*" | tee -a "$log"; }
+say() { echo "session [${SECONDS} s]: $*" | tee -a "$log"; }  # the seconds since the call started
 touched=()
 
 pack() {  # what came out so far, under $OUT: after every job, so a call stopped short keeps it
@@ -99,7 +101,7 @@ for job in $jobs; do
             say "$job: not a job (suite:SUITE.yaml:RUN_ID)"
             continue
         fi
-        if ! read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run" 2>"$job_out/pending.txt"); then
+        if ! read -r todo total run_dir measured errors < <($py benchmarks/gpu/pending.py "$path" "$run" 2>"$job_out/pending.txt"); then
             say "$job: cannot read the suite: $(tail -1 "$job_out/pending.txt")"
             continue
         fi
@@ -111,7 +113,7 @@ for job in $jobs; do
             say "$job: skipped: $(cat "$run_dir/no-progress") (delete $run_dir/no-progress to try again)"
             continue
         fi
-        before=$todo
+        before=$todo measured_before=$measured errors_before=$errors
         left=$((deadline - SECONDS))
         started_with=$left
         say "$job: $todo of $total cases to run, $left s left"
@@ -123,10 +125,20 @@ for job in $jobs; do
         [[ -d $run_dir ]] && touched+=("$run_dir")
         echo "$run_dir" >"$job_out/run"
         rm -f "$job_out"/*.tgz  # the run folder goes into results.tgz
-        if ! read -r todo total run_dir < <($py benchmarks/gpu/pending.py "$path" "$run" 2>>"$job_out/pending.txt"); then
+        if ! read -r todo total run_dir measured errors < <($py benchmarks/gpu/pending.py "$path" "$run" 2>>"$job_out/pending.txt"); then
             say "$job: cannot count its cases after the slice: next job"
             pack
             continue
+        fi
+        ran=$((measured - measured_before))
+        if ((ran > 0 && errors - errors_before == ran)); then
+            # an error counts as finished (--resume would not run it again): a fault common to the
+            # cases (a CUDA path, a profile) would otherwise make every later job "done" with errors
+            say "$job: every case this call measured on the GPU ($ran) is an error row (see logs.tgz and" \
+                "$run_dir/rows.csv): the call stops here, before the jobs after it meet the same fault;" \
+                "after the fix, python benchmarks/gpu/pending.py --forget-errors $path $run"
+            pack
+            break
         fi
         if ((todo > 0)); then
             left=$((deadline - SECONDS))
@@ -152,7 +164,9 @@ for job in $jobs; do
         left=$((deadline - SECONDS))
         give=$((left < planned_cap ? left : planned_cap))
         say "$job: $give of $left s left"
-        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$give \
+        # its GPU tests would profile and run what the script then runs again, and the script's rows
+        # carry their checks (problems: planned_run_problems): the cap goes to the script
+        OUT="$job_out" PLANNED_DIR="$path" PLANNED_SECONDS=$give PLANNED_TESTS=${PLANNED_TESTS:-0} \
             bash benchmarks/gpu/planned_placement.sh 2>&1 | tee -a "$log"
         [[ -d $path ]] && touched+=("$path")
         pack

@@ -17,7 +17,7 @@ class NumberLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that also reads ``1e-3``, ``2E5`` and ``.5e1`` as floats (YAML 1.2's float)."""
 
 
-_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$""")
+_FLOAT_1_2 = re.compile(r"""^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$""")
 # An implicit resolver is consulted by a plain scalar's first character: these start a number.
 NumberLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789."))
 

@@ -1106,5 +1106,7 @@ def test_an_option_in_scientific_notation_is_the_number_it_writes():
     wants 1.0e-9). A value that is a number in scientific notation is that number; other text stays text."""
     from harness.cli import _options
 
-    assert _options(["time_limit=1e-9", "a=-2E+2", "b=1.5e3", "c=1e", "d=e5", "e=2", "f='1e5'"]) == {
-        "time_limit": 1e-9, "a": -200.0, "b": 1500.0, "c": "1e", "d": "e5", "e": 2, "f": "1e5"}
+    assert _options(["time_limit=1e-9", "a=-2E+2", "b=1.5e3", "c=1e", "d=e5", "e=2", "f='1e5'", "g=._e5",
+                     "h=4GiB", "i=0x1e5"]) == {
+        "time_limit": 1e-9, "a": -200.0, "b": 1500.0, "c": "1e", "d": "e5", "e": 2, "f": "1e5", "g": "._e5",
+        "h": "4GiB", "i": 0x1E5}

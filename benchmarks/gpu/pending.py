@@ -10,8 +10,9 @@ run folder, the finished cases sent to the device (any executor but ``simulate``
 resuming a finished part would build the harness's tasks first.
 
 An ``error`` row counts as finished, as it does for ``--resume``. After a fix (on the development
-machine, where a CUDA suite cannot run), ``--forget-errors`` removes the run's error rows so that
-the next GPU call runs those cases again, and says how many it removed.
+machine, where a CUDA suite cannot run), ``--forget-errors`` removes the suite's error rows from
+the run (not those of other suites sharing its folder, as the GPU table's parts do) so that the
+next GPU call runs those cases again, and says how many it removed.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ def main(argv: list[str]) -> int:
     if len(args) not in (2, 3) or any(a.startswith("-") for a in args):
         print("usage: pending.py [--forget-errors] SUITE.yaml RUN_ID [RESULTS_ROOT]", file=sys.stderr)
         return 2
-    if forget:
+    if forget:  # this suite's error rows only: the GPU table's parts share one run folder
         run_dir = pending(*args)[2]
-        gone = drop_rows(run_dir, _is_error) if (run_dir / ROWS_CSV).is_file() else set()
+        ids = {case.case_id for case in load_suite(args[0]).cases()}
+        gone = drop_rows(run_dir, lambda row: _is_error(row) and row["case_id"] in ids) \
+            if (run_dir / ROWS_CSV).is_file() else set()
         print(f"pending: {len(gone)} error row(s) removed from {run_dir}: the next call runs them again",
               file=sys.stderr)
     print(*pending(*args))

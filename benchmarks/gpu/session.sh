@@ -131,7 +131,7 @@ for job in $jobs; do
             continue
         fi
         ran=$((measured - measured_before))
-        if ((ran > 0 && errors - errors_before == ran)); then
+        if ((ran >= 2 && errors - errors_before == ran)); then  # (one error may be that case's own)
             # an error counts as finished (--resume would not run it again): a fault common to the
             # cases (a CUDA path, a profile) would otherwise make every later job "done" with errors
             say "$job: every case this call measured on the GPU ($ran) is an error row (see logs.tgz and" \

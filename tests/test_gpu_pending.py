@@ -1,0 +1,65 @@
+"""benchmarks/gpu/pending.py on the CPU: what a GPU call still has to run of a suite, what it sent to
+the GPU and got back as errors, and ``--forget-errors`` removing only the named suite's error rows
+(the GPU table's parts share one run folder) and never an interrupt row's case twice."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+from harness.results import format_row, header_line, read_rows_csv
+from harness.suite import load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("pending", ROOT / "benchmarks" / "gpu" / "pending.py")
+pending = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pending)
+
+PART = """\
+    name: parts
+    profiler: analytic
+    device: V100-PCIe
+    models: [{{model: builtin:tiny-cnn, batch_sizes: [{batch}], input_size: [3, 16, 16]}}]
+    budgets: {{fractions: [0.5, 1.0]}}
+    planners: [keep-all]
+    executors: [torch, simulate]
+"""
+
+
+def _rows(suite_path: Path, statuses: dict[str, str]) -> list[str]:
+    """One row per case of the suite: status by executor (``statuses``), an error's message."""
+    out = []
+    for case in load_suite(suite_path).cases():
+        status = statuses[case.executor]
+        message = {"error": "RuntimeError: CUDA error", "interrupt": "KeyboardInterrupt"}.get(status, "")
+        out.append(format_row({"suite": "parts", "case_id": case.case_id, "executor": case.executor,
+                               "status": "error" if status == "interrupt" else status, "message": message}))
+    return out
+
+
+def test_the_counts_and_forgetting_one_suites_errors_in_a_shared_run_folder(tmp_path, capsys):
+    p1, p2 = tmp_path / "p1.yaml", tmp_path / "p2.yaml"
+    p1.write_text(textwrap.dedent(PART.format(batch=4)))
+    p2.write_text(textwrap.dedent(PART.format(batch=8)))
+    run_dir = tmp_path / "results" / "parts" / "r1"
+    run_dir.mkdir(parents=True)
+    assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (4, 4, run_dir, 0, 0)  # no rows yet
+
+    # p1: its torch cases failed on the GPU (and one budget is infeasible: never sent to the GPU);
+    # p2: one torch case failed, the other was interrupted
+    lines = _rows(p1, {"torch": "error", "simulate": "ok"})[:2] + _rows(p1, {"torch": "infeasible",
+                                                                            "simulate": "ok"})[2:]
+    lines += _rows(p2, {"torch": "error", "simulate": "ok"})[:2] + _rows(p2, {"torch": "interrupt",
+                                                                             "simulate": "ok"})[2:]
+    (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
+    root = str(tmp_path / "results")
+    assert [c.executor for c in load_suite(p1).cases()] == ["torch", "simulate"] * 2  # what the slices assume
+    assert pending.pending(str(p1), "r1", root) == (0, 4, run_dir, 1, 1)
+    assert pending.pending(str(p2), "r1", root) == (1, 4, run_dir, 1, 1)  # the interrupt runs again
+
+    assert pending.main(["--forget-errors", str(p1), "r1", root]) == 0
+    assert "1 error row(s) removed" in capsys.readouterr().err
+    assert pending.pending(str(p1), "r1", root) == (1, 4, run_dir, 0, 0)
+    assert pending.pending(str(p2), "r1", root) == (1, 4, run_dir, 1, 1)  # p2's error is p2's to keep
+    assert sum("KeyboardInterrupt" in r["message"] for r in read_rows_csv(run_dir / "rows.csv")) == 1

@@ -44,11 +44,12 @@ JOBS = "planned:results/gpu-planned/r1 suite:a.yaml:r1 suite:p1.yaml:r1 suite:p2
 
 
 def _checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    work, env = checkout(tmp_path, ("session.sh", "slice.sh", "summary.py", "pending.py"),
+    work, env = checkout(tmp_path, ("session.sh", "slice.sh", "summary.py", "pending.py", "warm_kernels.py"),
                          {"a.yaml": SUITE.replace("cpu-slice", "cpu-a"), "p1.yaml": PART.format(batch=4),
                           "p2.yaml": PART.format(batch=8)})
     (work / "benchmarks" / "gpu" / "planned_placement.sh").write_text(textwrap.dedent(PLANNED))
-    return work, {**env, "SESSION_JOBS": JOBS}
+    # no Numba warm-up beside the jobs (it would take a CPU from these timed calls) but where a test asks
+    return work, {**env, "SESSION_JOBS": JOBS, "SESSION_WARM": "0"}
 
 
 def _call(work: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
@@ -153,7 +154,10 @@ def test_a_job_whose_gpu_cases_all_fail_ends_the_call_and_its_errors_can_be_run_
     env["SESSION_JOBS"] = "suite:a.yaml:r1 suite:p1.yaml:r1"
     run_a = work / "results" / "cpu-a" / "r1"
 
-    first = _call(work, env, SESSION_SECONDS="240", SLICE_TEST_CASE_SLEEP="0", SLICE_TEST_TORCH_FAULT="1")
+    first = _call(work, env, SESSION_SECONDS="240", SLICE_TEST_CASE_SLEEP="0", SLICE_TEST_TORCH_FAULT="1",
+                  SESSION_WARM="1")
+    warm = next(v for k, v in _logs(env).items() if k.endswith("0-env/warm.txt"))
+    assert warm.startswith("warm: planner ") or warm == "", warm  # started beside the jobs (killed at the end)
     # (keep-all at half the span is infeasible: planned by nobody, it never reaches the GPU)
     assert "suite:a.yaml:r1: every case this call measured on the GPU (2) is an error row" in first.stdout, \
         first.stdout

@@ -26,6 +26,7 @@
 # The planned job goes first, capped, so that one call (a session's only one: docs/gpu.md) brings
 # evidence for all three issues. The CUDA tests run once, in the slice that starts the first suite
 # job's run; the planned path's GPU tests are not run (the planned job's rows carry their checks).
+# Beside the jobs, benchmarks/gpu/warm_kernels.py fills Numba's cache (its log: logs.tgz, 0-env/warm.txt).
 # A suite job whose slice measured only error rows on the GPU ends the call (benchmarks/gpu/pending.py says
 # how to run them again after a fix).
 set -uo pipefail
@@ -64,7 +65,9 @@ pack() {  # what came out so far, under $OUT: after every job, so a call stopped
         tar czf "$out/results.tgz.part" "${folders[@]}" && mv "$out/results.tgz.part" "$out/results.tgz"
     fi
 }
+warm_pid=
 finish() {
+    [[ -n $warm_pid ]] && kill "$warm_pid" 2>/dev/null
     pack
     ((${#touched[@]})) && say "packed $(printf '%s\n' "${touched[@]}" | sort -u | tr '\n' ' ')into results.tgz"
     rm -rf "$work"
@@ -82,6 +85,12 @@ if ! py=$(bash benchmarks/gpu/env.sh "$work/0-env/env.txt"); then
 fi
 say "python: $py"
 export GPU_PYTHON=$py  # env.sh gives it to slice.sh and planned_placement.sh instead of building again
+# the planners' Numba kernels compiled into Numba's cache while the GPU runs the first job, so that the
+# suites' runner loads them instead of compiling on the call's clock (about 45 s on a 2-core machine)
+if [[ ${SESSION_WARM:-1} != 0 ]]; then
+    timeout -k 5 300 "$py" benchmarks/gpu/warm_kernels.py >"$work/0-env/warm.txt" 2>&1 &
+    warm_pid=$!
+fi
 
 n=0
 suites=0  # suite jobs started: the CUDA tests go with the first one's slice

@@ -94,7 +94,7 @@ def checkout(tmp_path: Path, scripts: tuple[str, ...], suites: dict[str, str]) -
     SLICE_TEST_CASE_SLEEP is set, and $OUT."""
     work = tmp_path / "checkout"
     (work / "benchmarks" / "gpu").mkdir(parents=True)
-    for name in (*scripts, "env.sh"):
+    for name in (*scripts, "env.sh", "cuda_tests.sh"):
         shutil.copy(ROOT / "benchmarks" / "gpu" / name, work / "benchmarks" / "gpu" / name)
     for name, text in suites.items():
         (work / name).write_text(textwrap.dedent(text))

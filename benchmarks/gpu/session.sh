@@ -24,8 +24,9 @@
 #   logs.tgz     every job's logs (tox, CUDA tests, the run) and summary.json
 #   session.txt  what this call did, job by job (also printed), and the GPU it ran on
 # The planned job goes first, capped, so that one call (a session's only one: docs/gpu.md) brings
-# evidence for all three issues. The CUDA tests run once, in the slice that starts the first suite
-# job's run; the planned path's GPU tests are not run (the planned job's rows carry their checks).
+# evidence for all three issues. The CUDA tests (benchmarks/gpu/cuda_tests.sh) run once, in the call
+# that starts the first suite job's run, beside the first job (the suites wait for them); the planned
+# path's GPU tests are not run (the planned job's rows carry their checks).
 # Beside the jobs, benchmarks/gpu/warm_kernels.py fills Numba's cache (its log: logs.tgz, 0-env/warm.txt).
 # A suite job whose slice measured only error rows on the GPU ends the call (benchmarks/gpu/pending.py says
 # how to run them again after a fix).
@@ -65,9 +66,10 @@ pack() {  # what came out so far, under $OUT: after every job, so a call stopped
         tar czf "$out/results.tgz.part" "${folders[@]}" && mv "$out/results.tgz.part" "$out/results.tgz"
     fi
 }
-warm_pid=
+warm_pid= tests_pid=
 finish() {
     [[ -n $warm_pid ]] && kill "$warm_pid" 2>/dev/null
+    [[ -n $tests_pid ]] && kill -INT "$tests_pid" 2>/dev/null && wait "$tests_pid"  # its log is packed
     pack
     ((${#touched[@]})) && say "packed $(printf '%s\n' "${touched[@]}" | sort -u | tr '\n' ' ')into results.tgz"
     rm -rf "$work"
@@ -92,8 +94,25 @@ if [[ ${SESSION_WARM:-1} != 0 ]]; then
     warm_pid=$!
 fi
 
+# The CUDA tests: once, in the call that starts the first unfinished suite job's run (where slice.sh
+# would run them, in that job's first slice), but beside the first job rather than on the suite's
+# clock (about a minute on an H200): the suite jobs wait for them. They share the GPU with the
+# planned job, whose memory figures are its process's own (its times are not compared).
+for job in $jobs; do
+    IFS=: read -r kind path run <<<"$job"
+    [[ $kind == suite && -n $path && -n $run ]] || continue
+    read -r todo total run_dir _ < <($py benchmarks/gpu/pending.py "$path" "$run" 2>/dev/null) || break
+    ((todo == 0)) && continue
+    if [[ ! -s $run_dir/rows.csv && ! -f $run_dir/no-progress ]]; then
+        mkdir -p "$work/0-tests"
+        GPU_PYTHON=$py bash benchmarks/gpu/cuda_tests.sh "$work/0-tests/cuda-tests.txt" &
+        tests_pid=$!
+        say "CUDA tests started beside the jobs ($path starts its run in this call)"
+    fi
+    break
+done
+
 n=0
-suites=0  # suite jobs started: the CUDA tests go with the first one's slice
 for job in $jobs; do
     n=$((n + 1))
     left=$((deadline - SECONDS))
@@ -123,13 +142,15 @@ for job in $jobs; do
             continue
         fi
         before=$todo measured_before=$measured errors_before=$errors
+        if [[ -n $tests_pid ]]; then  # the suite runs alone on the GPU: its times are the table's
+            wait "$tests_pid"
+            say "CUDA tests: $(tail -1 "$work/0-tests/cuda-tests.txt")"
+            tests_pid=
+        fi
         left=$((deadline - SECONDS))
         started_with=$left
         say "$job: $todo of $total cases to run, $left s left"
-        tests=0
-        suites=$((suites + 1))
-        ((suites == 1)) && tests=${SLICE_TESTS:-}
-        OUT="$job_out" SLICE_SECONDS=$left SLICE_TESTS=$tests \
+        OUT="$job_out" SLICE_SECONDS=$left SLICE_TESTS=0 \
             bash benchmarks/gpu/slice.sh "$path" "$run" 2>&1 | tee -a "$log"
         [[ -d $run_dir ]] && touched+=("$run_dir")
         echo "$run_dir" >"$job_out/run"

@@ -12,8 +12,9 @@
 # suite is interrupted (SIGINT: finished cases are on disk, the run says "interrupted") once
 # SLICE_SECONDS (default 540) have passed since the start, leaving time to pack and summarise.
 # Unpack the .tgz at the repository root (its paths start with results/) and run the same line
-# again: --resume skips the finished cases. The CUDA tests run once per run: a slice that
-# resumes a run skips them (SLICE_TESTS=1 runs them anyway, SLICE_TESTS=0 never).
+# again: --resume skips the finished cases. The CUDA tests (benchmarks/gpu/cuda_tests.sh) run once
+# per run: a slice that resumes a run skips them (SLICE_TESTS=1 runs them anyway, SLICE_TESTS=0
+# never; session.sh gives 0 and runs them itself, beside its first job).
 set -uo pipefail
 suite=${1:?usage: slice.sh SUITE.yaml [RUN_ID]}
 run_id=${2:-published}
@@ -28,9 +29,11 @@ run_dir="results/$name/$run_id"
 tests=${SLICE_TESTS:-}
 [[ -z $tests ]] && { [[ -s $run_dir/rows.csv ]] && tests=0 || tests=1; }
 if [[ $tests == 1 ]]; then
-    timeout -s INT -k 10 120 $py -m pytest -q -p no:cacheprovider -x tests/test_torch_executor_gpu.py \
-        tests/test_profilers.py -k "(cuda or gpu) and not planned" >"$out/cuda-tests.txt" 2>&1
+    GPU_PYTHON=$py bash benchmarks/gpu/cuda_tests.sh "$out/cuda-tests.txt"
     tail -3 "$out/cuda-tests.txt"
+elif [[ ${SLICE_TESTS:-} == 0 ]]; then
+    echo "slice: CUDA tests not run (SLICE_TESTS=0: benchmarks/gpu/session.sh runs them beside its first job)" \
+        | tee "$out/cuda-tests.txt"
 else
     echo "slice: CUDA tests not run: $run_dir was started by an earlier slice (SLICE_TESTS=1 runs them)" \
         | tee "$out/cuda-tests.txt"

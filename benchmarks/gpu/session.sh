@@ -88,7 +88,7 @@ fi
 say "python: $py"
 export GPU_PYTHON=$py  # env.sh gives it to slice.sh and planned_placement.sh instead of building again
 # the planners' Numba kernels compiled into Numba's cache while the GPU runs the first job, so that the
-# suites' runner loads them instead of compiling on the call's clock (about 45 s on a 2-core machine)
+# suites' runner loads them instead of compiling on the call's clock (about a minute on a 2-core machine)
 if [[ ${SESSION_WARM:-1} != 0 ]]; then
     timeout -k 5 300 "$py" benchmarks/gpu/warm_kernels.py >"$work/0-env/warm.txt" 2>&1 &
     warm_pid=$!
@@ -97,13 +97,16 @@ fi
 # The CUDA tests: once, in the call that starts the first unfinished suite job's run (where slice.sh
 # would run them, in that job's first slice), but beside the first job rather than on the suite's
 # clock (about a minute on an H200): the suite jobs wait for them. They share the GPU with the
-# planned job, whose memory figures are its process's own (its times are not compared).
+# planned job, whose memory figures are its processes' own (its times, planned and caching, are
+# measured beside them: docs/gpu.md). SESSION_TESTS=0 leaves them out.
 for job in $jobs; do
+    [[ ${SESSION_TESTS:-1} == 0 ]] && break
     IFS=: read -r kind path run <<<"$job"
     [[ $kind == suite && -n $path && -n $run ]] || continue
-    read -r todo total run_dir _ < <($py benchmarks/gpu/pending.py "$path" "$run" 2>/dev/null) || break
+    read -r todo total run_dir _ < <($py benchmarks/gpu/pending.py "$path" "$run" 2>/dev/null) || continue
     ((todo == 0)) && continue
-    if [[ ! -s $run_dir/rows.csv && ! -f $run_dir/no-progress ]]; then
+    [[ -f $run_dir/no-progress ]] && continue  # skipped by the loop below, as these two cases are
+    if [[ ! -s $run_dir/rows.csv ]]; then
         mkdir -p "$work/0-tests"
         GPU_PYTHON=$py bash benchmarks/gpu/cuda_tests.sh "$work/0-tests/cuda-tests.txt" &
         tests_pid=$!
@@ -146,6 +149,11 @@ for job in $jobs; do
             wait "$tests_pid"
             say "CUDA tests: $(tail -1 "$work/0-tests/cuda-tests.txt")"
             tests_pid=
+            left=$((deadline - SECONDS))
+            if ((left < 150)); then
+                say "$left s left after the CUDA tests: $job and the jobs after it wait for the next call"
+                break
+            fi
         fi
         left=$((deadline - SECONDS))
         started_with=$left

@@ -105,7 +105,7 @@ for job in $jobs; do
     [[ $kind == suite && -n $path && -n $run ]] || continue
     read -r todo total run_dir _ < <($py benchmarks/gpu/pending.py "$path" "$run" 2>/dev/null) || continue
     ((todo == 0)) && continue
-    [[ -f $run_dir/no-progress ]] && continue  # skipped by the loop below, as these two cases are
+    [[ -f $run_dir/no-progress ]] && continue  # the loop below skips it, as it passes over an unreadable one
     if [[ ! -s $run_dir/rows.csv ]]; then
         mkdir -p "$work/0-tests"
         GPU_PYTHON=$py bash benchmarks/gpu/cuda_tests.sh "$work/0-tests/cuda-tests.txt" &

@@ -60,7 +60,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
 _WARMED: set[str] = set()
 
 
-def _tiny_chain() -> Profile:
+def tiny_chain() -> Profile:
+    """A four-stage toy chain: planning it compiles a planner's kernels (``warm_up``,
+    benchmarks/gpu/warm_kernels.py)."""
     stage = Stage("warm", "conv", 1e-3, 2e-3, 1000, 1000, 1000, 100, 100)
     return Profile("warm-up", 1, (1,), "synthetic", 10**9, 1e6, 1e6, 100, 100, (stage,) * 4, profiler="warm-up")
 
@@ -74,7 +76,7 @@ def warm_up(planner: Any) -> None:
     _WARMED.add(key)
     from harness.bounds import min_memory, peak_memory
 
-    tiny = _tiny_chain()
+    tiny = tiny_chain()
     lo, hi = min_memory(tiny), peak_memory(tiny)
     for budget in (hi, (lo + hi) // 2, lo):
         try:

@@ -210,22 +210,24 @@ def place_command(
     the interrupt goes on.
     """
     out = stream or sys.stdout
+    interrupt = None
     try:
         report = place_trace_file(trace_csv, allocator, registry=registry, options=options)
     except KeyboardInterrupt as exc:  # the best placement found so far, when the allocator left one
-        report = getattr(exc, "report", None)
-        if report is not None:
-            _print_placement_report(report, as_json, out)
-            if output is not None:
-                try:
-                    write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
-                except OSError as why:  # the interrupt goes on, not this error
-                    exc.written = False
-                    print(f"membudget: the best placement could not be written to {output}: {why}", file=sys.stderr)
-        raise
+        report, interrupt = getattr(exc, "report", None), exc
+        if report is None:
+            raise
     _print_placement_report(report, as_json, out)
     if output is not None:
-        write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
+        try:
+            write_csv(read_csv(trace_csv), output, offsets=report["offsets"])
+        except OSError as why:
+            if interrupt is None:
+                raise
+            interrupt.written = False  # the interrupt goes on, not this error
+            print(f"membudget: the best placement could not be written to {output}: {why}", file=sys.stderr)
+    if interrupt is not None:
+        raise interrupt
     return 0 if report["valid"] else 1
 
 

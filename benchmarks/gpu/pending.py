@@ -27,15 +27,21 @@ from harness.suite import load_suite
 PREDICTED = "simulate"  # the executor that predicts; every other one measures on the device (summary.py)
 
 
-def pending(suite_path: str, run_id: str, root: str = "results") -> tuple[int, int, Path, int, int]:
+def pending(suite_path: str, run_id: str, root: str = "results",
+            forget_errors: bool = False) -> tuple[int, int, Path, int, int]:
     """Of ``suite_path``'s run ``run_id``: (cases not finished, cases in all, the run folder, finished
     cases sent to the device (any executor but ``simulate``; not ``infeasible``, which no planner
-    planned), and how many of those are errors)."""
+    planned), and how many of those are errors). ``forget_errors``: first remove this suite's error
+    rows from the run (others' stay: the GPU table's parts share one run folder), saying how many."""
     suite = load_suite(suite_path)
     run_dir = Path(root) / suite.name / run_id
     ids = {case.case_id for case in suite.cases()}
     if not (run_dir / ROWS_CSV).is_file():
         return len(ids), len(ids), run_dir, 0, 0
+    if forget_errors:
+        gone = drop_rows(run_dir, lambda row: _is_error(row) and row["case_id"] in ids)
+        print(f"pending: {len(gone)} error row(s) removed from {run_dir}: the next call runs them again",
+              file=sys.stderr)
     done = finished_case_ids(run_dir) & ids
     measured = {row["case_id"]: _is_error(row) for row in read_rows_csv(run_dir / ROWS_CSV)
                 if row["case_id"] in done and row.get("executor") != PREDICTED and row.get("status") != "infeasible"}
@@ -52,14 +58,7 @@ def main(argv: list[str]) -> int:
     if len(args) not in (2, 3) or any(a.startswith("-") for a in args):
         print("usage: pending.py [--forget-errors] SUITE.yaml RUN_ID [RESULTS_ROOT]", file=sys.stderr)
         return 2
-    if forget:  # this suite's error rows only: the GPU table's parts share one run folder
-        run_dir = pending(*args)[2]
-        ids = {case.case_id for case in load_suite(args[0]).cases()}
-        gone = drop_rows(run_dir, lambda row: _is_error(row) and row["case_id"] in ids) \
-            if (run_dir / ROWS_CSV).is_file() else set()
-        print(f"pending: {len(gone)} error row(s) removed from {run_dir}: the next call runs them again",
-              file=sys.stderr)
-    print(*pending(*args))
+    print(*pending(*args, forget_errors=forget))
     return 0
 
 

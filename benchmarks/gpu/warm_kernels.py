@@ -9,9 +9,10 @@ on the clock of the call: about a minute for all planners and allocators on the 
 machine, most of it hybrid (30 s), dynprog (12 s) and bestfit (8 s). Every kernel is ``cache=True``, so what this process compiles while the GPU runs the
 planned job, later processes (the suite's runner, the planned runs) load instead of compiling.
 
-It plans a four-stage toy chain with every registered planner at its peak, half-way and minimum
-budgets, with and without the device budget model, runs each schedule in the simulator (the
-simulator's, the validator's and the allocator model's kernels), and places keep-all's trace with
+It warms every registered planner as a case's planning does (``harness.case.warm_up``: the toy
+chain ``tiny_chain`` at its peak, half-way and minimum budgets), runs it as a case at the peak, and
+at the peak and half-way within the device budget model (the simulator's, the validator's and the
+allocator model's kernels), and places keep-all's trace (its case at the peak) with
 every registered allocator right after keep-all (so that bestfit, which the planned job's processes
 place with, is compiled early). Nothing is written but the cache; a planner or allocator that fails
 on the toy chain (an error row, for a planner) is named on stderr and skipped. Prints one line per planner and allocator with the
@@ -26,36 +27,39 @@ import time
 
 def main() -> int:
     from harness.bounds import min_memory, peak_memory
-    from harness.case import _tiny_chain, run_case
+    from harness.case import run_case, tiny_chain, warm_up
     from harness.plugins import registry
 
     started = time.perf_counter()
     reg = registry()
     simulate = reg.executor("simulate")
-    tiny = _tiny_chain()
+    tiny = tiny_chain()
     lo, hi = min_memory(tiny), peak_memory(tiny)
-    traces = []
 
-    def warm_planner(name: str) -> None:
+    def warm_planner(name: str):
+        """Compile ``name``'s kernels; its trace at the peak (None when it failed)."""
         t0 = time.perf_counter()
-        for budget in (hi, (lo + hi) // 2, lo):
-            for device_budget in (False, True):
-                outcome = run_case(reg.planner(name), tiny, budget, simulate, None, device_budget=device_budget)
-                if outcome.fields.get("status") == "error":  # run_case makes a planner's exception a row
-                    print(f"warm: planner {name} failed on the toy chain: {outcome.fields.get('message')}",
-                          file=sys.stderr)
-                    return
-                if outcome.run is not None and outcome.run.trace:
-                    traces.append(outcome.run.trace)
+        planner = reg.planner(name)
+        warm_up(planner)  # its planning kernels: the peak, half-way and minimum budgets
+        trace = None
+        # then as cases: the simulator and the validator, and planning within the device budget model
+        for budget, device_budget in ((hi, False), (hi, True), ((lo + hi) // 2, True)):
+            outcome = run_case(planner, tiny, budget, simulate, None, device_budget=device_budget)
+            if outcome.fields.get("status") == "error":  # run_case makes a planner's exception a row
+                print(f"warm: planner {name} failed on the toy chain: {outcome.fields.get('message')}",
+                      file=sys.stderr)
+                return None
+            trace = trace or (outcome.run.trace if outcome.run is not None else None)
         print(f"warm: planner {name} {time.perf_counter() - t0:.1f} s", flush=True)
+        return trace
 
     # keep-all first: its trace lets the allocators (bestfit: the planned job's) compile next
     planners = sorted(reg.names("planner"), key=lambda name: name != "keep-all")
-    warm_planner(planners[0])
-    for name in reg.names("allocator") if traces else ():
+    trace = warm_planner(planners[0])
+    for name in reg.names("allocator") if trace else ():
         t0 = time.perf_counter()
         try:
-            reg.allocator(name).place(max(traces, key=len))
+            reg.allocator(name).place(trace)
         except Exception as exc:  # noqa: BLE001 -- warming is best effort: name it and go on
             print(f"warm: allocator {name} failed on the toy trace: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue

@@ -58,8 +58,7 @@ def planned_run_problems(metrics: dict[str, float]) -> list[str]:
     plan (``departures``), no request served from the plan, or an arena smaller than the plan or a plan
     smaller than its trace's max-live bytes. The GPU test and ``benchmarks/gpu/planned_placement.py``
     judge a run by it."""
-    m = metrics
-    problems = []
+    m, problems = metrics, []
     error = m.get("grad_error_vs_caching", math.nan)
     if not error <= GRAD_TOLERANCE:  # NaN (no caching run to compare with) is a problem too
         problems.append(f"grad_error_vs_caching {error:.1e} > {GRAD_TOLERANCE:g}")

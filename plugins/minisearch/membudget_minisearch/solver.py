@@ -28,6 +28,7 @@ times), and only the blocks that occupy something take part.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -194,13 +195,12 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     incumbent_arena = arena
     clo, cup = canonical_times(lo[active], up[active], sz[active])
     instances = {}
-    pairs = None  # the overlapping pairs, once: they do not depend on the order of preference
+    # the overlapping pairs, once and only when an instance is needed: they do not depend on the order
+    pairs = functools.cache(lambda: overlapping_pairs(clo, cup))
 
     def instance(pref):
-        nonlocal pairs
         if pref not in instances:
-            pairs = overlapping_pairs(clo, cup) if pairs is None else pairs
-            instances[pref] = prepare(clo, cup, sz[active], pref, pairs)
+            instances[pref] = prepare(clo, cup, sz[active], pref, pairs())
         return instances[pref]
 
     bound = max_live = max_live_bytes(IntTrace(clo, cup, sz[active]))  # the instances are built in the try

@@ -6,8 +6,9 @@ benchmarks/gpu/session.sh starts it in the background as soon as its Python is r
 machine has no Numba cache (it is not in the copied tree, and a cache is only good for the CPU and
 Python it was made on), so the first case of each planner in the smoke run compiled its kernels
 on the clock of the call: about a minute for all planners and allocators on the 2-core development
-machine, most of it hybrid (30 s), dynprog (12 s) and bestfit (8 s). Every kernel is ``cache=True``, so what this process compiles while the GPU runs the
-planned job, later processes (the suite's runner, the planned runs) load instead of compiling.
+machine (56-65 s from an empty cache), most of it hybrid, bestfit and dynprog. Every kernel is
+``cache=True``, so what this process compiles while the GPU runs the planned job, later processes
+(the suite's runner, the planned runs) load instead of compiling.
 
 It warms every registered planner as a case's planning does (``harness.case.warm_up``: the toy
 chain ``tiny_chain`` at its peak, half-way and minimum budgets), runs it as a case at the peak, and

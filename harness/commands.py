@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence, TextIO
@@ -38,6 +37,7 @@ from harness.allocators.trace import (IntTrace, as_int_trace, max_live_bytes, ra
                                       to_memory_blocks, write_csv)
 from harness.allocators.validate import violations
 from harness.errors import UnknownOption
+from harness.jit_time import Stopwatch, stopwatch
 from harness.lazy import resolve
 from harness.model import MemoryBlock, Placement, Profile, save
 from harness.plugins import registry as get_registry
@@ -113,8 +113,8 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     times as floats (so the CSV's lifetimes are kept exactly; times beyond 2**53, which a float
     cannot hold, by their ranks: ``ranked_times``), less the zero-length blocks (``lower ==
     upper``), which occupy no time and get offset 0; ``place_time_s`` excludes a warm-up call on
-    one block (imports, Numba compilation), as docs/architecture.md ("Planning kernels") asks of
-    reported times.
+    one block (imports, Numba compilation) and the time Numba spends compiling in the placement itself
+    (``harness.jit_time``), as docs/architecture.md ("Planning kernels") asks of reported times.
 
     Interrupted (Ctrl-C, SIGTERM), an allocator may leave the best placement it had on the
     ``KeyboardInterrupt`` as its ``placement`` attribute (``harness.protocols.Allocator``); the
@@ -129,12 +129,13 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     occupied = trace.subset(timed)
     ranked = ranked_times(occupied)
     blocks = to_memory_blocks(occupied if ranked is None else ranked)
-    started = time.perf_counter()  # again after the warm-up; set here for an interrupt during it
+    watch = Stopwatch()  # the placement's time; an interrupt during the warm-up reports none
     try:
-        # warm up (imports, JIT compilation or its cache) outside the timing, on one block of the trace's
+        # warm up (imports, Numba's kernels) outside the timing, on one block of the trace's; a kernel the
+        # one block does not reach is compiled in the placement, and the stopwatch leaves it out
         alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
-        started = time.perf_counter()
-        placement = alloc.place(blocks, **options)
+        with stopwatch() as watch:
+            placement = alloc.place(blocks, **options)
     except (TypeError, ValueError) as exc:
         if not options:
             raise
@@ -143,10 +144,10 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
         best = getattr(exc, "placement", None)
         if isinstance(best, Placement) and len(best.offsets) == len(blocks):
             exc.report = _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, best,
-                                           time.perf_counter() - started, interrupted=True)
+                                           watch.seconds, interrupted=True)
         raise
     return _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, placement,
-                             time.perf_counter() - started)
+                             watch.seconds)
 
 
 def _placement_report(trace_csv: str | Path, allocator: str, options: dict[str, Any], trace: IntTrace,

@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -42,6 +41,7 @@ import pandas as pd
 from harness.case import classify, copy_layout, run_case
 from harness.device_memory import arena_fits
 from harness.errors import PLUGIN_FAILURES, MembudgetError
+from harness.jit_time import stopwatch
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
@@ -163,10 +163,10 @@ def execute_unit(task: UnitTask) -> UnitResult:
         row.update(common)
         if c.allocator and run is not None and common["status"] == "ok" and run.trace:
             try:
-                started = time.perf_counter()
                 allocator = task.allocators[c.allocator]
-                placement = allocator.place(run.trace, **c.allocator_options)
-                place_time = time.perf_counter() - started
+                with stopwatch() as watch:  # Numba's compilation is not the allocator's time
+                    placement = allocator.place(run.trace, **c.allocator_options)
+                place_time = watch.seconds
                 capped = getattr(allocator, "serves_under_cap", None)
                 fits = arena_fits(placement.arena_bytes, budget, profile.runtime_bytes, task.device_budget,
                                   None if capped is None else (lambda cap: capped(run.trace, cap)))

@@ -37,7 +37,7 @@ from harness.allocators.trace import (IntTrace, as_int_trace, max_live_bytes, ra
                                       to_memory_blocks, write_csv)
 from harness.allocators.validate import violations
 from harness.errors import UnknownOption
-from harness.jit_time import Stopwatch, stopwatch
+from harness.jit_time import stopwatch
 from harness.lazy import resolve
 from harness.model import MemoryBlock, Placement, Profile, save
 from harness.plugins import registry as get_registry
@@ -129,11 +129,12 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
     occupied = trace.subset(timed)
     ranked = ranked_times(occupied)
     blocks = to_memory_blocks(occupied if ranked is None else ranked)
-    watch = Stopwatch()  # the placement's time; an interrupt during the warm-up reports none
     try:
-        # warm up (imports, Numba's kernels) outside the timing, on one block of the trace's; a kernel the
-        # one block does not reach is compiled in the placement, and the stopwatch leaves it out
-        alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
+        # warm up (imports, Numba's kernels) outside the timing, on one block of the trace's (its time is
+        # the report's only if it is interrupted); a kernel the one block does not reach is compiled in
+        # the placement, and the stopwatch leaves it out
+        with stopwatch() as watch:
+            alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
         with stopwatch() as watch:
             placement = alloc.place(blocks, **options)
     except (TypeError, ValueError) as exc:

@@ -59,7 +59,7 @@ def test_the_stopwatch_reads_a_block_that_raised():
         with stopwatch() as watch:
             kernel(10)
             1 / 0
-    assert watch.jit_seconds > 0 and watch.seconds >= 0
+    assert watch.jit_seconds > 0 and watch.seconds < watch.jit_seconds  # read in the block's finally
 
 
 def test_a_rows_plan_place_and_run_times_leave_out_a_kernel_compiled_in_them(tmp_path, monkeypatch):
@@ -151,7 +151,7 @@ _NO_NEW_SIGNATURES = textwrap.dedent("""
 
 def test_the_warm_up_compiles_what_planning_real_chains_compiles():
     """moDNN's segment shrink (a stage whose backward needs part of its output) and recompute's exact
-    search (called with ``thin``, which its warm-up left out: another signature, 9.5 s) were compiled
+    search (called with ``thin``, which its warm-up left out: another signature, 9.6 s) were compiled
     in the first real plan's time; a kernel a planner reaches only on real chains is named here."""
     done = subprocess.run([sys.executable, "-c", _NO_NEW_SIGNATURES], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -10,8 +10,8 @@ machine (56-65 s from an empty cache), most of it hybrid, bestfit and dynprog. E
 ``cache=True``, so what this process compiles while the GPU runs the planned job, later processes
 (the suite's runner, the planned runs) load instead of compiling.
 
-It warms every registered planner as a case's planning does (``harness.case.warm_up``: the toy
-chain ``tiny_chain`` at its peak, half-way and minimum budgets), runs it as a case at the peak, and
+It runs every registered planner as a case on the toy chain ``tiny_chain`` (planning a case first
+warms the planner up, ``harness.case.warm_up``: the chain's peak, half-way and minimum budgets): at the peak, and
 at the peak and half-way within the device budget model (the simulator's, the validator's and the
 allocator model's kernels), and places keep-all's trace (its case at the peak) with
 every registered allocator right after keep-all (so that bestfit, which the planned job's processes
@@ -28,7 +28,7 @@ import time
 
 def main() -> int:
     from harness.bounds import min_memory, peak_memory
-    from harness.case import run_case, tiny_chain, warm_up
+    from harness.case import run_case, tiny_chain
     from harness.plugins import registry
 
     started = time.perf_counter()
@@ -41,9 +41,9 @@ def main() -> int:
         """Compile ``name``'s kernels; its trace at the peak (None when it failed)."""
         t0 = time.perf_counter()
         planner = reg.planner(name)
-        warm_up(planner)  # its planning kernels: the peak, half-way and minimum budgets
         trace = None
-        # then as cases: the simulator and the validator, and planning within the device budget model
+        # as cases: planning warms the planner up first (harness.case.warm_up: the toy chain's peak,
+        # half-way and minimum budgets), then the simulator, the validator and the device budget model
         for budget, device_budget in ((hi, False), (hi, True), ((lo + hi) // 2, True)):
             outcome = run_case(planner, tiny, budget, simulate, None, device_budget=device_budget)
             if outcome.fields.get("status") == "error":  # run_case makes a planner's exception a row

@@ -46,7 +46,7 @@ def warm_up() -> None:
     dp_table(2, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
     bound = prefix_bounds(2, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)))
     # every argument given, as exact_segments gives them: an omitted ``thin`` is another signature,
-    # which the first real search compiled (9.5 s, in its plan's time)
+    # which the first real search compiled (9.6 s on a 2-core machine, in its plan's time)
     pareto_fronts(2, 1.0, 10, bound, one, one, one, np.ones((1, 2), np.int64), np.zeros((1, 2)), 0)
 
 

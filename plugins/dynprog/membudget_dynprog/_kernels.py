@@ -136,9 +136,17 @@ def pareto_keep(K, dF, dB, idle, key, db_min, RB, same_df):
     B dominates A when Delta_F_B <= Delta_F_A, Delta_B_B <= Delta_B_A and idle_B <= idle_A
     (with ``same_df``: Delta_F_B == Delta_F_A). Every step and eps_G are non-decreasing in
     Delta_F and Delta_B (see ``planner``), so A's best future is never better than B's.
-    A sweep in key order with a prefix-minimum Fenwick tree over Delta_B per K group.
     """
-    order = np.argsort(key, kind="mergesort")
+    return pareto_sweep(np.argsort(key, kind="mergesort"), K, dF, dB, idle, db_min, RB, same_df)
+
+
+@njit(cache=True)
+def pareto_sweep(order, K, dF, dB, idle, db_min, RB, same_df):
+    """``pareto_keep`` on the states ``order`` lists in key order (of equal keys, the one first in
+    ``order`` stays): those of them no other of them dominates, as indices, in that order.
+
+    A sweep with a prefix-minimum Fenwick tree over Delta_B per K group.
+    """
     n = order.shape[0]
     tree = np.full(RB, np.inf)
     keep = np.empty(n, np.int64)

@@ -83,6 +83,7 @@ from harness.schedules import (best_ordered_schedule, check_budget, fastest_orde
 DEFAULT_SLOTS = 500
 TIE_CANDIDATES = 64  # sets backtracked to find those tied for the optimum (``ties``)
 ENGINES = ("kernel", "reference")
+INT64_MAX = 2**63 - 1
 LINK_SLOTS_CAP = 2**40  # far beyond any table's slots: a window that moves this much moves everything
 
 
@@ -140,6 +141,15 @@ def _ceil_div(a: int, b: int) -> int:
 def slots_up(nbytes: int, slots: int, usable: int) -> int:
     """``nbytes`` in slots of ``usable / slots`` bytes, rounded up with exact integer arithmetic."""
     return _ceil_div(int(nbytes) * slots, usable)
+
+
+def slots_up_array(nbytes: np.ndarray, slots: int, usable: int) -> np.ndarray:
+    """``slots_up`` of every entry of an int64 array, in numpy (exact: where a product could pass 63 bits,
+    entry by entry in Python integers), capped at the int64 maximum (far beyond any table's slots)."""
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    if nbytes.size and (int(nbytes.max()) + 1) * int(slots) >= 2**62:
+        return np.array([min(slots_up(v, slots, usable), INT64_MAX) for v in nbytes.tolist()], dtype=np.int64)
+    return -((-nbytes * int(slots)) // int(usable))
 
 
 def discretise(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS, bumps: np.ndarray | None = None,

@@ -548,3 +548,14 @@ def test_discretisation_rounds_as_section_5_3_2_says() -> None:
     assert np.all(np.cumsum(disc.x) >= saved - 1e-9) and np.all(np.cumsum(disc.x) < saved + 1)
     fwd = np.cumsum([s.fwd_time for s in profile.stages]) * profile.d2h_bandwidth / q
     assert np.all(np.cumsum(disc.uf) <= fwd + 1e-9) and np.all(np.cumsum(disc.uf) > fwd - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nbytes=st.lists(st.integers(0, 2**62), max_size=20), slots=st.integers(1, 10**9), usable=st.integers(1, 2**62))
+def test_slots_up_array_rounds_as_slots_up(nbytes: list[int], slots: int, usable: int) -> None:
+    """The numpy rounding HYBRID's segment table uses is the exact integer one, also where n * S passes 63 bits
+    (capped at the int64 maximum: such a size fits no table)."""
+    from membudget_dynprog.planner import slots_up, slots_up_array
+
+    got = slots_up_array(np.array(nbytes, dtype=np.int64), slots, usable)
+    assert got.tolist() == [min(slots_up(n, slots, usable), 2**63 - 1) for n in nbytes]

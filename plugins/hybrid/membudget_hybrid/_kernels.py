@@ -6,10 +6,11 @@ eqs. (1)-(8), ``membudget_dynprog._kernels.stage_move``) and from every layer a 
 segment move [a, b): a keep of one coarse stage with the segment's constants (its
 checkpoint, forward and backward needs, overlap windows) whose cost also pays the
 recomputation, or (with ``seg_offload``) an offload of that coarse stage, whose saved data
-is the checkpoint x_a: DYNPROG's offload move with the segment's constants. Candidates are sorted by (key, cost) and swept as DYNPROG's
-``pareto_keep`` does: a state that another state of the same K dominates (no larger
-Delta_F, Delta_B, cost) is dropped, which keeps the optimum since every move is
-non-decreasing in Delta_F and Delta_B.
+is the checkpoint x_a: DYNPROG's offload move with the segment's constants. Candidates are
+sorted by (key, cost) and swept as DYNPROG's ``pareto_keep`` does: a state that another state
+of the same K dominates (no larger Delta_F, Delta_B, cost) is dropped, which keeps the optimum
+since every move is non-decreasing in Delta_F and Delta_B. The tests check the layers against a
+plain enumeration of these definitions (``test_the_kernels_layers_are_the_reference_ones``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import functools
 import numpy as np
 from numba import njit
 
-from membudget_dynprog._kernels import pareto_keep, stage_move
+from membudget_dynprog._kernels import pareto_sweep, stage_move
 
 KEEP, OFFLOAD, SEGMENT, SEGMENT_OFFLOAD = 0, 1, 2, 3
 
@@ -52,27 +53,37 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
     ccost = np.empty(ccap, np.float64)
     cpar = np.empty(ccap, np.int64)
     cmove = np.empty(ccap, np.int8)
+    moves = np.empty((4, 6), np.int64)  # per move: its code, x, C^F, C^B, u_F, u_B (slots)
+    recompute = np.empty(4)
     for b in range(1, L + 1):
         last = b == L
         m = 0
         for a in range(b - 1, -1, -1):
-            single = a == b - 1
-            if not single and sx[a, b] < 0:
+            # the moves from layer a, in move order: (saved data, needs, windows, offload?, recomputation)
+            n_moves = 0
+            if a == b - 1:
+                for code in (KEEP, OFFLOAD):
+                    if code == KEEP or offloadable[a]:
+                        n_moves = _add_move(moves, recompute, n_moves, code, x[a], cf[a], cb[a], uf[a], ub[a], 0.0)
+            if sx[a, b] >= 0:
+                for code in (SEGMENT, SEGMENT_OFFLOAD):
+                    if code == SEGMENT or (seg_offload and sx[a, b] > 0):
+                        n_moves = _add_move(moves, recompute, n_moves, code, sx[a, b], scf[a, b], scb[a, b],
+                                            suf[a, b], sub[a, b], scost[a, b])
+            if n_moves == 0:
                 continue
-            for s in range(offsets[a], offsets[a + 1]):
-                for mv in range(4):
-                    if mv >= SEGMENT:
-                        if sx[a, b] < 0 or (mv == SEGMENT_OFFLOAD and (not seg_offload or sx[a, b] == 0)):
-                            continue
-                        ok, nk, ndf, ndb, c = stage_move(K[s], dF[s], dB[s], cost[s], sx[a, b], scf[a, b],
-                                                         scb[a, b], suf[a, b], sub[a, b], mv == SEGMENT_OFFLOAD, wf,
-                                                         wb, S, df_min, db_min, last)
-                        c += scost[a, b]  # the segment's recomputation
-                    else:
-                        if not single or (mv == OFFLOAD and not offloadable[a]):
-                            continue
-                        ok, nk, ndf, ndb, c = stage_move(K[s], dF[s], dB[s], cost[s], x[a], cf[a], cb[a], uf[a],
-                                                         ub[a], mv == OFFLOAD, wf, wb, S, df_min, db_min, last)
+            # A layer's states are in key order, so K ascends: the states past the largest K any of the moves
+            # accepts (stage_move's tests) cannot move, and the loop stops there.
+            k_max = -1
+            for j in range(n_moves):
+                k_max = max(k_max, _k_max(moves[j, 1], moves[j, 2], moves[j, 3], moves[j, 0] % 2 == 1, S, last))
+            lo = offsets[a]
+            stop = lo + np.searchsorted(K[lo:offsets[a + 1]], k_max, side="right")
+            for s in range(lo, stop):
+                for j in range(n_moves):
+                    ok, nk, ndf, ndb, c = stage_move(K[s], dF[s], dB[s], cost[s], moves[j, 1], moves[j, 2],
+                                                     moves[j, 3], moves[j, 4], moves[j, 5], moves[j, 0] % 2 == 1, wf,
+                                                     wb, S, df_min, db_min, last)
                     if not ok:
                         continue
                     if m == ccap:
@@ -82,9 +93,9 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
                     cK[m] = nk
                     cdF[m] = ndf
                     cdB[m] = ndb
-                    ccost[m] = c
+                    ccost[m] = c + recompute[j]  # a segment's recomputation (0 for a stage's moves)
                     cpar[m] = s
-                    cmove[m] = mv
+                    cmove[m] = moves[j, 0]
                     m += 1
         if m == 0:
             return K, dF, dB, cost, parent, move, offsets, b
@@ -119,14 +130,74 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
 
 
 @njit(cache=True)
+def _add_move(moves, recompute, n_moves, code, x, cf, cb, uf, ub, seconds):
+    """Row ``n_moves`` of the move table: move ``code`` (odd: an offload) of a stage or coarse stage; returns
+    the moves listed."""
+    moves[n_moves, 0], moves[n_moves, 1], moves[n_moves, 2], moves[n_moves, 3] = code, x, cf, cb
+    moves[n_moves, 4], moves[n_moves, 5] = uf, ub
+    recompute[n_moves] = seconds
+    return n_moves + 1
+
+
+@njit(cache=True)
+def _k_max(x, cf, cb, offloadable, S, last):
+    """The largest K from which ``stage_move`` accepts a stage (or coarse stage) by either move: both needs
+    must fit beside K, and a kept ``x`` too unless it is the last stage (offloading keeps K)."""
+    fits = S - max(cf, cb)
+    return fits if offloadable or last else min(fits, S - x)
+
+
+@njit(cache=True)
 def _pareto(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB):
-    """The candidates of ``pool`` no other of ``pool`` dominates (DYNPROG's sweep), as indices."""
-    by_cost = pool[np.argsort(ccost[pool], kind="mergesort")]
-    key = np.empty(by_cost.shape[0], np.int64)
-    for t in range(by_cost.shape[0]):
-        c = by_cost[t]
-        key[t] = (cK[c] * RF + (cdF[c] - df_min)) * RB + (cdB[c] - db_min)
-    return by_cost[pareto_keep(cK[by_cost], cdF[by_cost], cdB[by_cost], ccost[by_cost], key, db_min, RB, False)]
+    """The candidates of ``pool`` no other of ``pool`` dominates (DYNPROG's sweep), as indices in key order;
+    of candidates with the same key, the cheapest stays (the first in ``pool`` when they cost the same)."""
+    return pareto_sweep(_key_cost_order(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB), cK, cdF, cdB, ccost,
+                        db_min, RB, False)
+
+
+@njit(cache=True)
+def _key_cost_order(cK, cdF, cdB, ccost, pool, df_min, db_min, RF, RB):
+    """``pool`` sorted by (key, cost, place in ``pool``): three stable counting sorts, on Delta_B, Delta_F
+    and K (key order, in a time linear in the candidates: the keys' parts span a few hundred slots
+    each), then each run of equal keys by cost (insertion sort, stable: such runs are short)."""
+    n = pool.shape[0]
+    k_range = 1
+    for t in range(n):
+        k_range = max(k_range, cK[pool[t]] + 1)
+    order = _counting_pass(pool, cdB, db_min, RB)
+    order = _counting_pass(order, cdF, df_min, RF)
+    order = _counting_pass(order, cK, 0, k_range)
+    start = 0
+    while start < n:
+        end = start + 1
+        while (end < n and cK[order[end]] == cK[order[start]] and cdF[order[end]] == cdF[order[start]]
+               and cdB[order[end]] == cdB[order[start]]):
+            end += 1
+        for t in range(start + 1, end):
+            c = order[t]
+            u = t
+            while u > start and ccost[order[u - 1]] > ccost[c]:
+                order[u] = order[u - 1]
+                u -= 1
+            order[u] = c
+        start = end
+    return order
+
+
+@njit(cache=True)
+def _counting_pass(order, value, low, size):
+    """``order`` stably sorted by ``value[order[t]] - low``, which lies in [0, size)."""
+    count = np.zeros(size + 1, np.int64)
+    for t in range(order.shape[0]):
+        count[value[order[t]] - low + 1] += 1
+    for v in range(size):
+        count[v + 1] += count[v]
+    out = np.empty_like(order)
+    for t in range(order.shape[0]):
+        v = value[order[t]] - low
+        out[count[v]] = order[t]
+        count[v] += 1
+    return out
 
 
 @njit(cache=True)

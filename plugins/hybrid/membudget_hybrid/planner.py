@@ -61,7 +61,7 @@ from harness.model import Profile, Schedule
 from harness.options import int_option
 from harness.schedules import check_budget, fastest_ordered_schedule, keep_all_schedule
 from membudget_dynprog import discretise
-from membudget_dynprog.planner import link_slots, slots_up
+from membudget_dynprog.planner import link_slots, slots_up, slots_up_array
 from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
@@ -102,18 +102,19 @@ def discretise_hybrid(profile: Profile, budget: int, slots: int = DEFAULT_SLOTS)
     sx, scf, scb = np.full(shape, -1, np.int64), np.zeros(shape, np.int64), np.zeros(shape, np.int64)
     suf, sub, scost = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape)
     forward_needs, backward_needs = segment_phase_needs(mem)
-    for a in range(n):
+    for a in range(n):  # the segments [a, b) of each a at once
         checkpoint = up(movable_bytes(mem[a], "Fc"))
-        for b in range(a + 1, n + 1):
-            need_f, need_b = int(forward_needs[a, b]), int(backward_needs[a, b])
-            cf, cb = up(need_f), up(need_b)
-            if cf > S or cb > S or checkpoint > S:
-                continue
-            sx[a, b], scf[a, b], scb[a, b] = checkpoint, cf, cb
-            recompute = fwd[b] - fwd[a]
-            suf[a, b] = link_slots(recompute, profile.d2h_bandwidth, q)
-            sub[a, b] = link_slots(recompute + bwd[b] - bwd[a], profile.h2d_bandwidth, q)
-            scost[a, b] = recompute
+        if checkpoint > S:
+            continue
+        cf = slots_up_array(forward_needs[a, a + 1:], S, usable)
+        cb = slots_up_array(backward_needs[a, a + 1:], S, usable)
+        fit = (cf <= S) & (cb <= S)
+        ends = np.arange(a + 1, n + 1)[fit]
+        sx[a, ends], scf[a, ends], scb[a, ends] = checkpoint, cf[fit], cb[fit]
+        recompute = fwd[ends] - fwd[a]
+        suf[a, ends] = link_slots(recompute, profile.d2h_bandwidth, q)
+        sub[a, ends] = link_slots(recompute + bwd[ends] - bwd[a], profile.h2d_bandwidth, q)
+        scost[a, ends] = recompute
     return HybridTable(disc, sx, scf, scb, suf, sub, scost)
 
 

@@ -356,3 +356,66 @@ def test_an_absurdly_fast_link_is_planned_not_overflowed() -> None:
             times[planner.name] = makespan(schedule, profile)
     assert times["hybrid"] <= min(times["dynprog"], times["recompute"]) * (1 + 1e-9)
     assert discretise_hybrid(profile, budget, 500).suf.max() == LINK_SLOTS_CAP
+
+
+def reference_layers(table, beam: int, seg_offload: bool) -> list[set[tuple[int, int, int, float]]]:
+    """The DP's layers by their definition (module docstring of ``_kernels``), in plain Python: every
+    move from every state of every earlier layer, the states no other of the same K dominates, and with
+    a beam the ``beam`` of least cost + pending offload time (ties: the smaller key (K, Delta_F, Delta_B)).
+    Layers stop at the first that is empty (left out)."""
+    from membudget_dynprog._kernels import stage_move
+
+    d, move = table.disc, stage_move.py_func
+    n = d.n_stages
+    layers: list[set] = [{(0, 0, 0, 0.0)}]
+    for b in range(1, n + 1):
+        candidates = set()
+        for a in range(b):
+            moves = []
+            if a == b - 1:
+                moves += [(d.x[a], d.cf[a], d.cb[a], d.uf[a], d.ub[a], off, 0.0)
+                          for off in (False, True) if not off or d.offloadable[a]]
+            if table.sx[a, b] >= 0:
+                moves += [(table.sx[a, b], table.scf[a, b], table.scb[a, b], table.suf[a, b], table.sub[a, b], off,
+                           table.scost[a, b]) for off in (False, True) if not off or (seg_offload and table.sx[a, b])]
+            for k, df, db, c in layers[a]:
+                for x, cf, cb, uf, ub, off, recompute in moves:
+                    ok, nk, ndf, ndb, nc = move(k, df, db, c, x, cf, cb, uf, ub, off, d.wf, d.wb, d.slots, d.df_min,
+                                                d.db_min, b == n)
+                    if ok:
+                        candidates.add((int(nk), int(ndf), int(ndb), nc + recompute))
+        if not candidates:
+            break
+        kept = {s for s in candidates if not any(
+            o != s and o[0] == s[0] and o[1] <= s[1] and o[2] <= s[2] and o[3] <= s[3] for o in candidates)}
+        if 0 < beam < len(kept):
+            kept = set(sorted(kept, key=lambda s: (s[3] + max(s[1], 0) * d.wf, s[:3]))[:beam])
+        layers.append(kept)
+    return layers
+
+
+@pytest.mark.parametrize("beam", [0, 1, 3, 8])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_kernels_layers_are_the_reference_ones(seed: int, beam: int) -> None:
+    """``hybrid_dp``'s layers, state for state, are the reference's on random chains of 6-9 stages at coarse
+    slots (so that states tie and collide): what its shortcuts (the loop's stop past the largest K a move
+    accepts, the sweep's counting sorts, the beam's sweep of the least-ranked candidates first) must not
+    change. Small beams make a layer's candidates outnumber four beams, where the partial sweep runs."""
+    from membudget_hybrid._kernels import hybrid_dp
+
+    rng = random.Random(seed)
+    profile = random_chain(rng, rng.randint(6, 9))
+    lo, hi = min_memory(profile), peak_memory(profile)
+    for where in (0.15, 0.5):
+        table = discretise_hybrid(profile, int(lo + (hi - lo) * where), rng.choice([20, 40]))
+        d = table.disc
+        for seg_offload in (True, False):
+            K, dF, dB, cost, _, _, offsets, built = hybrid_dp(
+                d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
+                table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, *d.key_ranges, beam, seg_offload)
+            expected = reference_layers(table, beam, seg_offload)
+            assert built == len(expected)
+            for b in range(1, built):
+                lo_, hi_ = offsets[b], offsets[b + 1]
+                got = [(int(K[s]), int(dF[s]), int(dB[s]), float(cost[s])) for s in range(lo_, hi_)]
+                assert len(got) == len(set(got)) and set(got) == expected[b], (b, where, seg_offload)

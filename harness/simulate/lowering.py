@@ -153,26 +153,31 @@ def lower(schedule: Schedule, profile: Profile, budget: float | None = None,
     op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size, t_movable, t_reader = _operation_arrays(
         schedule, profile, passes)
 
-    # the transfers, as columns (in numpy: a planner simulates hundreds of schedules of hundreds of copies)
-    trs = schedule.transfers
-    m = len(trs)
-    sub_batch = np.fromiter((tr.sub_batch for tr in trs), np.int64, m)
-    tr_tensor = sub_batch * n + np.fromiter((tr.stage for tr in trs), np.int64, m)
-    tr_is_prefetch = np.fromiter((tr.direction == "prefetch" for tr in trs), np.bool_, m)
-    whole = np.fromiter((tr.nbytes is None for tr in trs), np.bool_, m)
-    nbytes = np.fromiter((0 if tr.nbytes is None else tr.nbytes for tr in trs), np.int64, m)
-    tr_bytes = np.where(whole, t_movable[tr_tensor], nbytes)
-    pass_of = np.minimum(sub_batch, len(passes) - 1)
-    h2d = np.array([p.h2d_bandwidth for p in passes], dtype=float)[pass_of]
-    d2h = np.array([p.d2h_bandwidth for p in passes], dtype=float)[pass_of]
-    tr_dur = tr_bytes / np.where(tr_is_prefetch, h2d, d2h)
-    tr_issue_op = np.fromiter((tr.issue_op for tr in trs), np.int64, m)
-    tr_issue_end = np.fromiter((tr.issue_at == "end" for tr in trs), np.bool_, m)
-    tr_wait_op = np.fromiter((-1 if tr.wait_op is None else tr.wait_op for tr in trs), np.int64, m)
-    reader = t_reader[tr_tensor]  # a checkpoint's: R_i reads it, so it waits for it at the latest
-    awaited = tr_is_prefetch & (reader >= 0) & ((tr_wait_op < 0) | (tr_wait_op > reader))
-    tr_wait_op = np.where(awaited, reader, tr_wait_op)
-    tr_engine = (tr_is_prefetch & bool(duplex)).astype(np.int64)
+    m = len(schedule.transfers)
+    tr_tensor = np.zeros(m, dtype=np.int64)
+    tr_is_prefetch = np.zeros(m, dtype=np.bool_)
+    tr_bytes = np.zeros(m, dtype=np.int64)
+    tr_dur = np.zeros(m)
+    tr_issue_op = np.zeros(m, dtype=np.int64)
+    tr_issue_end = np.zeros(m, dtype=np.bool_)
+    tr_wait_op = np.full(m, -1, dtype=np.int64)
+    tr_engine = np.zeros(m, dtype=np.int64)
+    for j, tr in enumerate(schedule.transfers):
+        t = tr.sub_batch * n + tr.stage
+        p = passes[tr.sub_batch] if tr.sub_batch < len(passes) else passes[-1]
+        size = int(t_movable[t]) if tr.nbytes is None else tr.nbytes
+        pre = tr.direction == "prefetch"
+        tr_tensor[j] = t
+        tr_is_prefetch[j] = pre
+        tr_bytes[j] = size
+        tr_dur[j] = size / (p.h2d_bandwidth if pre else p.d2h_bandwidth)
+        tr_issue_op[j] = tr.issue_op
+        tr_issue_end[j] = tr.issue_at == "end"
+        tr_wait_op[j] = -1 if tr.wait_op is None else tr.wait_op
+        reader = int(t_reader[t])  # a checkpoint's: R_i reads it, so it waits for it at the latest
+        if pre and 0 <= reader and (tr.wait_op is None or tr.wait_op > reader):
+            tr_wait_op[j] = reader
+        tr_engine[j] = 1 if (duplex and pre) else 0
 
     return Lowered(
         budget=float(schedule.budget_bytes if budget is None else budget),

@@ -141,7 +141,11 @@ def solve_hybrid(table: HybridTable, candidates: int = 1, beam: int = 0,
 
     d = table.disc
     n = d.n_stages
-    RF, RB = d.key_ranges
+    RF, RB = d.key_ranges  # DYNPROG's; a segment's moves stay inside them while its needs cover its checkpoint
+    segments = table.sx >= 0
+    if np.any(table.sx[segments] > np.minimum(table.scf, table.scb)[segments]):
+        raise MembudgetError("hybrid: a segment's checkpoint is above its forward or backward need, so the DP's "
+                             "Delta_F and Delta_B could leave their key ranges; harness.memory's needs are wrong")
     K, dF, dB, cost, parent, move, offsets, built = hybrid_dp(
         d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
         table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, RF, RB, beam, bool(offload_checkpoints))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -392,6 +393,34 @@ def reference_layers(table, beam: int, seg_offload: bool) -> list[set[tuple[int,
             kept = set(sorted(kept, key=lambda s: (s[3] + max(s[1], 0) * d.wf, s[:3]))[:beam])
         layers.append(kept)
     return layers
+
+
+@SETTINGS
+@given(profile=chains(min_stages=2))
+def test_a_segments_needs_cover_its_checkpoint(profile: Profile) -> None:
+    """What keeps the segment moves inside DYNPROG's key ranges (the kernel indexes its counting sorts and
+    Fenwick tree by Delta_F and Delta_B): with C^F, C^B >= the checkpoint x_a, eq. (1) leaves Delta_F^+ - e_F
+    <= S - K - C^F, so Delta_F' <= S, and likewise Delta_B'. ``solve_hybrid`` refuses a table without it."""
+    lo = max(min_memory(profile), profile.weight_bytes + 1)
+    for budget in (lo, (lo + max(lo, peak_memory(profile))) // 2):
+        table = discretise_hybrid(profile, budget, 97)
+        segments = table.sx >= 0
+        assert (table.sx[segments] <= table.scf[segments]).all() and (table.sx[segments] <= table.scb[segments]).all()
+
+
+def test_a_table_whose_checkpoint_passes_its_needs_is_refused() -> None:
+    """Such a table could take the kernel's Delta_F and Delta_B past the arrays they index: refused by name."""
+    from dataclasses import replace as replaced
+
+    from harness.errors import MembudgetError
+
+    profile = uniform_chain()
+    table = discretise_hybrid(profile, (min_memory(profile) + peak_memory(profile)) // 2, 50)
+    sx = table.sx.copy()
+    a, b = np.argwhere(sx >= 0)[-1]
+    sx[a, b] = table.scf[a, b] + 1
+    with pytest.raises(MembudgetError, match="checkpoint is above its forward or backward need"):
+        solve_hybrid(replaced(table, sx=sx))
 
 
 @pytest.mark.parametrize("beam", [0, 1, 3, 8])

@@ -59,7 +59,7 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
         last = b == L
         m = 0
         for a in range(b - 1, -1, -1):
-            # the moves from layer a, in move order: (saved data, needs, windows, offload?, recomputation)
+            # the moves from layer a into layer b, in move order (``_add_move``)
             n_moves = 0
             if a == b - 1:
                 for code in (KEEP, OFFLOAD):
@@ -99,7 +99,7 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
                     m += 1
         if m == 0:
             return K, dF, dB, cost, parent, move, offsets, b
-        # DYNPROG's sweep on the candidates in cost order: of equal states the cheapest stays
+        # DYNPROG's sweep on the candidates in (key, cost) order: of equal states the cheapest stays
         kept = _sweep(cK, cdF, cdB, ccost, m, wf, df_min, db_min, RF, RB, beam)
         lo = offsets[b]
         n_kept = kept.shape[0]

@@ -110,10 +110,14 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
     needs = np.zeros(n + 2, np.int64)
     keeps = np.zeros(n + 2, np.int64)
     extras = np.zeros(n + 2)
+    runs = np.zeros(n + 3, np.int64)
     for a in range(n - 1, -1, -1):
-        # Of front b (peaks up, times down) only a window can lead anywhere: times within ``upper``,
-        # peaks within ``usable``, and of the points the need covers (all one peak) the fastest alone.
-        # b == a stands for the saving stage, which continues at front a + 1.
+        # Of front b (peaks up, times down) only a window can lead anywhere: times that stay within
+        # ``upper`` even with the least the stages before a take (``floor``: the bound's, with every slot
+        # free; the sweep below drops the others, as it drops with any room), peaks within ``usable``, and
+        # of the points the need covers (all one peak) the fastest alone. b == a stands for the saving
+        # stage, which continues at front a + 1.
+        floor = bound[a, S]
         needs[a], keeps[a], extras[a] = saving[a], keep_saved[a], 0.0
         needs[a + 1:n + 1], keeps[a + 1:n + 1], extras[a + 1:n + 1] = segment[a, a + 1:], keep_checkpoint[a], \
             cost[a, a + 1:]
@@ -125,14 +129,11 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
             lo[b], hi[b] = first, first
             if need > usable:
                 continue
-            j = first
-            while j < last and extra + time[j] > upper:
-                j += 1
+            # a front's times fall and its peaks rise: both ends of the window by bisection
+            j = _first_within(time, extra, floor, upper, first, last)
             while j + 1 < last and keep + peak[j + 1] <= need and extra + time[j + 1] < extra + time[j]:
                 j += 1  # strictly faster at the same peak: on a tie in floats the first made stays
-            end = j
-            while end < last and keep + peak[end] <= usable:
-                end += 1
+            end = _first_above(peak, keep, usable, j, last)
             lo[b], hi[b] = j, end
             total += end - j
         cp = np.empty(total, np.int64)
@@ -140,13 +141,20 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
         cb = np.empty(total, np.int64)
         cj = np.empty(total, np.int64)
         k = 0
+        n_runs = 0
         for b in range(a, n + 1):
             tag = 0 if b == a else b
+            if hi[b] > lo[b]:
+                runs[n_runs] = k
+                n_runs += 1
             for j in range(lo[b], hi[b]):
                 cp[k] = max(needs[b], keeps[b] + peak[j])
                 ct[k], cb[k], cj[k] = extras[b] + time[j], tag, j
                 k += 1
-        order = np.argsort(cp)
+        runs[n_runs] = total
+        # a window's candidates come by rising peak (max(need, keep + peak[j])), so merging the windows
+        # sorts them; the sweep below does not depend on the order of equal peaks
+        order = _merge_runs(cp, runs, n_runs)
         start[a] = used
         best = np.inf
         i = 0
@@ -181,3 +189,66 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
         if size[a] > limit:
             return peak[:used], time[:used], choice[:used], nxt[:used], start, size, False
     return peak[:used], time[:used], choice[:used], nxt[:used], start, size, True
+
+
+@njit(cache=True)
+def _first_within(time, extra, floor, upper, first, last):
+    """The first j in [first, last) with (extra + time[j]) + floor <= upper (``last`` if none), in the
+    sweep's float order of operations; ``time`` falls."""
+    while first < last:
+        mid = (first + last) // 2
+        if (extra + time[mid]) + floor > upper:
+            first = mid + 1
+        else:
+            last = mid
+    return first
+
+
+@njit(cache=True)
+def _first_above(peak, keep, usable, first, last):
+    """The first j in [first, last) with keep + peak[j] > usable (``last`` if none); ``peak`` rises."""
+    while first < last:
+        mid = (first + last) // 2
+        if keep + peak[mid] <= usable:
+            first = mid + 1
+        else:
+            last = mid
+    return first
+
+
+@njit(cache=True)
+def _merge_runs(value, runs, n_runs):
+    """The indices of ``value`` by increasing value, where [runs[r], runs[r + 1]) for r < n_runs are
+    non-decreasing runs covering it: the runs merged pairwise (a merge sort's passes from its runs)."""
+    total = runs[n_runs]
+    order = np.arange(total)
+    buf = np.empty(total, np.int64)
+    bounds = runs[:n_runs + 1].copy()
+    while n_runs > 1:
+        merged = 0
+        for r in range(0, n_runs, 2):
+            left, mid = bounds[r], bounds[r + 1]
+            right = bounds[r + 2] if r + 1 < n_runs else mid
+            i, j, k = left, mid, left
+            while i < mid and j < right:
+                if value[order[j]] < value[order[i]]:
+                    buf[k] = order[j]
+                    j += 1
+                else:
+                    buf[k] = order[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                buf[k] = order[i]
+                i += 1
+                k += 1
+            while j < right:
+                buf[k] = order[j]
+                j += 1
+                k += 1
+            bounds[merged] = left
+            merged += 1
+        bounds[merged] = total
+        n_runs = merged
+        order, buf = buf, order
+    return order

@@ -313,6 +313,20 @@ def test_the_exact_search_kernels_are_the_references(profile: Profile, slots: in
         assert np.array_equal(x, y)
 
 
+@SETTINGS
+@given(runs=st.lists(st.lists(st.integers(-5, 5), max_size=6), max_size=9))
+def test_merging_sorted_runs_sorts(runs: list[list[int]]) -> None:
+    """``_merge_runs``, which orders an exact search's candidates (each window's come by rising peak)."""
+    from membudget_recompute._kernels import _merge_runs
+
+    runs = [sorted(r) for r in runs if r]
+    value = np.array([v for r in runs for v in r], dtype=np.int64)
+    bounds = np.cumsum([0] + [len(r) for r in runs]).astype(np.int64)
+    order = _merge_runs(value, bounds, len(runs))
+    assert sorted(order.tolist()) == list(range(len(value)))
+    assert value[order].tolist() == sorted(value.tolist())
+
+
 # --------------------------------------------------------------------------- the public API
 
 

@@ -62,14 +62,14 @@ def hybrid_dp(x, cf, cb, uf, ub, offloadable, sx, scf, scb, suf, sub, scost, wf,
             # the moves from layer a into layer b, in move order (``_add_move``)
             n_moves = 0
             if a == b - 1:
-                for code in (KEEP, OFFLOAD):
-                    if code == KEEP or offloadable[a]:
-                        n_moves = _add_move(moves, recompute, n_moves, code, x[a], cf[a], cb[a], uf[a], ub[a], 0.0)
+                n_moves = _add_move(moves, recompute, n_moves, KEEP, x[a], cf[a], cb[a], uf[a], ub[a], 0.0)
+                if offloadable[a]:
+                    n_moves = _add_move(moves, recompute, n_moves, OFFLOAD, x[a], cf[a], cb[a], uf[a], ub[a], 0.0)
             if sx[a, b] >= 0:
-                for code in (SEGMENT, SEGMENT_OFFLOAD):
-                    if code == SEGMENT or (seg_offload and sx[a, b] > 0):
-                        n_moves = _add_move(moves, recompute, n_moves, code, sx[a, b], scf[a, b], scb[a, b],
-                                            suf[a, b], sub[a, b], scost[a, b])
+                segment = (sx[a, b], scf[a, b], scb[a, b], suf[a, b], sub[a, b], scost[a, b])
+                n_moves = _add_move(moves, recompute, n_moves, SEGMENT, *segment)
+                if seg_offload and sx[a, b] > 0:
+                    n_moves = _add_move(moves, recompute, n_moves, SEGMENT_OFFLOAD, *segment)
             if n_moves == 0:
                 continue
             # A layer's states are in key order, so K ascends: the states past the largest K any of the moves

@@ -133,7 +133,7 @@ def pareto_fronts(usable, upper, limit, bound, keep_saved, keep_checkpoint, savi
             j = _first_within(time, extra, floor, upper, first, last)
             while j + 1 < last and keep + peak[j + 1] <= need and extra + time[j + 1] < extra + time[j]:
                 j += 1  # strictly faster at the same peak: on a tie in floats the first made stays
-            end = _first_above(peak, keep, usable, j, last)
+            end = j + np.searchsorted(peak[j:last], usable - keep, side="right")  # keep + peak[end] > usable
             lo[b], hi[b] = j, end
             total += end - j
         cp = np.empty(total, np.int64)
@@ -198,18 +198,6 @@ def _first_within(time, extra, floor, upper, first, last):
     while first < last:
         mid = (first + last) // 2
         if (extra + time[mid]) + floor > upper:
-            first = mid + 1
-        else:
-            last = mid
-    return first
-
-
-@njit(cache=True)
-def _first_above(peak, keep, usable, first, last):
-    """The first j in [first, last) with keep + peak[j] > usable (``last`` if none); ``peak`` rises."""
-    while first < last:
-        mid = (first + last) // 2
-        if keep + peak[mid] <= usable:
             first = mid + 1
         else:
             last = mid

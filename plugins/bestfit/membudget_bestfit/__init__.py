@@ -16,6 +16,7 @@ serves planned offsets afterwards, leaves what is requested between ``interrupt(
 
 from __future__ import annotations
 
+import time
 from typing import Sequence, Union
 
 import numpy as np
@@ -24,8 +25,8 @@ from harness.allocators._common import make_placement
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.hookspecs import hookimpl
 from harness.model import MemoryBlock, Placement
-from membudget_bestfit._kernels import bestfit_kernel, bestfit_offsets, bestfit_reference
-from membudget_bestfit.improve import DEFAULT_ROUNDS, squeaky_wheel
+from membudget_bestfit._kernels import bestfit_kernel, bestfit_offsets, bestfit_reference, bestfit_rounds
+from membudget_bestfit.improve import DEFAULT_ROUNDS, Rounds, squeaky_wheel
 from membudget_bestfit.session import Allocation, ProfileGuidedSession
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "bestfit_kernel",
     "bestfit_reference",
     "bestfit_offsets",
+    "bestfit_rounds",
     "squeaky_wheel",
     "membudget_register_allocators",
 ]
@@ -50,32 +52,78 @@ class BestFit:
     allocator runs the squeaky-wheel rounds of :mod:`membudget_bestfit.improve` instead:
     that pass first, then up to ``rounds`` - 1 reruns that place the blocks left above the
     max-live bytes earlier; the smallest arena is kept (never larger than the paper's).
+    ``time_limit`` (seconds, default None: none) ends the rounds once it has passed; the
+    first round always runs. Without it the placement is the same on every machine.
+    ``rounds`` and ``time_limit`` are also options of :meth:`place` (``membudget place
+    --option time_limit=2``).
     """
 
     name = "bestfit"
     description = "profile-guided best-fit of papers/003 (offset lines, longest lifetime first)"
+    options = ("time_limit", "rounds")
 
-    def __init__(self, kernel: str = "numba", *, paper_only: bool = False, rounds: int = DEFAULT_ROUNDS) -> None:
+    def __init__(self, kernel: str = "numba", *, paper_only: bool = False, rounds: int = DEFAULT_ROUNDS,
+                 time_limit: float | None = None) -> None:
         if kernel not in ("numba", "python"):
             raise ValueError(f"kernel must be 'numba' or 'python', got {kernel!r}")
-        if rounds < 1:
-            raise ValueError(f"rounds must be at least 1, got {rounds}")
         self.kernel = kernel
         self.paper_only = paper_only
-        self.rounds = rounds
+        checked = self._check(rounds=rounds, time_limit=time_limit)
+        self.rounds, self.time_limit = checked["rounds"], checked["time_limit"]
+
+    @classmethod
+    def _check(cls, **options) -> dict:
+        """``options`` (``rounds``, ``time_limit``) checked; an unknown name is a TypeError, a bad value a ValueError."""
+        unknown = sorted(set(options) - set(cls.options))
+        if unknown:
+            raise TypeError(f"bestfit has no option {', '.join(map(repr, unknown))}; its options: "
+                            f"{', '.join(cls.options)}")
+        rounds = options.get("rounds")
+        if isinstance(rounds, float) and rounds.is_integer():  # --option rounds=1e2 reads as a float
+            rounds = int(rounds)
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds must be an integer of at least 1, got {options.get('rounds')!r}")
+        tl = options.get("time_limit")
+        if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or not tl >= 0):
+            raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {tl!r}")
+        return {"rounds": rounds, "time_limit": tl}
 
     def offsets(self, trace: Union[IntTrace, Sequence[MemoryBlock]]) -> np.ndarray:
         """Best-fit offsets for ``trace`` (one per block, in trace order)."""
-        t = as_int_trace(trace)
-        return bestfit_offsets(t.lower, t.upper, t.size, kernel=self.kernel,
-                               paper_only=self.paper_only, rounds=self.rounds)
+        return self.rounds_run(trace).offsets
 
-    def place(self, trace: Sequence[MemoryBlock]) -> Placement:
-        """Place ``trace``: arena = the highest block end of the best-fit placement."""
+    def rounds_run(self, trace: Union[IntTrace, Sequence[MemoryBlock]], **options) -> Rounds:
+        """The offsets for ``trace``, the rounds run and whether the time limit ended them
+        (options as for :meth:`place`)."""
+        started = time.perf_counter()
+        settings = self._check(**{"rounds": self.rounds, "time_limit": self.time_limit, **options})
         t = as_int_trace(trace)
-        off = self.offsets(t)
-        mode = "paper_only" if self.paper_only else f"rounds<={self.rounds}"  # squeaky-wheel rounds, at most
-        return make_placement(self.name, t, off, notes=f"kernel={self.kernel} {mode}")
+        tl = settings["time_limit"]
+        return bestfit_rounds(t.lower, t.upper, t.size, kernel=self.kernel, paper_only=self.paper_only,
+                              rounds=settings["rounds"], deadline=None if tl is None else started + tl)
+
+    def place(self, trace: Sequence[MemoryBlock], **options) -> Placement:
+        """Place ``trace``: arena = the highest block end of the best-fit placement.
+
+        ``options`` (``rounds``, ``time_limit``) override the allocator's for this call.
+        Interrupted after the first round, the ``KeyboardInterrupt`` carries the best
+        placement so far as ``placement`` (``membudget place`` prints it).
+        """
+        t = as_int_trace(trace)
+        try:
+            run = self.rounds_run(t, **options)
+        except KeyboardInterrupt as exc:
+            if getattr(exc, "partial", None) is not None:
+                exc.placement = self._placement(t, exc.partial)
+            raise
+        return self._placement(t, run)
+
+    def _placement(self, t: IntTrace, run: Rounds) -> Placement:
+        if self.paper_only:
+            mode = "paper_only"
+        else:
+            mode = f"{run.done} round(s)" + (", ended by the time limit" if run.timed_out else "")
+        return make_placement(self.name, t, run.offsets, notes=f"kernel={self.kernel} {mode}")
 
     def session(self, **options) -> ProfileGuidedSession:
         """A profile-guided allocation session (papers/003 sections 4.1-4.3) that plans with this allocator."""

@@ -48,7 +48,7 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "bestfit_kernel", "bestfit_reference", "bestfit_offsets", "canonical_times", "paper_priority",
+    "bestfit_kernel", "bestfit_reference", "bestfit_offsets", "bestfit_rounds", "canonical_times", "paper_priority",
     "active_blocks",
 ]
 
@@ -575,7 +575,8 @@ def canonical_times(lower, upper, size) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: bool = True,
-                    paper_only: bool = False, rounds: int | None = None) -> np.ndarray:
+                    paper_only: bool = False, rounds: int | None = None,
+                    deadline: float | None = None) -> np.ndarray:
     """Best-fit offsets for the blocks ``[lower, upper)`` of ``size`` bytes.
 
     ``kernel``: ``"numba"`` (compiled, cached on disk) or ``"python"`` (the reference).
@@ -584,9 +585,20 @@ def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: boo
     interact); ``False`` runs it on the times as given.
     ``paper_only``: section 3.2's rule, one pass. Otherwise (the default) the squeaky-wheel
     rounds of :mod:`membudget_bestfit.improve` (``rounds`` of them at most, default
-    ``improve.DEFAULT_ROUNDS``), whose first round is that pass and whose result is never
-    larger.
+    ``improve.DEFAULT_ROUNDS``, until ``deadline``, a ``time.perf_counter()`` value, if
+    given), whose first round is that pass and whose result is never larger.
     """
+    return bestfit_rounds(lower, upper, size, kernel=kernel, canonical=canonical, paper_only=paper_only,
+                          rounds=rounds, deadline=deadline).offsets
+
+
+def bestfit_rounds(lower, upper, size, *, kernel: str = "numba", canonical: bool = True,
+                   paper_only: bool = False, rounds: int | None = None, deadline: float | None = None):
+    """:func:`bestfit_offsets` with how many rounds ran and whether the deadline ended them
+    (:class:`membudget_bestfit.improve.Rounds`)."""
+    from harness.allocators.trace import IntTrace, max_live_bytes
+    from membudget_bestfit.improve import DEFAULT_ROUNDS, Rounds, squeaky_wheel
+
     if kernel not in ("numba", "python"):
         raise ValueError(f"kernel must be 'numba' or 'python', got {kernel!r}")
     lo = np.ascontiguousarray(lower, dtype=np.int64)
@@ -595,11 +607,7 @@ def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: boo
     if canonical:
         lo, up = canonical_times(lo, up, sz)
     if paper_only:
-        return bestfit_kernel(lo, up, sz) if kernel == "numba" else bestfit_reference(lo, up, sz)
-    from harness.allocators.trace import IntTrace, max_live_bytes
-    from membudget_bestfit.improve import DEFAULT_ROUNDS, squeaky_wheel
-
+        return Rounds(bestfit_kernel(lo, up, sz) if kernel == "numba" else bestfit_reference(lo, up, sz), 1, False)
     bound = max_live_bytes(IntTrace(lo, up, sz))
-    offsets, _ = squeaky_wheel(lo, up, sz, lower_bound=bound, kernel=kernel,
-                               rounds=DEFAULT_ROUNDS if rounds is None else rounds)
-    return offsets
+    return squeaky_wheel(lo, up, sz, lower_bound=bound, kernel=kernel, deadline=deadline,
+                         rounds=DEFAULT_ROUNDS if rounds is None else rounds)

@@ -31,13 +31,26 @@ deterministic.
 
 from __future__ import annotations
 
+import time
+from typing import NamedTuple
+
 import numpy as np
 
 from membudget_bestfit._kernels import bestfit_kernel, bestfit_reference, paper_priority
 
-__all__ = ["DEFAULT_ROUNDS", "squeaky_wheel", "promote"]
+__all__ = ["DEFAULT_ROUNDS", "Rounds", "squeaky_wheel", "promote"]
 
 DEFAULT_ROUNDS = 32
+
+
+class Rounds(NamedTuple):
+    """What :func:`squeaky_wheel` did: the best ``offsets``, the rounds ``done`` and
+    whether the deadline ended them (``timed_out``) before the optimum, a repeated order
+    or the round limit did."""
+
+    offsets: np.ndarray
+    done: int
+    timed_out: bool
 
 
 def promote(priority: np.ndarray, tops: np.ndarray, bound: int) -> np.ndarray:
@@ -47,11 +60,15 @@ def promote(priority: np.ndarray, tops: np.ndarray, bound: int) -> np.ndarray:
 
 
 def squeaky_wheel(lower, upper, size, *, lower_bound: int, rounds: int = DEFAULT_ROUNDS,
-                  kernel: str = "numba") -> tuple[np.ndarray, int]:
-    """Best offsets over up to ``rounds`` rounds of best-fit, and how many rounds ran.
+                  kernel: str = "numba", deadline: float | None = None) -> Rounds:
+    """Best offsets over up to ``rounds`` rounds of best-fit (:class:`Rounds`).
 
     Round 1 is the paper's order (:func:`paper_priority`); ``lower_bound`` (the max-live
     bytes of these blocks) ends the search when reached and picks the blocks to promote.
+    ``deadline`` (a ``time.perf_counter()`` value, None: none) ends the rounds once it has
+    passed; round 1 always runs, so a placement is always there. Interrupted (Ctrl-C) after
+    round 1, the ``KeyboardInterrupt`` carries the best ``Rounds`` so far as ``partial``
+    (``timed_out`` false: the interrupt, not the deadline, ended them).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -61,17 +78,24 @@ def squeaky_wheel(lower, upper, size, *, lower_bound: int, rounds: int = DEFAULT
     best, best_arena = None, None
     seen: set[bytes] = set()
     done = 0
-    while done < rounds:
-        seen.add(priority.tobytes())
-        offsets = place(lo, up, sz, priority)
-        done += 1
-        tops = offsets + sz
-        arena = int(tops.max()) if len(tops) else 0
-        if best_arena is None or arena < best_arena:
-            best, best_arena = offsets, arena
-        if arena <= lower_bound:
-            break
-        priority = promote(priority, tops, lower_bound)
-        if priority.tobytes() in seen:
-            break
-    return best, done
+    try:
+        while done < rounds:
+            seen.add(priority.tobytes())
+            offsets = place(lo, up, sz, priority)
+            done += 1
+            tops = offsets + sz
+            arena = int(tops.max()) if len(tops) else 0
+            if best_arena is None or arena < best_arena:
+                best, best_arena = offsets, arena
+            if arena <= lower_bound:
+                break
+            priority = promote(priority, tops, lower_bound)
+            if priority.tobytes() in seen:
+                break
+            if done < rounds and deadline is not None and time.perf_counter() >= deadline:
+                return Rounds(best, done, True)
+    except KeyboardInterrupt as exc:
+        if best is not None:
+            exc.partial = Rounds(best, done, False)
+        raise
+    return Rounds(best, done, False)

@@ -71,10 +71,11 @@ class SearchResult:
         return (self.arena_bytes - self.lower_bound_bytes) / self.arena_bytes if self.arena_bytes else 0.0
 
 
-def _incumbent(lower, upper, size) -> np.ndarray:
+def _incumbent(lower, upper, size, deadline: float) -> np.ndarray:
+    """Best-fit's offsets, its rounds ended by ``deadline`` (its first round always runs)."""
     from membudget_bestfit import bestfit_offsets
 
-    return bestfit_offsets(lower, upper, size)
+    return bestfit_offsets(lower, upper, size, deadline=None if deadline == math.inf else deadline)
 
 
 def complete(inst, placed, offsets) -> np.ndarray:
@@ -189,7 +190,17 @@ def solve(lower, upper, size, *, time_limit: float | None = 5.0, node_limit: int
     if not len(active):
         return SearchResult(offsets, 0, 0, 0, 0, True, 0, 0, False, time.perf_counter() - started)
 
-    inc = np.asarray(_incumbent(lo, up, sz) if incumbent is None else incumbent, dtype=np.int64)
+    try:
+        inc = np.asarray(_incumbent(lo, up, sz, deadline) if incumbent is None else incumbent, dtype=np.int64)
+    except KeyboardInterrupt as exc:  # during best-fit's rounds: its best placement goes with the interrupt
+        rounds = getattr(exc, "partial", None)
+        if rounds is not None:
+            offsets[active] = rounds.offsets[active]
+            arena = int((offsets[active] + sz[active]).max())
+            live = max_live_bytes(IntTrace(lo[active], up[active], sz[active]))
+            exc.partial = SearchResult(offsets, arena, live, live, arena, arena <= live, 0, 0, True,
+                                       time.perf_counter() - started)
+        raise
     offsets[active] = inc[active]
     arena = int((offsets[active] + sz[active]).max())
     incumbent_arena = arena

@@ -12,6 +12,7 @@ from harness.hookspecs import hookimpl
 
 @hookimpl
 def membudget_register_profilers(register):
+    """Register the core's profilers (``harness.profilers``: analytic, torch, file)."""
     from harness import profilers
 
     profilers.register_builtin(register)
@@ -19,6 +20,7 @@ def membudget_register_profilers(register):
 
 @hookimpl
 def membudget_register_planners(register):
+    """Register the core's planners (``harness.planners``: keep-all and the PyTorch peers)."""
     from harness import planners
 
     planners.register_builtin(register)
@@ -26,6 +28,7 @@ def membudget_register_planners(register):
 
 @hookimpl
 def membudget_register_executors(register):
+    """Register the core's executors (``harness.executors``: the simulator and the torch executors)."""
     from harness import executors
 
     executors.register_builtin(register)
@@ -33,6 +36,7 @@ def membudget_register_executors(register):
 
 @hookimpl
 def membudget_register_allocators(register):
+    """Register the core's allocators (``harness.allocators``); ``exact`` finds its hint allocator by name."""
     from harness import allocators
     from harness.plugins import registry
 
@@ -41,6 +45,7 @@ def membudget_register_allocators(register):
 
 @hookimpl
 def membudget_register_models(register):
+    """Register the core's model factories (``harness.models``: torchvision, transformers, ...)."""
     from harness import models
 
     models.register_builtin(register)

@@ -53,7 +53,13 @@ class Planner(Protocol):
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs a schedule (simulated or for real) and reports what happened as a ``Run``."""
+    """Runs a schedule (simulated or for real) and reports what happened as a ``Run``.
+
+    Optional attributes the runner reads: ``duplex`` (bool: the copy engines it runs on, one per
+    direction when true; a case then plans for that layout, ``harness.case.copy_layout``; absent or
+    None: the planner's ``duplex`` option decides) and ``needs_gpu`` (bool: its runs need a GPU
+    even on a ``cpu`` case, so a Ray worker is given one; cases on ``cuda`` always get one).
+    """
 
     name: str
     description: str
@@ -71,6 +77,14 @@ class Allocator(Protocol):
     runner asks it when the arena ``place`` reported does not fit the budget (``arena_fits_budget``;
     ``harness.device_memory.arena_fits``).
 
+    Options: the keyword parameters of ``place`` after the trace, or, when ``place`` takes
+    ``**options``, the names in an ``options`` attribute (``harness.allocators.options``;
+    ``membudget place --option`` and a suite's allocator entries are checked against them).
+
+    Optional, for an allocator whose answer depends on time (a time limit): ``deterministic()``
+    returns the same allocator with a budget that does not (a node or round limit), which the
+    conformance kit's repeat check uses (``harness.testing_allocators``).
+
     Optional too, for an allocator that searches: interrupted (Ctrl-C, SIGTERM: a ``KeyboardInterrupt``),
     it may set the exception's ``placement`` attribute to the best ``Placement`` it had, for every block
     it was given, and re-raise; ``membudget place`` then prints and writes that placement before it stops.
@@ -87,6 +101,8 @@ class ModelFactory(Protocol):
     """Builds a model by name: ``build(workload)`` returns ``(nn.Module, example_input)``.
 
     ``names()`` lists the model names it answers to (e.g. ``torchvision:resnet50``).
+    Optional: ``default_input_size(name) -> tuple`` (one input's shape, without the batch), the
+    size ``membudget profile`` and a suite use when none is given (else ``(3, 224, 224)``).
     """
 
     name: str

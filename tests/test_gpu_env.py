@@ -204,3 +204,21 @@ def test_every_dependency_is_on_the_gpu_image_or_among_the_carried_wheels():
         needed |= _requirement_names(tomllib.loads(path.read_text())["project"].get("dependencies", []))
     needed = {n for n in needed if not n.startswith("membudget")}
     assert needed and needed <= image | carried, sorted(needed - image - carried)
+
+
+def test_the_gpu_suite_environment_docs_gpu_md_quotes_is_tox_inis():
+    """docs/gpu.md quotes tox.ini's ``[testenv:gpu-suite]`` for whoever runs it by hand; the quote lost
+    the line that installs the carried wheels once. Its settings, comments aside, must be tox.ini's."""
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    start = doc.index("[testenv:gpu-suite]")
+    quoted = doc[start:doc.index("```", start)].splitlines()
+    ini = (ROOT / "tox.ini").read_text()
+    start = ini.index("[testenv:gpu-suite]")
+    end = ini.find("\n[", start + 1)
+    section = ini[start:end if end > 0 else None].splitlines()
+
+    def settings(lines):
+        return [ln.rstrip() for ln in lines
+                if ln.strip() and not ln.lstrip().startswith("#") and not ln.startswith("description")]
+
+    assert settings(quoted) == settings(section)

@@ -102,6 +102,8 @@ class TorchPlannedExecutor:
                              seed=self.seed, enforce_budget=False, **extra)
 
     def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run:
+        """Run ``schedule`` at planned addresses: on CUDA in a child process with the pluggable
+        allocator, on the CPU with the arena emulated (see the module docstring)."""
         from harness.executors.torch_executor import check_compatible, resolve_device, workload_on
 
         check_compatible(schedule, profile)

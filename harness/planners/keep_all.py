@@ -17,6 +17,7 @@ class KeepAll:
     extra_options = ()  # none: a misspelt option is an error
 
     def plan(self, profile: Profile, budget_bytes: int, **options) -> Schedule:
+        """The keep-all schedule, or ``InfeasibleBudget`` (``needed_bytes`` the peak) below the peak."""
         from harness.bounds import peak_memory
 
         peak = peak_memory(profile)

@@ -68,6 +68,7 @@ def budget_order(rows: pd.DataFrame) -> list[str]:
 
 
 def planner_order(rows: pd.DataFrame) -> list[str]:
+    """The planner labels of ``rows``, in order of appearance (the suite's order)."""
     return list(dict.fromkeys(rows["planner_label"]))
 
 

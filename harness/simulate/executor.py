@@ -158,4 +158,5 @@ class Simulator:
         self.engine = engine
 
     def run(self, schedule: Schedule, profile: Profile, workload=None) -> Run:
+        """One simulated iteration of ``schedule`` (``workload`` is not needed)."""
         return simulate(schedule, profile, duplex=self.duplex, engine=self.engine)

@@ -93,6 +93,8 @@ class Case:
 
 
 def value_matches(key: str, want: Any, case: Case) -> bool:
+    """Whether ``case``'s value for a match key (a suite's ``match:``) is ``want``: a planner or
+    allocator by name or label, an input size or budget by its label, a fraction by value."""
     have = case.field_value(key)
     if key == "input_size":
         if isinstance(want, str):

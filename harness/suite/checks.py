@@ -15,6 +15,8 @@ from harness.suite.schema import ModelEntry
 
 
 def check_plugin_names(suite: Suite) -> None:
+    """``UnknownSuitePlugin`` (file, line and the registered choices) for the first profiler,
+    device, model, planner, executor or allocator name of ``suite`` that nothing registered."""
     from harness.plugins import registry
 
     reg = registry()

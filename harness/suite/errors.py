@@ -31,11 +31,13 @@ class UnknownSuitePlugin(SuiteError, UnknownPlugin):
 
 
 def where(source: str, line: int | None, field_name: str) -> str:
+    """The ``file:line: field: `` prefix of a suite error message."""
     at = f"{source}:{line}" if line else source
     return f"{at}: {field_name}: " if field_name else f"{at}: "
 
 
 def field_name(loc: tuple[Any, ...]) -> str:
+    """A location in a suite as written in a message: ``("models", 0, "batch_sizes")`` -> ``models[0].batch_sizes``."""
     out = ""
     for part in loc:
         if isinstance(part, int):

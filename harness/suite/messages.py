@@ -108,6 +108,8 @@ _EXPECTED = {"list_type": "a list", "string_type": "a text", "int_type": "a whol
 
 
 def validation_error(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
+    """pydantic's errors for a suite as one ``SuiteError``: each at its file and line, the first
+    one's location on the exception, a misspelt key once (as its "did you mean")."""
     lines = []
     first: tuple[str, int, str] | None = None
     errors = [(tuple("bytes" if p == "bytes_" else p for p in err["loc"]), err) for err in exc.errors()]

@@ -111,6 +111,8 @@ def _merge(base: dict, base_loc: Locations, top: dict, top_loc: Locations) -> No
 
 
 def load_with_includes(path: Path, stack: tuple[Path, ...] = ()) -> tuple[dict, Locations]:
+    """A suite file's mapping with its ``include:`` files merged (the including file's keys win)
+    and each key's file and line; ``SuiteError`` for a cycle or an include that is no suite file."""
     path = path.resolve() if path.is_absolute() else path
     if path.resolve() in stack:
         chain = " -> ".join(str(p) for p in (*stack, path.resolve()))

@@ -88,6 +88,10 @@ class BestFit:
             raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {tl!r}")
         return {"rounds": rounds, "time_limit": tl}
 
+    def deterministic(self) -> "BestFit":
+        """The same allocator without a time limit: the same placement on every machine."""
+        return BestFit(self.kernel, paper_only=self.paper_only, rounds=self.rounds)
+
     def offsets(self, trace: Union[IntTrace, Sequence[MemoryBlock]]) -> np.ndarray:
         """Best-fit offsets for ``trace`` (one per block, in trace order)."""
         return self.rounds_run(trace).offsets

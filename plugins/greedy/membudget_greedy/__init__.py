@@ -9,4 +9,5 @@ __all__ = ["Greedy", "greedy_amounts"]
 
 @hookimpl
 def membudget_register_planners(register):
+    """Register ``greedy``."""
     register(Greedy())

@@ -45,6 +45,8 @@ class Greedy:
 
     def plan(self, profile: Profile, budget_bytes: int, fractional: bool = False, duplex: bool = False,
              **options) -> Schedule:
+        """GREEDY's offload set (the first stages until M_peak - budget is out) as papers/004's
+        ordered schedule with the fastest feasible prefetch window; ``duplex``: two copy engines."""
         check_budget(profile, budget_bytes, self.name)
         amounts = greedy_amounts(profile, budget_bytes, fractional)
         if not amounts:

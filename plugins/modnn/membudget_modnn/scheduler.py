@@ -112,7 +112,6 @@ class Algorithm1:
             raise PlanningError("the weights alone exceed the budget")
         self.duplex = duplex
         self.select = select_algorithms
-        st = profile.stages
         # every size of the chain model comes from harness.memory (default algorithms; workspaces apart)
         self.m = [stage_memory(profile, i) for i in range(n)]
         self.saved = [m.saved for m in self.m]

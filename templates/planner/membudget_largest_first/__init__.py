@@ -9,4 +9,5 @@ __all__ = ["LargestFirst"]
 
 @hookimpl
 def membudget_register_planners(register):
+    """Register the template's planner (rename it with the distribution)."""
     register(LargestFirst())

@@ -336,21 +336,22 @@ def test_the_time_limit_bounds_best_fits_rounds_too(monkeypatch):
 
 
 def test_an_interrupt_during_best_fits_rounds_leaves_its_placement(monkeypatch):
-    from membudget_bestfit import improve
+    """Ctrl-C during the incumbent's rounds: best-fit's best so far (its ``partial``, tested in
+    membudget-bestfit) becomes the placement the interrupt carries, judged against max-live."""
+    from membudget_bestfit.improve import Rounds
+    from membudget_minisearch import solver
 
     t = random_instance(300, seed=0)
-    calls = []
-    kernel = improve.bestfit_kernel
+    first = BestFit(paper_only=True).offsets(t)
 
-    def second_round_interrupted(*args):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return kernel(*args)
+    def interrupted(*args):
+        exc = KeyboardInterrupt()
+        exc.partial = Rounds(first, 1, False)
+        raise exc
 
-    monkeypatch.setattr(improve, "bestfit_kernel", second_round_interrupted)
+    monkeypatch.setattr(solver, "_incumbent", interrupted)
     with pytest.raises(KeyboardInterrupt) as caught:
         MiniSearch().place(t)
     best = caught.value.placement
-    assert np.array_equal(best.offsets, BestFit(paper_only=True).offsets(t)) and not violations(t, best)
-    assert best.lower_bound_bytes == t.max_live_bytes
+    assert np.array_equal(best.offsets, first) and not violations(t, best)
+    assert best.lower_bound_bytes == t.max_live_bytes and not best.optimal

@@ -50,8 +50,9 @@ def op_peaks(low: Lowered, offloaded: set[int], reserve_at: dict[int, int]) -> n
 def prefetch_issue_points(low: Lowered, where: dict, offloaded: list[int], budget: int) -> dict[int, int]:
     """Stage -> the operation whose start issues its prefetch: as early as capacity allows.
 
-    Prefetches go in decreasing stage order, none issued before the previous one; each
-    starts at B_{i+1} at the latest (then it may wait there for memory, as the simulator
+    Prefetches go in decreasing stage order, none issued before the previous one nor before
+    B_{L-1}; each starts at B_{i+1} at the latest (B_{L-1} for the last stage, whose own
+    backward starts the backward pass; then it may wait there for memory, as the simulator
     lets a prefetch do).
     """
     n = len(low.t_size)

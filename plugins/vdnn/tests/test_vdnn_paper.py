@@ -79,9 +79,7 @@ def _beats_vdnn_at_low_memory(profile: Profile, planner) -> None:
 
 def _planner(name: str):
     if name == "greedy":
-        from membudget_greedy import Greedy
-
-        return Greedy()
+        return pytest.importorskip("membudget_greedy", reason="GREEDY (membudget-greedy) is not installed").Greedy()
     dynprog = pytest.importorskip("membudget_dynprog", reason="DYNPROG (membudget-dynprog) is not installed")
     return dynprog.Dynprog()
 

@@ -13,6 +13,7 @@ import json
 import os
 import math
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -337,7 +338,8 @@ def _plan(args: argparse.Namespace):
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
                              f"planning{hint}") from None
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {exc}{raised_at(exc)}") from None
+        said = str(exc).removeprefix(f"{args.planner}: ")  # the planner need not be named twice
+        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {said}{raised_at(exc)}") from None
     except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
         from harness.case import classify
 
@@ -562,9 +564,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     for note in suite.skipped:
         print(f"membudget: note: {note}", file=sys.stderr)
+    told: list[str] = []  # the notes known before the cases run, said then (a long run's end is far away)
+
+    def tell(note: str) -> None:
+        told.append(note)
+        print(f"membudget: note: {note}", file=sys.stderr)
+
     outcome = run_suite(suite, args.output, run_id=args.run_id, resume=args.resume, backend=args.backend,
                         jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite,
-                        case_timeout=args.case_timeout, retry=args.retry)
+                        case_timeout=args.case_timeout, retry=args.retry, on_note=tell)
     order = {c.case_id: k for k, c in enumerate(suite.cases())}
     frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
     counts = frame["status"].value_counts().to_dict()
@@ -585,7 +593,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in failure_lines(frame):
         console.print(line, markup=False, highlight=False)
     for note in outcome.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        if note not in told:
+            console.print(f"note: {note}", markup=False, highlight=False)
     console.print(f"rows: {outcome.run_dir / 'rows.csv'}")
     return _run_status(counts)
 
@@ -632,7 +641,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     console = Console(width=200, markup=False)  # case ids hold labels such as dynprog[slots=500]
     console.print(f"A: {result['a']}\nB: {result['b']}")
-    console.print(compare_table(result, show_all=args.all))
+    table = compare_table(result, show_all=args.all)
+    if table.row_count:  # no header over nothing
+        console.print(table)
     s = result["summary"]
     console.print(f"{s['common']} cases in both: {s['same']} same, {s['changed']} changed "
                   f"({s['status_changed']} changed status); {len(result['only_in_a'])} only in A, "
@@ -653,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``membudget``."""
     parser = _Parser(
         prog="membudget", description="Benchmark GPU memory management strategies for DNN training.")
+    from harness import __version__
+
+    parser.add_argument("--version", action="version", version=f"membudget {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, func, help_: str) -> argparse.ArgumentParser:
@@ -908,11 +922,15 @@ def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterru
         return "; the run had not begun: nothing was written"
     from harness.results import ResultsError, finished_case_ids
 
+    again = f"membudget run {shlex.quote(args.suite)}"
+    if Path(args.output) != Path("results"):
+        again += f" -o {shlex.quote(args.output)}"
+    again += f" --run-id {run_dir.name} --resume"
     try:
         finished = len(finished_case_ids(run_dir))
     except (OSError, ResultsError):  # the interrupt's message is no place for a second error
-        return f"; finished cases are saved in {run_dir} (resume with --resume)"
-    return f"; {finished} finished case{'s' if finished != 1 else ''} saved in {run_dir} (resume with --resume)"
+        return f"; finished cases are saved in {run_dir} (resume: {again})"
+    return f"; {finished} finished case{'s' if finished != 1 else ''} saved in {run_dir} (resume: {again})"
 
 
 def _plugin_warnings_in_one_line() -> None:

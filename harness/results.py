@@ -142,19 +142,61 @@ class RowWriter:
 
 
 def read_rows_csv(path: Path) -> list[dict[str, str]]:
-    """The complete rows of a ``rows.csv`` as dicts of strings (a torn last line is dropped)."""
-    path = Path(path)
+    """The complete rows of a ``rows.csv`` as dicts of strings (a torn last line is dropped).
+
+    A row with fewer or more cells than the header in the middle of the file (a torn write that a
+    later run appended after, or an edit by hand) is refused, naming its line: ``--resume`` of
+    that run drops such rows and runs their cases again (:func:`drop_malformed_rows`).
+    """
+    rows, malformed = _read_rows(Path(path))
+    if malformed:
+        line, cells, width = malformed[0]
+        more = f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else ""
+        raise ResultsError(f"{path}:{line}: a row of {cells} cell(s), the header has {width}{more}: a write torn by "
+                           "a crash, or an edit? membudget run SUITE --resume on this run drops such rows and runs "
+                           "their cases again")
+    return rows
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, int]]]:
+    """The complete rows, and the (line, cells, header's cells) of every row with another number of cells."""
     if not path.exists():
-        return []
+        return [], []
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise _not_text(path, exc) from None
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
-    reader = csv.DictReader(io.StringIO(text))
-    _check_columns(path, reader.fieldnames or [])
-    return [row for row in reader if None not in row and len(row) == len(reader.fieldnames or ())]
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, [])
+    _check_columns(path, header)
+    rows, malformed = [], []
+    for cells in reader:
+        if len(cells) == len(header):
+            rows.append(dict(zip(header, cells)))
+        elif cells:  # a blank line is no row
+            malformed.append((reader.line_num, len(cells), len(header)))
+    return rows, malformed
+
+
+def drop_malformed_rows(run_dir: Path) -> list[int]:
+    """Remove from a run's ``rows.csv`` the rows with another number of cells than the header (see
+    :func:`read_rows_csv`), atomically; return their line numbers (none: nothing is written)."""
+    path = Path(run_dir) / ROWS_CSV
+    rows, malformed = _read_rows(path)
+    if malformed:
+        _write_rows_atomic(path, rows)
+    return [line for line, _, _ in malformed]
+
+
+def check_statuses(path: Path, rows: list[Mapping[str, Any]]) -> None:
+    """``ResultsError`` naming the first row whose status is none of :data:`STATUSES` (the pages and
+    comparisons count rows by status: an unknown one would be silently miscounted)."""
+    for number, row in enumerate(rows, start=1):
+        if row.get("status") not in STATUSES:
+            raise ResultsError(f"{path}: row {number} after the header ({row.get('case_id')!r}) has the status "
+                               f"{row.get('status')!r}, none of {', '.join(STATUSES)}")
 
 
 def _not_text(path: Path, exc: UnicodeDecodeError) -> ResultsError:
@@ -200,28 +242,29 @@ def finished_case_ids(run_dir: Path) -> set[str]:
 
 def drop_rows(run_dir: Path, which: Callable[[Mapping[str, Any]], bool] = is_interrupt_row) -> set[str]:
     """Remove the rows that record an interrupt (or those ``which`` picks) from a run's ``rows.csv``,
-    atomically; return their case ids.
-
-    The file is rewritten beside itself and renamed over it, so a crash leaves the old
-    file or the new one. Nothing is written when no row is picked.
-    """
+    atomically; return their case ids. Nothing is written when no row is picked."""
     path = Path(run_dir) / ROWS_CSV
     rows = read_rows_csv(path)
     stale = {row["case_id"] for row in rows if which(row)}
-    if not stale:
-        return stale
+    if stale:
+        _write_rows_atomic(path, [row for row in rows if row["case_id"] not in stale])
+    return stale
+
+
+def _write_rows_atomic(path: Path, rows: list[dict[str, str]]) -> None:
+    """Rewrite ``rows.csv`` with ``rows`` under its own header, beside itself and renamed over it, so that
+    a crash leaves the old file or the new one."""
     header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows([row[c] for c in header] for row in rows if row["case_id"] not in stale)
+    writer.writerows([row[c] for c in header] for row in rows)
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(buf.getvalue())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    return stale
 
 
 def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:
@@ -254,7 +297,9 @@ def load_rows(run_dir: Path) -> pd.DataFrame:
     if not (run_dir / ROWS_CSV).exists():
         raise ResultsError(f"{run_dir}: no {ROWS_CSV} here; is this a run folder (results/<suite>/<run-id>)?")
     read_meta(run_dir)
-    return to_frame(read_rows_csv(run_dir / ROWS_CSV))
+    rows = read_rows_csv(run_dir / ROWS_CSV)
+    check_statuses(run_dir / ROWS_CSV, rows)
+    return to_frame(rows)
 
 
 def write_parquet(run_dir: Path) -> Path | None:

@@ -45,8 +45,8 @@ from harness.jit_time import stopwatch
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
-    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_rows, file_stem, finished_case_ids, is_interrupt_row,
-    load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta, write_parquet,
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_malformed_rows, drop_rows, file_stem, finished_case_ids,
+    is_interrupt_row, load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta, write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import WORKER_DIED, run_in_workers
@@ -487,6 +487,7 @@ def run_suite(
     case_timeout: float | None = None,
     retry: Collection[str] = (),
     on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Run every case of ``suite`` not yet in the run folder; return the folder and all its rows.
 
@@ -500,7 +501,9 @@ def run_suite(
     plain folder name, ``resume`` with ``overwrite``, ``jobs < 1`` or the ``ray`` backend
     without Ray is a ``MembudgetError`` before anything is written. ``retry`` (statuses of
     ``RETRIABLE``, with ``resume`` only) runs again this suite's cases whose rows have those
-    statuses: their rows are removed first, so each case keeps one row.
+    statuses: their rows are removed first, so each case keeps one row. ``on_note`` hears each
+    note known before the cases run (nothing to resume, rows dropped, another suite) when the run
+    starts; they are also in the outcome's ``notes``.
     """
     if case_timeout is None:
         case_timeout = suite.spec.case_timeout_s
@@ -516,7 +519,7 @@ def run_suite(
             except OSError as exc:  # rmtree names the file inside, relative to the folder
                 raise OSError(exc.errno, f"cannot replace it ({exc.strerror})", str(run_dir)) from None
         return _run_in(suite, root, run_dir, resuming, resume, run_id, backend, jobs, case_timeout, progress,
-                       retry, on_rows, ray)
+                       retry, on_rows, ray, on_note)
     except KeyboardInterrupt as exc:  # the command's message names what an interrupt leaves behind
         exc.run_dir = run_dir if (run_dir / "meta.json").is_file() else None  # type: ignore[attr-defined]
         raise
@@ -569,7 +572,8 @@ def _check_one_row_per_case(run_dir: Path) -> None:
 
 def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: bool, run_id: str | None, backend: str,
             jobs: int, case_timeout: float | None, progress: bool, retry: Collection[str],
-            on_rows: Callable[[list[dict[str, Any]]], None] | None, ray: _RaySession) -> RunOutcome:
+            on_rows: Callable[[list[dict[str, Any]]], None] | None, ray: _RaySession,
+            on_note: Callable[[str], None] | None = None) -> RunOutcome:
     """``run_suite`` once its run folder is chosen and locked."""
     meta = read_meta(run_dir) if resuming else {}  # first: a run of a newer format is refused untouched
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -585,6 +589,10 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     cases = suite.cases()
     _check_same_gpu(cases, run_dir, meta)  # before a row is dropped or meta.json written
     if resuming:
+        torn = drop_malformed_rows(run_dir)
+        if torn:
+            notes.append(f"{len(torn)} torn row(s) of {run_dir / ROWS_CSV} (line {', '.join(map(str, torn))}: "
+                         "fewer or more cells than the header) dropped; their cases run again")
         _check_one_row_per_case(run_dir)
     ids = {c.case_id for c in cases}
     if resuming:
@@ -633,6 +641,9 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     meta.setdefault("sessions", []).append(session)
     write_meta(run_dir, meta)
 
+    if on_note is not None:
+        for note in notes[len(suite.skipped):]:  # the suite's own notes were read with it
+            on_note(note)
     status = "running"
     try:  # from here on, whatever happens, meta.json stops saying "running"
         writer = RowWriter(run_dir / ROWS_CSV)

@@ -167,6 +167,8 @@ def test_csv_round_trip(tmp_path):
         ("id,lower,upper,size\nb,0,1\n", "fields"),
         ("id,lower,upper,size\nb,5,1,1\n", "upper"),
         ("id,lower,upper,size,alignment\nb,0,1,1,64\n", "alignment"),
+        # QA: "block 1: size must be >= 0" named the block's index, not the file's line as every other error does
+        ("id,lower,upper,size\na,0,2,10\nb,1,3,-5\n", r"^<stream>:3: block 'b': size -5 is negative \(bytes, >= 0\)$"),
     ],
 )
 def test_csv_errors_name_the_problem(text, message):

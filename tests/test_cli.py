@@ -180,7 +180,7 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
     (["--planner", "keep-all", "--budget", "50%", "--option", "slots=5"],
      "planner 'keep-all' has no option 'slots'; it takes no options"),
     (["--planner", "torch-checkpoint", "--budget", "peak", "--option", "every=xyz"],
-     "torch-checkpoint: option every is 'sqrt', 'auto' or a whole number >= 1, got 'xyz'"),
+     "(options ['every=xyz']): option every is 'sqrt', 'auto' or a whole number >= 1, got 'xyz'"),
 ])
 def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv, needle):
     profile, path = profile_file
@@ -376,7 +376,7 @@ def test_an_unknown_option_before_the_command_is_the_top_level_s(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--bogus", "list"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and "usage: membudget [-h] COMMAND" in err
+    assert exc.value.code == 2 and "usage: membudget [-h] [--version] COMMAND" in err
     assert "membudget: error: unrecognized arguments: --bogus\n" in err
     with pytest.raises(SystemExit):
         main(["--json", "list"])
@@ -465,13 +465,15 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_meta_says_interrupted(capsys, tm
     before = signal.getsignal(signal.SIGTERM)
     code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "t", "--no-progress")
     run_dir = tmp_path / "r" / "term" / "t"
-    assert code == 143 and err.strip() == f"membudget: terminated; 3 finished cases saved in {run_dir} (resume with --resume)"
+    again = f"membudget run {suite} -o {tmp_path / 'r'} --run-id t --resume"
+    assert code == 143 and err.strip() == f"membudget: terminated; 3 finished cases saved in {run_dir} (resume: {again})"
     assert signal.getsignal(signal.SIGTERM) == before  # main() puts the handler back
     meta, rows = read_meta(run_dir), read_rows_csv(run_dir / "rows.csv")
     assert meta["status"] == "interrupted" and len(rows) == 3
     assert meta["sessions"][-1]["cases_run"] == len(rows)
     monkeypatch.delenv("MEMBUDGET_TEST_KILL_AT")
-    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "t", "--resume", "--json")
+    # QA: "resume with --resume" alone started the run again under results/; the command it prints resumes it
+    code, out, _ = _run(capsys, *again.split()[1:], "--json")
     assert code == 0 and json.loads(out)["already_done"] == 3 and read_meta(run_dir)["status"] == "complete"
 
 
@@ -493,7 +495,8 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "TERM")
     code, _, err = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "a", "--no-progress")
     assert code == 143 and err.strip() == ("membudget: terminated; 1 finished case saved in "
-                                           f"{tmp_path / 'r' / 'term' / 'a'} (resume with --resume)")
+                                           f"{tmp_path / 'r' / 'term' / 'a'} (resume: membudget run {suite} "
+                                           f"-o {tmp_path / 'r'} --run-id a --resume)")
     monkeypatch.setenv("MEMBUDGET_TEST_KILL_SIGNAL", "INT")  # the next command's Ctrl-C is no SIGTERM
     monkeypatch.setattr(support.Killer, "calls", 0)
     # Ctrl-C as a terminal sends it: a shell that starts the tests in the background has SIGINT ignored
@@ -503,7 +506,16 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
     finally:
         signal.signal(signal.SIGINT, previous)
     assert code == 130 and err.strip() == ("membudget: interrupted; 1 finished case saved in "
-                                           f"{tmp_path / 'r2' / 'term' / 'b'} (resume with --resume)")
+                                           f"{tmp_path / 'r2' / 'term' / 'b'} (resume: membudget run {suite} "
+                                           f"-o {tmp_path / 'r2'} --run-id b --resume)")
+
+
+def test_version(capsys):
+    from harness import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == f"membudget {__version__}\n"
 
 
 def test_ctrl_c_before_the_run_begins_promises_nothing_to_resume(capsys, tmp_path, monkeypatch):
@@ -649,6 +661,7 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     assert code == 0 and result["summary"] == {"common": 18, "same": 18, "changed": 0, "status_changed": 0}
     code, out, _ = _run(capsys, "compare", str(tmp_path / "r" / "synth" / "a"), str(tmp_path / "r" / "synth" / "b"))
     assert code == 0 and "18 cases in both: 18 same, 0 changed" in out
+    assert "status A" not in out  # QA: an empty table's header was printed over nothing
     (tmp_path / "empty").mkdir()
     code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
     assert code == 2 and "no results here" in err
@@ -963,9 +976,9 @@ def test_plan_says_what_a_recomputing_schedule_keeps_offloads_and_recomputes(cap
 
 
 @pytest.mark.parametrize("planner, option, needle", [
-    ("dynprog", "engine=numbaa", "dynprog: option engine must be one of kernel, reference, got 'numbaa'"),
-    ("modnn", "sub_batch=abc", "modnn: option sub_batch must be one of eq3, search, got 'abc'"),
-    ("torch-checkpoint", "every=0", "torch-checkpoint: option every is 'sqrt', 'auto' or a whole number >= 1"),
+    ("dynprog", "engine=numbaa", "(options ['engine=numbaa']): option engine must be one of kernel, reference, got 'numbaa'"),
+    ("modnn", "sub_batch=abc", "(options ['sub_batch=abc']): option sub_batch must be one of eq3, search, got 'abc'"),
+    ("torch-checkpoint", "every=0", "(options ['every=0']): option every is 'sqrt', 'auto' or a whole number >= 1"),
 ])
 def test_a_bad_option_value_names_the_option_not_a_source_line(capsys, profile_file, planner, option, needle):
     """QA (2026-11-28): these read "... (at membudget_dynprog.planner:269 in solve)", as a plugin's crash does."""
@@ -1110,3 +1123,12 @@ def test_an_option_in_scientific_notation_is_the_number_it_writes():
                      "h=4GiB", "i=0x1e5"]) == {
         "time_limit": 1e-9, "a": -200.0, "b": 1500.0, "c": "1e", "d": "e5", "e": 2, "f": "1e5", "g": "._e5",
         "h": "4GiB", "i": 0x1E5}
+
+
+def test_a_bad_option_value_names_the_planner_once(capsys, profile_file):
+    """QA: "planner dynprog (options ['slots=abc']): dynprog: option slots ..." said the planner twice."""
+    pytest.importorskip("membudget_dynprog")
+    _, path = profile_file
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "dynprog", "--budget", "50%", "--option", "slots=0")
+    assert code == 2 and err == ("membudget: error: planner dynprog (options ['slots=0']): option slots must be an "
+                                 "integer >= 1, got 0\n")

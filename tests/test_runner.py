@@ -931,6 +931,40 @@ def test_resume_refuses_a_run_folder_whose_case_has_two_rows_and_changes_nothing
     assert (run_dir / "rows.csv").read_text() == before and (run_dir / "meta.json").read_text() == meta
 
 
+def test_resume_drops_a_torn_row_in_the_middle_and_runs_its_case_again(tmp_path):
+    """QA: a torn last line that a later write ended (a newline after it) was kept by --resume as a case of
+    its own, empty but for a cut case id, and publish showed it. Resume drops it, says so, runs the case again;
+    publish and compare, which read the same table, refuse it naming its line."""
+    from harness.results import ResultsError, load_rows
+
+    suite = _suite(tmp_path)
+    run_dir = tmp_path / "r" / "synth" / "x"
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    lines = (run_dir / "rows.csv").read_text().splitlines(keepends=True)
+    torn_case = read_rows_csv(run_dir / "rows.csv")[2]["case_id"]
+    (run_dir / "rows.csv").write_text("".join([*lines[:3], lines[3][:60] + "\n", *lines[4:]]))
+    with pytest.raises(ResultsError, match=r"rows.csv:4: a row of \d+ cell\(s\), the header has \d+"):
+        load_rows(run_dir)
+    notes = []
+    outcome = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False, on_note=notes.append)
+    assert outcome.ran == 1 and notes == [f"1 torn row(s) of {run_dir / 'rows.csv'} (line 4: fewer or more cells "
+                                          "than the header) dropped; their cases run again"]
+    rows = read_rows_csv(run_dir / "rows.csv")
+    ids = [r["case_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == len(suite.cases()) and torn_case in ids
+
+
+def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
+    """QA: a status edited to 'okay' was published, its rows in no column of the pages' counts."""
+    from harness.results import ResultsError, load_rows
+
+    run_dir = run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", progress=False).run_dir
+    text = (run_dir / "rows.csv").read_text()
+    (run_dir / "rows.csv").write_text(text.replace(",ok,", ",okay,", 1))
+    with pytest.raises(ResultsError, match="has the status 'okay', none of ok, infeasible, oom, error"):
+        load_rows(run_dir)
+
+
 @pytest.mark.parametrize("jobs", [0, -2])
 def test_jobs_must_be_at_least_one(tmp_path, jobs):
     from harness.errors import MembudgetError

@@ -104,10 +104,15 @@ def test_a_model_may_name_its_own_profiler_and_dtype(tmp_path):
      "s.yaml:3: device: K40m, but models[1]'s profile file was made on NVIDIA H100 80GB HBM3: its rows would say "
      "K40m; give that model a suite on device: H100"),
     (("device: synthetic", "device: H100"), None),
+    (("    batch_sizes: [32]\n", "    batch_sizes: [32]\n    input_size: [3, 64, 64]\n"),
+     "s.yaml:11: models[1].input_size: [3, 64, 64], but models[1]'s profile file is 3x224x224 (its times are): "
+     "leave the input size out of that model, or profile the model at that size"),
+    (("    batch_sizes: [32]\n", "    batch_sizes: [32]\n    input_size: [3, 224, 224]\n"), None),
 ])
 def test_a_profile_file_keeps_its_own_device_and_dtype(tmp_path, change, words):
-    """QA: a measured H100 profile in a suite on device K40m published as "analytic profiles of K40m", and a
-    float32 profile under dtype bfloat16 as bfloat16 rows with float32's times."""
+    """QA: a measured H100 profile in a suite on device K40m published as "analytic profiles of K40m", a
+    float32 profile under dtype bfloat16 as bfloat16 rows with float32's times, and a 3x224x224 profile
+    under input_size [3, 64, 64] as 3x64x64 rows with 224's times."""
     root = Path(__file__).resolve().parent.parent
     entry = f"  - model: {root / 'results' / 'profiles' / 'resnet50-b32-h100-measured.json'}\n    profiler: file\n" \
             "    dtype: float32\n    batch_sizes: [32]\n"
@@ -532,6 +537,8 @@ def _one_line_error(tmp_path, old, new):
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: a/b}]",
      "planners[1].label: label 'a/b': a label names a column and is a field of the case id"),
     ("executors: [simulate]", "executors: simulate", "executors: a list, got the text 'simulate' (write [simulate])"),
+    ("batch_sizes: [2]", "batch_sizes: [2]\n    input_size: 3x32x32",
+     "models[0].input_size: a list, got the text '3x32x32' (write [3, 32, 32])"),
     ("batch_sizes: [2]", "batch_sizes: [two]", "models[0].batch_sizes[0]: a whole number, got the text 'two'"),
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: 3}]", "planners[1].label: a text, got the number 3"),
     ("[keep-all, prefix]", "[keep-all, [prefix]]",
@@ -557,6 +564,14 @@ def test_a_single_value_where_a_list_is_due_gets_no_hint_that_would_fail_again(t
     [224])', which fails again at input_sizes[0] (its items are lists): the hint only where it is right."""
     line = _one_line_error(tmp_path, old, new)
     assert line.endswith(f": {message}"), line
+
+
+def test_an_input_size_of_another_rank_than_the_models_is_refused_before_any_case(tmp_path):
+    """QA: input_size [3, 64] on an image model made an error row per case, each message cut short before
+    its point; it is one line naming the field, as ``membudget profile --input-size 3,64`` refuses it."""
+    line = _one_line_error(tmp_path, "batch_sizes: [2]", "batch_sizes: [2]\n    input_size: [3, 32]")
+    assert line == (f"{tmp_path / 'synth.yaml'}:7: models[0].input_size: [3, 32] has 2 dimension(s); "
+                    "synthetic:chain4 takes 3, like its default [3, 32, 32]")
 
 
 @pytest.mark.parametrize("old, new, message", [

@@ -414,6 +414,8 @@ def _parse(
             raise TraceError(f"{where}:{lineno}: {column} {row[col[column]].strip()!r} is not a whole number "
                              "(integers only: times and bytes, no decimals or exponents)") from None
         lo, up, sz = value["lower"], value["upper"], value["size"]
+        if sz < 0:
+            raise TraceError(f"{where}:{lineno}: block {row[col['id']].strip()!r}: size {sz} is negative (bytes, >= 0)")
         if value.get("alignment", 1) not in (0, 1):
             raise TraceError(f"{where}:{lineno}: alignment other than 1 is not supported")
         if offsets is not None:

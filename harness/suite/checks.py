@@ -58,6 +58,7 @@ def check_plugin_names(suite: Suite) -> None:
                                      "a profile file is read with profiler: file", source=source, line=line,
                                      field=f"models[{k}].model") from None
                 raise fail(exc, "models", k, "model") from None
+            _check_input_rank(suite, k, entry)
         else:
             profile_path = Path(suite.model_name(entry))
             if not profile_path.is_file():
@@ -120,6 +121,14 @@ def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:
     from harness.profilers import devices
 
     profile = suite.profile_file(entry)
+    for size in suite.input_sizes(entry):
+        if tuple(size) != tuple(profile.input_shape):
+            at = _input_field(entry, k)
+            source, line = suite.line_of(*at)
+            raise SuiteError(f"{source}:{line}: {field_name(at)}: {list(size)}, but models[{k}]'s profile file is "
+                             f"{'x'.join(map(str, profile.input_shape))} (its times are): leave the input size "
+                             "out of that model, or profile the model at that size",
+                             source=source, line=line, field=field_name(at))
     dtype = entry.dtype or suite.spec.dtype
     if profile.dtype and dtype != profile.dtype:
         at = ("models", k, "dtype") if entry.dtype else ("dtype",)
@@ -141,6 +150,27 @@ def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:
         raise SuiteError(f"{source}:{line}: device: {suite.spec.device}, but models[{k}]'s profile file was made "
                          f"on {profile.device}: its rows would say {suite.spec.device}; give that model a suite "
                          f"on device: {theirs.name}", source=source, line=line, field="device")
+
+
+def _input_field(entry: ModelEntry, k: int) -> tuple[Any, ...]:
+    return ("models", k, "input_sizes" if entry.input_sizes else "input_size")
+
+
+def _check_input_rank(suite: Suite, k: int, entry: ModelEntry) -> None:
+    """An input size with another number of dimensions than the model's default (``[3, 64]`` for an
+    image model) fails in every case when the model is built: refused before any case runs."""
+    if not (entry.input_size or entry.input_sizes):
+        return
+    from harness.commands import default_input_size
+
+    default = default_input_size(entry.model)
+    for size in suite.input_sizes(entry):
+        if len(size) != len(default):
+            at = _input_field(entry, k)
+            source, line = suite.line_of(*at)
+            raise SuiteError(f"{source}:{line}: {field_name(at)}: {list(size)} has {len(size)} dimension(s); "
+                             f"{entry.model} takes {len(default)}, like its default {list(default)}",
+                             source=source, line=line, field=field_name(at))
 
 
 def _check_devices_and_dtypes(suite: Suite) -> None:

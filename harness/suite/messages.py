@@ -3,6 +3,7 @@ allowed key for a misspelt one, and what the value should have been, in YAML's t
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Annotated, Any
 
@@ -142,7 +143,9 @@ def validation_error(exc: ValidationError, suite_source: str, locations: Locatio
             value = err.get("input")
             one = (err["type"] == "list_type" and isinstance(value, (str, int, float))
                    and not isinstance(value, bool) and _one_value_is_an_item(loc))
-            msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write [{value}])" if one else "")
+            shape = isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*[x,]\s*\d+)+\s*", value)
+            write = "[" + ", ".join(re.findall(r"\d+", value)) + "]" if shape else f"[{value}]" if one else ""
+            msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write {write})" if write else "")
         elif err["type"] == "string_pattern_mismatch":
             msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "
                    "starting with a letter or digit")

@@ -436,6 +436,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _invalid(args, exc)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
+    if args.executor != "simulate" and not args.json:  # QA: minutes of silence on a CPU, the reason only at the end
+        print(f"membudget: note: executor {args.executor} trains {profile.model} at batch {profile.batch_size} for "
+              "real (warm-up and timed iterations): minutes on a CPU for a large model", file=sys.stderr, flush=True)
     outcome = execute_plan(planned, profile, budget, executor, workload)  # judged as a suite's row is
     fields, run = outcome.fields, outcome.run
     if run is None:  # the executor failed: say why, as the runner's row would

@@ -1132,3 +1132,14 @@ def test_a_bad_option_value_names_the_planner_once(capsys, profile_file):
     code, _, err = _run(capsys, "plan", str(path), "--planner", "dynprog", "--budget", "50%", "--option", "slots=0")
     assert code == 2 and err == ("membudget: error: planner dynprog (options ['slots=0']): option slots must be an "
                                  "integer >= 1, got 0\n")
+
+
+def test_simulate_with_a_real_executor_says_so_before_it_starts(capsys, tmp_path):
+    """QA: ``simulate --executor torch`` on a large model ran minutes on the CPU in silence; it says first
+    that it trains the model for real."""
+    path = str(tmp_path / "tiny.json")
+    assert _run(capsys, "profile", "builtin:tiny-cnn", "--batch", "2", "-o", path)[0] == 0
+    code, out, err = _run(capsys, "simulate", path, "--planner", "keep-all", "--budget", "peak", "--executor", "torch")
+    assert code == 0 and err.startswith("membudget: note: executor torch trains builtin:tiny-cnn at batch 2 for real")
+    assert "status" in out
+    assert _run(capsys, "simulate", path, "--planner", "keep-all", "--budget", "peak")[2] == ""  # the simulator: no note

@@ -694,14 +694,16 @@ class _progress:
         self._bar = None
 
     def __enter__(self) -> Callable[[int, str], None]:
-        if not self.enabled:
-            return lambda n, what: None
         from rich.console import Console
+
+        console = Console(stderr=True) if self.enabled else None
+        if console is None or not console.is_terminal:  # a log file gets no bar (rich left a blank line in it)
+            return lambda n, what: None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("[bold]{task.fields[title]}"), BarColumn(bar_width=30), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[what]}", markup=False),
-                             console=Console(stderr=True), transient=True)
+                             console=console, transient=True)
         self._bar.__enter__()
         task = self._bar.add_task("run", total=self.total, title=self.title, what="")
         return lambda n, what: self._bar.update(task, advance=n, what=what if len(what) <= 40 else "…" + what[-39:])

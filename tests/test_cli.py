@@ -1143,3 +1143,9 @@ def test_simulate_with_a_real_executor_says_so_before_it_starts(capsys, tmp_path
     assert code == 0 and err.startswith("membudget: note: executor torch trains builtin:tiny-cnn at batch 2 for real")
     assert "status" in out
     assert _run(capsys, "simulate", path, "--planner", "keep-all", "--budget", "peak")[2] == ""  # the simulator: no note
+
+
+def test_a_run_into_a_log_file_writes_no_progress_bar_debris(capsys, tmp_path):
+    """QA: without a terminal the progress bar left a blank line on stderr; it is drawn only on a terminal."""
+    code, out, err = _run(capsys, "run", str(support.write_suite(tmp_path)), "-o", str(tmp_path / "r"))
+    assert code == 0 and err == "" and "rows" in out

@@ -702,20 +702,21 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = command(name, func, help_)
         p.add_argument("profile", help="profile JSON (from membudget profile)")
-        p.add_argument("--planner", required=True)
-        p.add_argument("--budget", required=True, help="bytes (4GiB, 512MiB), or 50%% of min..peak, min, peak")
+        p.add_argument("--planner", required=True, action=_Once)
+        p.add_argument("--budget", required=True, action=_Once,
+                       help="bytes (4GiB, 512MiB), or 50%% of min..peak, min, peak")
         p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="planner option")
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "plan":
             p.add_argument("-o", "--output", help="write the schedule JSON here")
         else:
-            p.add_argument("--executor", default="simulate")
+            p.add_argument("--executor", default="simulate", action=_Once)
             p.add_argument("--timeline", help="write the run's timeline JSON here")
             p.add_argument("--trace", help="write the memory trace CSV (id,lower,upper,size) here")
 
     p = command("place", cmd_place, "place a memory trace (CSV id,lower,upper,size) with an allocator")
     p.add_argument("trace")
-    p.add_argument("--allocator", required=True)
+    p.add_argument("--allocator", required=True, action=_Once)
     p.add_argument("-o", "--output", help="write the trace with an offset column here")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="allocator option, e.g. time_limit=5")
@@ -797,6 +798,19 @@ def _percentage(text: str) -> float:
 
 # options whose value may start with "-" (refused with a reason, not a usage error)
 _TAKES_NEGATIVE = ("--budget", "--tolerance")
+
+
+class _Once(argparse.Action):
+    """An option that takes one value: given twice, it is an error (argparse keeps the last one silently, so
+    ``--planner greedy --planner dynprog`` planned with dynprog alone; QA)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = f"_{self.dest}_given"
+        if getattr(namespace, given, False):
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}): one "
+                         "value per command")
+        setattr(namespace, given, True)
+        setattr(namespace, self.dest, values)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1149,3 +1149,14 @@ def test_a_run_into_a_log_file_writes_no_progress_bar_debris(capsys, tmp_path):
     """QA: without a terminal the progress bar left a blank line on stderr; it is drawn only on a terminal."""
     code, out, err = _run(capsys, "run", str(support.write_suite(tmp_path)), "-o", str(tmp_path / "r"))
     assert code == 0 and err == "" and "rows" in out
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--planner", "prefix", "--planner", "keep-all", "--budget", "50%"], "--planner given twice (prefix and keep-all)"),
+    (["--planner", "prefix", "--budget", "50%", "--budget", "60%"], "--budget given twice (50% and 60%)"),
+])
+def test_an_option_of_one_value_given_twice_is_refused(capsys, profile_file, argv, said):
+    """QA: the last --planner or --budget won silently."""
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(profile_file[1]), *argv])
+    assert exc.value.code == 2 and f"error: {said}: one value per command" in capsys.readouterr().err

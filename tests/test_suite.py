@@ -537,6 +537,7 @@ def _one_line_error(tmp_path, old, new):
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: a/b}]",
      "planners[1].label: label 'a/b': a label names a column and is a field of the case id"),
     ("executors: [simulate]", "executors: simulate", "executors: a list, got the text 'simulate' (write [simulate])"),
+    ("batch_sizes: [2]", "batch_sizes: [0]", "models[0].batch_sizes[0]: must be above 0, got the number 0"),
     ("batch_sizes: [2]", "batch_sizes: [2]\n    input_size: 3x32x32",
      "models[0].input_size: a list, got the text '3x32x32' (write [3, 32, 32])"),
     ("batch_sizes: [2]", "batch_sizes: [two]", "models[0].batch_sizes[0]: a whole number, got the text 'two'"),

@@ -107,6 +107,9 @@ _EXPECTED = {"list_type": "a list", "string_type": "a text", "int_type": "a whol
              "float_parsing": "a number", "bool_type": "true or false", "bool_parsing": "true or false",
              "dict_type": "a mapping"}
 
+_BOUNDS = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
+           "less_than_equal": "at most"}
+
 
 def validation_error(exc: ValidationError, suite_source: str, locations: Locations) -> SuiteError:
     """pydantic's errors for a suite as one ``SuiteError``: each at its file and line, the first
@@ -146,6 +149,9 @@ def validation_error(exc: ValidationError, suite_source: str, locations: Locatio
             shape = isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*[x,]\s*\d+)+\s*", value)
             write = "[" + ", ".join(re.findall(r"\d+", value)) + "]" if shape else f"[{value}]" if one else ""
             msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write {write})" if write else "")
+        elif err["type"] in _BOUNDS and "ctx" in err:  # pydantic's "Input should be greater than 0"
+            bound = next(iter(err["ctx"].values()))
+            msg = f"must be {_BOUNDS[err['type']]} {bound}, got {_yaml_kind(err.get('input'))}"
         elif err["type"] == "string_pattern_mismatch":
             msg = (f"{err.get('input')!r} is not one plain folder name: letters, digits, '.', '_' and '-', "
                    "starting with a letter or digit")

@@ -92,6 +92,31 @@ def warm_up(planner: Any) -> None:
                 raise KeyboardInterrupt from exc
 
 
+def option_value_refusal(planner: Any, options: dict[str, Any]) -> str | None:
+    """Why ``planner`` refuses the values of ``options`` (``slots: -3``), found before any case runs: the tiny
+    chain planned half-way with the options raises ``ValueError`` or ``TypeError`` where it plans without them.
+    None when it plans, or when the tiny chain cannot tell (the planner fails on it either way)."""
+    from harness.bounds import min_memory, peak_memory
+
+    tiny = tiny_chain()
+    budget = (min_memory(tiny) + peak_memory(tiny)) // 2
+
+    def refusal(opts: dict[str, Any]) -> BaseException | None:
+        try:
+            planner.plan(tiny, budget, **opts)
+        except (ValueError, TypeError) as exc:
+            return exc
+        except PLUGIN_FAILURES as exc:
+            if is_interrupt(exc):
+                raise KeyboardInterrupt from exc
+        return None
+
+    refused = refusal(options)
+    if refused is None or refusal({}) is not None:
+        return None
+    return str(refused)
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and (when loaded) torch before planning."""
     random.seed(seed)

@@ -595,3 +595,30 @@ def test_a_misspelt_suite_key_is_named_with_the_key_it_resembles(tmp_path, old, 
     assert first.startswith(f"{tmp_path / 'synth.yaml'}:{line}: {message}"), first
     assert first.endswith('the suite format is in docs/cli.md, "Suites")')
     assert not more, more  # the required key it misspells is not also reported missing
+
+
+def test_a_planner_option_value_the_planner_refuses_is_refused_with_its_line(tmp_path):
+    """QA: {name: dynprog, slots: -3} made an error row in each of its cases (and exit 1) where
+    ``membudget plan --option slots=-3`` refuses it at once; the suite says it before any case runs."""
+    pytest.importorskip("membudget_dynprog")
+    line = _one_line_error(tmp_path, "[keep-all, prefix]", "[keep-all, {name: dynprog, slots: -3}]")
+    assert line == (f"{tmp_path / 'synth.yaml'}:10: planners[1]: dynprog: option slots must be an integer >= 1, "
+                    "got -3")
+
+
+def test_a_planner_that_fails_on_the_tiny_chain_anyway_is_not_said_to_refuse_its_options():
+    from harness.case import option_value_refusal
+
+    class Picky:
+        def plan(self, profile, budget_bytes, depth=1, **options):
+            if depth < 1:
+                raise ValueError("depth must be >= 1")
+            return None
+
+    class Broken:
+        def plan(self, profile, budget_bytes, depth=1, **options):
+            raise ValueError("no toy chains here")
+
+    assert option_value_refusal(Picky(), {"depth": 0}) == "depth must be >= 1"
+    assert option_value_refusal(Picky(), {"depth": 2}) is None
+    assert option_value_refusal(Broken(), {"depth": 0}) is None

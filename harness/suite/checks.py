@@ -103,6 +103,7 @@ def check_plugin_names(suite: Suite) -> None:
                 try:
                     if key == "planners":
                         check_planner_options(entry.name, plugin, entry.options)
+                        _check_option_values(suite, k, entry, plugin)
                     else:
                         from harness.allocators.options import check_allocator_options
 
@@ -111,6 +112,18 @@ def check_plugin_names(suite: Suite) -> None:
                     source, line = suite.line_of(key, k)
                     raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
                                      field=f"{key}[{k}]") from None
+
+
+def _check_option_values(suite: Suite, k: int, entry: Any, planner: Any) -> None:
+    """A planner option's value the planner refuses (``{name: dynprog, slots: -3}``) made an error row in every
+    case of that planner: refused here, with its line, as ``membudget plan --option`` refuses it."""
+    from harness.case import option_value_refusal
+    from harness.lazy import resolve
+
+    why = option_value_refusal(resolve(planner), dict(entry.options))
+    if why:
+        source, line = suite.line_of("planners", k)
+        raise SuiteError(f"{source}:{line}: planners[{k}]: {why}", source=source, line=line, field=f"planners[{k}]")
 
 
 def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:

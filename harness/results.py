@@ -472,6 +472,11 @@ def find_runs(paths: Iterable[str | Path]) -> list[RunFolder]:
         suites = [runs_of_suite(p) for p in sorted(path.iterdir()) if p.is_dir()] if path.is_dir() else []
         latest = [r[-1] for r in suites if r]
         if not latest:
+            rows = path / ROWS_CSV
+            if rows.is_symlink() and not rows.exists():
+                raise ResultsError(f"{rows}: a link to {os.readlink(rows)}, which does not exist")
+            if rows.is_dir():
+                raise ResultsError(f"{rows}: a folder, not the run's table (a CSV file)")
             raise ResultsError(f"{path}: no results here (expected results/<suite>/<run-id>/{ROWS_CSV})")
         found.extend(latest)
     return found

@@ -665,6 +665,14 @@ def test_publish_and_compare_commands(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = _run(capsys, "compare", str(tmp_path / "empty"), str(tmp_path / "r"))
     assert code == 2 and "no results here" in err
+    # QA: a rows.csv that is a folder, or a link to nothing, said "no results here" too
+    (tmp_path / "empty" / "rows.csv").mkdir()
+    code, _, err = _run(capsys, "publish", str(tmp_path / "empty"), "-o", str(tmp_path / "site2"))
+    assert code == 2 and "rows.csv: a folder, not the run's table (a CSV file)" in err
+    (tmp_path / "empty" / "rows.csv").rmdir()
+    (tmp_path / "empty" / "rows.csv").symlink_to(tmp_path / "gone.csv")
+    code, _, err = _run(capsys, "publish", str(tmp_path / "empty"), "-o", str(tmp_path / "site2"))
+    assert code == 2 and f"rows.csv: a link to {tmp_path / 'gone.csv'}, which does not exist" in err
     # a run's rows.csv stands for its run folder (QA: "no results here (expected .../rows.csv)")
     rows = [str(tmp_path / "r" / "synth" / run_id / "rows.csv") for run_id in ("a", "b")]
     code, out, _ = _run(capsys, "compare", *rows)

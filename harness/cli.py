@@ -515,7 +515,7 @@ def _allocators_and_lines(frame) -> tuple[list[str], Any]:
 def run_table(frame) -> Any:
     """A rich table of a run's rows: one line per planned case, one arena column per allocator."""
     from rich.markup import escape
-    from rich.table import Table
+    from rich.table import Column, Table
 
     allocators, lines = _allocators_and_lines(frame)
     arenas = {a: {tuple(r[k] for k in UNIT_KEY): r for r in frame[frame["allocator"] == a].to_dict("records")}
@@ -527,7 +527,9 @@ def run_table(frame) -> Any:
                     if col in frame and frame[col].nunique() > 1]
     status = [col for _, col in columns].index("status")
     # every text is escaped: a label such as dynprog[slots=500] is text, not rich markup
-    table = Table(*[t for t, _ in columns], *[escape(f"arena {a}") for a in allocators], box=None, show_edge=False)
+    # fold, never cut: a label cut to "torch-checkpoint[ever…" names no case (QA)
+    table = Table(*[Column(t, overflow="fold") for t, _ in columns],
+                  *[Column(escape(f"arena {a}"), overflow="fold") for a in allocators], box=None, show_edge=False)
     for row in lines.to_dict("records"):
         cells = [escape(_cell(col, row.get(col))) for _, col in columns]  # a run from before a column existed lacks it
         if row["status"] != "ok":

@@ -436,7 +436,8 @@ class TimelineEvent:
 
 @dataclass(frozen=True)
 class MemoryBlock:
-    """One device allocation of a run: alive on [alloc, free)."""
+    """One device allocation of a run: alive on [alloc, free); a block with ``alloc == free`` (an allocation
+    freed at once) is alive for one event all the same (``harness.allocators.trace``, rule 3)."""
 
     id: int
     name: str

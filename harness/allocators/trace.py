@@ -331,7 +331,8 @@ def live_bytes_profile(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> tuple[n
 
 
 def max_live_bytes(trace: Union[IntTrace, Sequence[MemoryBlock]]) -> int:
-    """The most bytes alive at once (half-open lifetimes; empty lifetimes hold nothing); 0 for no blocks."""
+    """The most bytes alive at once (half-open lifetimes; an empty integer lifetime holds nothing, a float
+    block with ``alloc == free`` is alive for one event: module docstring, rule 3); 0 for no blocks."""
     t = _alive(as_int_trace(trace))
     if not len(t):
         return 0

@@ -88,7 +88,8 @@ def violations(
             found.append(
                 Violation(
                     "arena", (int(i),),
-                    f"block {t.ids[i]}: [{int(off[i])}, {int(end[i])}) ends beyond the arena of {arena} bytes",
+                    f"block {t.ids[i]}: addresses [{int(off[i])}, {int(end[i])}) end beyond the arena of {arena} "
+                    "bytes",
                 )
             )
     if len(found) >= limit:
@@ -126,10 +127,10 @@ def violations(
                     found.append(
                         Violation(
                             "overlap", (a, b),
-                            f"blocks {t.ids[a]} [{int(off[a])}, {int(end[a])}) and {t.ids[b]} "
-                            f"[{int(off[b])}, {int(end[b])}) share addresses while both alive "
-                            f"(lifetimes [{int(t.lower[a])}, {int(t.upper[a])}) and "
-                            f"[{int(t.lower[b])}, {int(t.upper[b])}))",
+                            f"blocks {t.ids[a]} (addresses [{int(off[a])}, {int(end[a])})) and {t.ids[b]} "
+                            f"([{int(off[b])}, {int(end[b])})) share addresses while both alive (event ranks "
+                            f"[{int(t.lower[a])}, {int(t.upper[a])}) and [{int(t.lower[b])}, {int(t.upper[b])}) "
+                            "of harness.allocators.trace.to_int_trace)",
                         )
                     )
                     if len(found) >= limit:

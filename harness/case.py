@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, raised_at
+from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, OptionValueError, raised_at
 from harness.jit_time import stopwatch
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
@@ -94,17 +94,19 @@ def warm_up(planner: Any) -> None:
 
 def option_value_refusal(planner: Any, options: dict[str, Any]) -> str | None:
     """Why ``planner`` refuses the values of ``options`` (``slots: -3``), found before any case runs: the tiny
-    chain planned half-way with the options raises ``ValueError`` or ``TypeError`` where it plans without them.
-    None when it plans, or when the tiny chain cannot tell (the planner fails on it either way)."""
+    chain (at a batch of 1024, so that no option bounded by the batch is blamed) planned half-way with the
+    options raises ``OptionValueError`` (``harness.options``' checks raise it) where it plans without them.
+    None when it plans, when it fails otherwise (a value a real chain may refuse is the case's to say), or
+    when the tiny chain cannot tell (the planner fails on it either way)."""
     from harness.bounds import min_memory, peak_memory
 
-    tiny = tiny_chain()
+    tiny = replace(tiny_chain(), batch_size=1024)
     budget = (min_memory(tiny) + peak_memory(tiny)) // 2
 
     def refusal(opts: dict[str, Any]) -> BaseException | None:
         try:
             planner.plan(tiny, budget, **opts)
-        except (ValueError, TypeError) as exc:
+        except OptionValueError as exc:
             return exc
         except PLUGIN_FAILURES as exc:
             if is_interrupt(exc):
@@ -244,7 +246,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
     (``Schedule.duplex``); ``budget_lb``, the budget's bound when the caller has it already.
     """
     from harness.bounds import lower_bound, schedule_lower_bound
-    from harness.results import COLUMNS
+    from harness.results import COLUMNS, STATUSES
 
     schedule = planned.schedule
     duplex = schedule.duplex
@@ -264,6 +266,10 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
             out.run = run = executor.run(schedule, profile, workload)
         fields.update(run_time_s=watch.seconds, peak_bytes=run.peak_bytes,
                       moved_bytes=run.moved_bytes, status=run.status, message=run.message)
+        if run.status not in STATUSES:  # the tables count rows by status: another word would be miscounted
+            said = f": {run.message}" if run.message else ""
+            fields.update(status="error", message=f"executor {getattr(executor, 'name', executor)!r} returned the "
+                          f"status {run.status!r}, none of {', '.join(STATUSES)}{said}")
         fields.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in fields})
         extra = {k: v for k, v in run.metrics.items() if k not in COLUMNS}
         if extra:

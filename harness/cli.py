@@ -439,7 +439,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _invalid(args, exc)
     executor = registry().executor(args.executor)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
-    if args.executor != "simulate" and not args.json:  # QA: minutes of silence on a CPU, the reason only at the end
+    if args.executor.startswith("torch") and not args.json:  # QA: minutes of silence on a CPU, the reason at the end
         print(f"membudget: note: executor {args.executor} trains {profile.model} at batch {profile.batch_size} for "
               "real (warm-up and timed iterations): minutes on a CPU for a large model", file=sys.stderr, flush=True)
     outcome = execute_plan(planned, profile, budget, executor, workload)  # judged as a suite's row is
@@ -948,6 +948,10 @@ def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterru
     if Path(args.output) != Path("results"):
         again += f" -o {shlex.quote(args.output)}"
     again += f" --run-id {run_dir.name} --resume"
+    for flag, value, default in (("--backend", args.backend, "local"), ("--jobs", args.jobs, 1),
+                                 ("--case-timeout", args.case_timeout, None)):
+        if value != default:  # how it ran: the cases still to run run the same way
+            again += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
     try:
         finished = len(finished_case_ids(run_dir))
     except (OSError, ResultsError):  # the interrupt's message is no place for a second error

@@ -102,7 +102,9 @@ class ModelFactory(Protocol):
 
     ``names()`` lists the model names it answers to (e.g. ``torchvision:resnet50``).
     Optional: ``default_input_size(name) -> tuple`` (one input's shape, without the batch), the
-    size ``membudget profile`` and a suite use when none is given (else ``(3, 224, 224)``).
+    size ``membudget profile`` and a suite use when none is given (else ``(3, 224, 224)``); and
+    ``check_input_size(name, size) -> str | None``, what is wrong with an input size (None: nothing),
+    which a suite asks before any case runs (else a wrong size fails in each case, when the model is built).
     """
 
     name: str

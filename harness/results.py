@@ -141,15 +141,17 @@ class RowWriter:
             os.fsync(f.fileno())
 
 
-def read_rows_csv(path: Path) -> list[dict[str, str]]:
-    """The complete rows of a ``rows.csv`` as dicts of strings (a torn last line is dropped).
+def read_rows_csv(path: Path, *, strict: bool = True) -> list[dict[str, str]]:
+    """The complete rows of a ``rows.csv`` as dicts of strings (a torn last record is dropped: a line cut
+    short, or a message cut after one of its lines).
 
-    A row with fewer or more cells than the header in the middle of the file (a torn write that a
-    later run appended after, or an edit by hand) is refused, naming its line: ``--resume`` of
-    that run drops such rows and runs their cases again (:func:`drop_malformed_rows`).
+    A row with fewer or more cells than the header before the last (a torn write that a later run
+    appended after, or an edit by hand) is refused, naming its line (``strict``, what publish and compare
+    read), or left out (``strict=False``: what finds the cases still to run, which then include its case);
+    ``--resume`` drops such rows from the file and runs their cases again (:func:`drop_malformed_rows`).
     """
-    rows, malformed = _read_rows(Path(path))
-    if malformed:
+    rows, malformed, _ = _read_rows(Path(path))
+    if malformed and strict:
         line, cells, width = malformed[0]
         more = f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else ""
         raise ResultsError(f"{path}:{line}: a row of {cells} cell(s), the header has {width}{more}: a write torn by "
@@ -158,15 +160,17 @@ def read_rows_csv(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, int]]]:
-    """The complete rows, and the (line, cells, header's cells) of every row with another number of cells."""
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, int]], bool]:
+    """The complete rows; the (line, cells, header's cells) of every row before the last with another number
+    of cells; and whether the last record is torn (cut within a line, or within a message of several lines)."""
     if not path.exists():
-        return [], []
+        return [], [], False
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise _not_text(path, exc) from None
-    if text and not text.endswith("\n"):
+    torn = bool(text) and not text.endswith("\n")
+    if torn:
         text = text[: text.rfind("\n") + 1]
     reader = csv.reader(io.StringIO(text))
     header = next(reader, [])
@@ -177,15 +181,25 @@ def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, i
             rows.append(dict(zip(header, cells)))
         elif cells:  # a blank line is no row
             malformed.append((reader.line_num, len(cells), len(header)))
-    return rows, malformed
+    if malformed and malformed[-1][0] == reader.line_num and (torn or not text.endswith("\n")
+                                                              or _open_quote(text)):
+        malformed.pop()  # the last record, cut inside a message's lines: the torn tail
+        torn = True
+    return rows, malformed, torn
+
+
+def _open_quote(text: str) -> bool:
+    """Whether ``text`` ends inside a quoted CSV cell (an odd number of quotes: ``""`` inside a cell is two)."""
+    return text.count('"') % 2 == 1
 
 
 def drop_malformed_rows(run_dir: Path) -> list[int]:
-    """Remove from a run's ``rows.csv`` the rows with another number of cells than the header (see
-    :func:`read_rows_csv`), atomically; return their line numbers (none: nothing is written)."""
+    """Remove from a run's ``rows.csv`` the rows with another number of cells than the header, and a torn
+    last record (see :func:`read_rows_csv`), atomically; return the malformed rows' line numbers (nothing is
+    written when there is nothing to remove)."""
     path = Path(run_dir) / ROWS_CSV
-    rows, malformed = _read_rows(path)
-    if malformed:
+    rows, malformed, torn = _read_rows(path)
+    if malformed or torn:
         _write_rows_atomic(path, rows)
     return [line for line, _, _ in malformed]
 
@@ -237,14 +251,15 @@ def is_interrupt_row(row: Mapping[str, Any]) -> bool:
 
 def finished_case_ids(run_dir: Path) -> set[str]:
     """The case ids already written to a run's ``rows.csv``, less the rows that record an interrupt."""
-    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV) if not is_interrupt_row(row)}
+    return {row["case_id"] for row in read_rows_csv(Path(run_dir) / ROWS_CSV, strict=False)
+            if not is_interrupt_row(row)}
 
 
 def drop_rows(run_dir: Path, which: Callable[[Mapping[str, Any]], bool] = is_interrupt_row) -> set[str]:
     """Remove the rows that record an interrupt (or those ``which`` picks) from a run's ``rows.csv``,
     atomically; return their case ids. Nothing is written when no row is picked."""
     path = Path(run_dir) / ROWS_CSV
-    rows = read_rows_csv(path)
+    rows = read_rows_csv(path, strict=False)  # a malformed row goes too: its case is no finished one
     stale = {row["case_id"] for row in rows if which(row)}
     if stale:
         _write_rows_atomic(path, [row for row in rows if row["case_id"] not in stale])

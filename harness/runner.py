@@ -45,8 +45,9 @@ from harness.jit_time import stopwatch
 from harness.model import Profile, load, save
 from harness.protocols import Workload
 from harness.results import (
-    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, drop_malformed_rows, drop_rows, file_stem, finished_case_ids,
-    is_interrupt_row, load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta, write_parquet,
+    FORMAT_VERSION, ROWS_CSV, TIMELINES, RowWriter, check_statuses, drop_malformed_rows, drop_rows, file_stem,
+    finished_case_ids, is_interrupt_row, load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta,
+    write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
 from harness.workers import WORKER_DIED, run_in_workers
@@ -559,7 +560,9 @@ def _check_one_row_per_case(run_dir: Path) -> None:
     with two rows, which only an edit by hand makes, is refused, naming them, before anything runs. The
     rows that record an interrupt are not counted: resume drops them."""
     rows_of: dict[str, list[int]] = {}
-    for number, row in enumerate(read_rows_csv(run_dir / ROWS_CSV), start=1):  # not lines: a message may span two
+    rows = read_rows_csv(run_dir / ROWS_CSV)
+    check_statuses(run_dir / ROWS_CSV, rows)  # before a case runs, not at the end when the tables are made
+    for number, row in enumerate(rows, start=1):  # not lines: a message may span two
         if not is_interrupt_row(row):
             rows_of.setdefault(row["case_id"], []).append(number)
     twice = next(((case, at) for case, at in rows_of.items() if len(at) > 1), None)

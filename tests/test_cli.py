@@ -510,6 +510,24 @@ def test_sigterm_inside_a_compiled_kernel_still_says_terminated_and_exits_143(ca
                                            f"-o {tmp_path / 'r2'} --run-id b --resume)")
 
 
+def test_the_resume_command_an_interrupt_prints_runs_the_rest_as_the_run_ran(tmp_path):
+    """Review: the printed command left out --jobs, --backend and --case-timeout, so a run with a case time
+    limit resumed without one."""
+    import argparse
+
+    from harness.cli import _what_an_interrupted_run_left
+
+    run_dir = tmp_path / "r" / "synth" / "a"
+    run_dir.mkdir(parents=True)
+    exc = KeyboardInterrupt()
+    exc.run_dir = run_dir
+    args = argparse.Namespace(command="run", suite="my suite.yaml", output=str(tmp_path / "r"), backend="local",
+                              jobs=2, case_timeout=30.0)
+    assert _what_an_interrupted_run_left(args, exc) == (
+        f"; 0 finished cases saved in {run_dir} (resume: membudget run 'my suite.yaml' -o {tmp_path / 'r'} "
+        "--run-id a --resume --jobs 2 --case-timeout 30)")
+
+
 def test_version(capsys):
     from harness import __version__
 

@@ -63,3 +63,16 @@ def test_the_counts_and_forgetting_one_suites_errors_in_a_shared_run_folder(tmp_
     assert pending.pending(str(p1), "r1", root) == (1, 4, run_dir, 0, 0)
     assert pending.pending(str(p2), "r1", root) == (1, 4, run_dir, 1, 1)  # p2's error is p2's to keep
     assert sum("KeyboardInterrupt" in r["message"] for r in read_rows_csv(run_dir / "rows.csv")) == 1
+
+
+def test_a_torn_row_is_a_pending_case_not_a_failed_question(tmp_path):
+    """Review: pending.py read rows.csv strictly and failed on a row torn by a killed write, so session.sh
+    skipped the job on every call and never ran the --resume that repairs it; the torn row's case is pending."""
+    p1 = tmp_path / "p1.yaml"
+    p1.write_text(textwrap.dedent(PART.format(batch=4)))
+    run_dir = tmp_path / "results" / "parts" / "r1"
+    run_dir.mkdir(parents=True)
+    lines = _rows(p1, {"torch": "ok", "simulate": "ok"})
+    lines[1] = lines[1][:40] + "\n"  # torn, then the next rows appended after it
+    (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
+    assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (1, 4, run_dir, 2, 0)  # the torch rows

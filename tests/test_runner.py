@@ -954,6 +954,25 @@ def test_resume_drops_a_torn_row_in_the_middle_and_runs_its_case_again(tmp_path)
     assert len(ids) == len(set(ids)) == len(suite.cases()) and torn_case in ids
 
 
+@pytest.mark.parametrize("cut", ["after a line of the message", "within a line of the message"])
+def test_a_last_record_cut_inside_a_message_of_several_lines_is_the_torn_tail(tmp_path, cut):
+    """Review: an error message spans lines; a kill that cut the last record after one of them left a short
+    record with an open quote, which the strict reading took for a torn row in the middle and refused."""
+    from harness.results import drop_malformed_rows, format_row, header_line
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = [format_row({"suite": "s", "case_id": f"c{k}", "status": "error", "message": f"Boom: line one,\nline {k}"})
+            for k in range(3)]
+    last = rows[2][: rows[2].index("line one,\n") + len("line one,\n")]
+    if cut == "within a line of the message":
+        last = last[:-3]
+    (run_dir / "rows.csv").write_text(header_line() + rows[0] + rows[1] + last)
+    assert [r["case_id"] for r in read_rows_csv(run_dir / "rows.csv")] == ["c0", "c1"]
+    assert drop_malformed_rows(run_dir) == []  # no row in the middle is malformed; the tail goes
+    assert (run_dir / "rows.csv").read_text() == header_line() + rows[0] + rows[1]
+
+
 def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
     """QA: a status edited to 'okay' was published, its rows in no column of the pages' counts."""
     from harness.results import ResultsError, load_rows
@@ -963,6 +982,32 @@ def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
     (run_dir / "rows.csv").write_text(text.replace(",ok,", ",okay,", 1))
     with pytest.raises(ResultsError, match="has the status 'okay', none of ok, infeasible, oom, error"):
         load_rows(run_dir)
+    before = (run_dir / "rows.csv").read_text()
+    with pytest.raises(ResultsError, match="'okay'"):  # review: resume said so only after running every case
+        run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert (run_dir / "rows.csv").read_text() == before
+
+
+def test_an_executor_that_returns_a_status_of_its_own_makes_an_error_row(tmp_path):
+    """Review: Run.status is a Literal nothing checked; a plugin executor's 'timeout' reached rows.csv and
+    only the tables, at the end of the run, refused it."""
+    from dataclasses import replace
+
+    from harness.case import execute_plan, plan_case
+    from harness.simulate.executor import Simulator
+    from tests.test_suite_support import chain
+
+    class Odd(Simulator):
+        name = "odd"
+
+        def run(self, schedule, profile, workload=None):
+            return replace(super().run(schedule, profile, workload), status="timeout", message="took long")
+
+    profile = chain("synthetic:chain4", 2)
+    budget = peak_memory(profile)
+    fields = execute_plan(plan_case(support.Prefix(), profile, budget), profile, budget, Odd(), None).fields
+    assert fields["status"] == "error" and fields["message"] == (
+        "executor 'odd' returned the status 'timeout', none of ok, infeasible, oom, error: took long")
 
 
 @pytest.mark.parametrize("jobs", [0, -2])

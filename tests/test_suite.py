@@ -540,6 +540,8 @@ def _one_line_error(tmp_path, old, new):
     ("batch_sizes: [2]", "batch_sizes: [0]", "models[0].batch_sizes[0]: must be above 0, got the number 0"),
     ("batch_sizes: [2]", "batch_sizes: [2]\n    input_size: 3x32x32",
      "models[0].input_size: a list, got the text '3x32x32' (write [3, 32, 32])"),
+    ("batch_sizes: [2]", "batch_sizes: [2]\n    input_sizes: 3x32x32",
+     "models[0].input_sizes: a list, got the text '3x32x32' (write [[3, 32, 32]])"),
     ("batch_sizes: [2]", "batch_sizes: [two]", "models[0].batch_sizes[0]: a whole number, got the text 'two'"),
     ("[keep-all, prefix]", "[keep-all, {name: prefix, label: 3}]", "planners[1].label: a text, got the number 3"),
     ("[keep-all, prefix]", "[keep-all, [prefix]]",
@@ -567,12 +569,23 @@ def test_a_single_value_where_a_list_is_due_gets_no_hint_that_would_fail_again(t
     assert line.endswith(f": {message}"), line
 
 
-def test_an_input_size_of_another_rank_than_the_models_is_refused_before_any_case(tmp_path):
+@pytest.mark.parametrize("model, size, said", [
+    ("builtin:tiny-cnn", "[3, 32]", "builtin:tiny-cnn takes images [C, H, W] of at least 4x4, got [3, 32]"),
+    ("torchvision:resnet18", "[3, 64]", "torchvision:resnet18 takes images: input_size [C, H, W], got [3, 64]"),
+    ("builtin:mlp", "[784]", None),  # review: the MLP flattens any shape; a rank check refused it
+    ("synthetic:chain4", "[7]", None),  # a factory that says nothing is not second-guessed
+])
+def test_an_input_size_the_model_cannot_take_is_refused_before_any_case(tmp_path, model, size, said):
     """QA: input_size [3, 64] on an image model made an error row per case, each message cut short before
     its point; it is one line naming the field, as ``membudget profile --input-size 3,64`` refuses it."""
-    line = _one_line_error(tmp_path, "batch_sizes: [2]", "batch_sizes: [2]\n    input_size: [3, 32]")
-    assert line == (f"{tmp_path / 'synth.yaml'}:7: models[0].input_size: [3, 32] has 2 dimension(s); "
-                    "synthetic:chain4 takes 3, like its default [3, 32, 32]")
+    text = SUITE.format(name="t").replace("  - model: synthetic:chain4\n    batch_sizes: [2]",
+                                          f"  - model: {model}\n    batch_sizes: [2]\n    input_size: {size}")
+    if said is None:
+        assert load_suite(write_suite(tmp_path, text)).cases()
+        return
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text))
+    assert str(exc.value) == f"{tmp_path / 'synth.yaml'}:7: models[0].input_size: {said}"
 
 
 @pytest.mark.parametrize("old, new, message", [
@@ -606,19 +619,40 @@ def test_a_planner_option_value_the_planner_refuses_is_refused_with_its_line(tmp
                     "got -3")
 
 
+@pytest.mark.parametrize("entry, refused", [
+    ("{name: vdnn-all, algorithms: fastest}", "vdnn-all: option algorithms must be one of default, memory, performance"),
+    # review: moDNN's sub_batches is bounded by each case's batch (the toy chain's was 1): not the suite's to refuse
+    ("{name: modnn, sub_batches: 4}", None),
+    ("{name: vdnn-all, algorithms: memory}", None),
+])
+def test_only_a_value_no_chain_takes_is_refused_with_the_suite(tmp_path, entry, refused):
+    pytest.importorskip("membudget_vdnn")
+    pytest.importorskip("membudget_modnn")
+    text = SUITE.format(name="t").replace("[keep-all, prefix]", f"[keep-all, {entry}]")
+    if refused is None:
+        assert load_suite(write_suite(tmp_path, text)).cases()
+    else:
+        with pytest.raises(SuiteError, match=refused):
+            load_suite(write_suite(tmp_path, text))
+
+
 def test_a_planner_that_fails_on_the_tiny_chain_anyway_is_not_said_to_refuse_its_options():
     from harness.case import option_value_refusal
+    from harness.errors import OptionValueError
 
     class Picky:
         def plan(self, profile, budget_bytes, depth=1, **options):
             if depth < 1:
-                raise ValueError("depth must be >= 1")
+                raise OptionValueError("depth must be >= 1")
+            if depth > profile.batch_size:
+                raise ValueError("depth beyond the batch")  # a real chain's to refuse, case by case
             return None
 
     class Broken:
         def plan(self, profile, budget_bytes, depth=1, **options):
-            raise ValueError("no toy chains here")
+            raise OptionValueError("no toy chains here")
 
     assert option_value_refusal(Picky(), {"depth": 0}) == "depth must be >= 1"
     assert option_value_refusal(Picky(), {"depth": 2}) is None
+    assert option_value_refusal(Picky(), {"depth": 10**6}) is None
     assert option_value_refusal(Broken(), {"depth": 0}) is None

@@ -43,7 +43,8 @@ def pending(suite_path: str, run_id: str, root: str = "results",
         print(f"pending: {len(gone)} error row(s) removed from {run_dir}: the next call runs them again",
               file=sys.stderr)
     done = finished_case_ids(run_dir) & ids
-    measured = {row["case_id"]: _is_error(row) for row in read_rows_csv(run_dir / ROWS_CSV)
+    # a torn row (a killed write) is no finished case: --resume drops it and runs its case, so it is pending
+    measured = {row["case_id"]: _is_error(row) for row in read_rows_csv(run_dir / ROWS_CSV, strict=False)
                 if row["case_id"] in done and row.get("executor") != PREDICTED and row.get("status") != "infeasible"}
     return len(ids - done), len(ids), run_dir, len(measured), sum(measured.values())
 

@@ -91,12 +91,20 @@ class BuiltinModels:
         """3x32x32 images (CIFAR-sized) for both."""
         return (3, 32, 32)
 
+    def check_input_size(self, model: str, size: Sequence[int]) -> str | None:
+        """What is wrong with ``size`` for ``model`` (None: nothing): tiny-cnn takes images of at least 4x4,
+        the MLP any shape (it flattens it)."""
+        if model == "builtin:tiny-cnn" and (len(size) != 3 or min(size[1:]) < 4):
+            return f"builtin:tiny-cnn takes images [C, H, W] of at least 4x4, got {list(size)}"
+        return None
+
     def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]:
         """The model in training mode on ``device`` and a random input batch for it."""
         size = tuple(workload.input_size)
         if workload.model == "builtin:tiny-cnn":
-            if len(size) != 3 or min(size[1:]) < 4:
-                raise ValueError(f"builtin:tiny-cnn takes images [C, H, W] of at least 4x4, got {list(size)}")
+            wrong = self.check_input_size(workload.model, size)
+            if wrong:
+                raise ValueError(wrong)
             model = on_device(lambda: TinyCNN(in_channels=size[0]), device)
         elif workload.model == "builtin:mlp":
             model = on_device(lambda: MLP(int(torch.Size(size).numel())), device)

@@ -64,6 +64,12 @@ class TorchvisionModels:
         """ImageNet's 3x224x224 (3x299x299 for Inception v3)."""
         return (3, 299, 299) if model == PREFIX + "inception_v3" else (3, 224, 224)
 
+    def check_input_size(self, model: str, size: Sequence[int]) -> str | None:
+        """What is wrong with ``size`` for ``model`` (None: nothing): an image is [C, H, W]."""
+        if len(size) != 3:
+            return f"{model} takes images: input_size [C, H, W], got {list(size)}"
+        return None
+
     def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]:
         """The model in training mode on ``device`` and a random batch of images for it."""
         import torchvision
@@ -71,8 +77,9 @@ class TorchvisionModels:
         arch = workload.model.removeprefix(PREFIX)
         if arch not in _names():
             raise ValueError(f"torchvision has no classification model {arch!r}")
-        if len(workload.input_size) != 3:
-            raise ValueError(f"{workload.model} takes images: input_size [C, H, W], got {list(workload.input_size)}")
+        wrong = self.check_input_size(workload.model, workload.input_size)
+        if wrong:
+            raise ValueError(wrong)
         kwargs = constructor_kwargs(arch, tuple(workload.input_size))
         model = on_device(lambda: torchvision.models.get_model(arch, **kwargs), device)
         model = prepare(model, device, workload.dtype)

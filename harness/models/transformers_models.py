@@ -66,6 +66,15 @@ class TransformersModels:
         """The model's full context: 1024 tokens (128 for tiny-gpt2)."""
         return (CONFIGS[model.removeprefix(PREFIX)][4],)
 
+    def check_input_size(self, model: str, size: Sequence[int]) -> str | None:
+        """What is wrong with ``size`` for ``model`` (None: nothing): a sequence length within the context."""
+        if len(size) != 1:
+            return f"{model} takes token ids: input_size [seq_len], got {list(size)}"
+        n_positions = CONFIGS[model.removeprefix(PREFIX)][4] if model.removeprefix(PREFIX) in CONFIGS else None
+        if n_positions is not None and not 1 <= int(size[0]) <= n_positions:
+            return f"{model} takes 1 to {n_positions} tokens, got {int(size[0])}"
+        return None
+
     def build(self, workload: Workload, device: Any = "cpu") -> tuple[Any, Any]:
         """The model in training mode on ``device`` and a batch of random token ids."""
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -76,11 +85,10 @@ class TransformersModels:
         if arch not in CONFIGS:
             raise ValueError(f"no transformers model {arch!r}; choose from {', '.join(CONFIGS)}")
         n_layer, n_embd, n_head, vocab, n_positions = CONFIGS[arch]
-        if len(workload.input_size) != 1:
-            raise ValueError(f"{workload.model} takes token ids: input_size [seq_len], got {list(workload.input_size)}")
+        wrong = self.check_input_size(workload.model, workload.input_size)
+        if wrong:
+            raise ValueError(wrong)
         seq = int(workload.input_size[0])
-        if not 1 <= seq <= n_positions:
-            raise ValueError(f"{workload.model} takes 1 to {n_positions} tokens, got {seq}")
         config = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab,
                             n_positions=n_positions, bos_token_id=vocab - 1, eos_token_id=vocab - 1)
         config._attn_implementation = "eager"

@@ -50,7 +50,7 @@ def check_plugin_names(suite: Suite) -> None:
     for k, entry in enumerate(spec.models):
         if suite.profiler_of(entry) != "file":
             try:
-                reg.model_factory(entry.model)
+                factory = reg.model_factory(entry.model)
             except UnknownPlugin as exc:
                 if entry.model.endswith(".json") or Path(suite.model_name(entry)).is_file():
                     source, line = suite.line_of("models", k, "model")
@@ -58,7 +58,7 @@ def check_plugin_names(suite: Suite) -> None:
                                      "a profile file is read with profiler: file", source=source, line=line,
                                      field=f"models[{k}].model") from None
                 raise fail(exc, "models", k, "model") from None
-            _check_input_rank(suite, k, entry)
+            _check_input_sizes(suite, k, entry, factory)
         else:
             profile_path = Path(suite.model_name(entry))
             if not profile_path.is_file():
@@ -169,21 +169,22 @@ def _input_field(entry: ModelEntry, k: int) -> tuple[Any, ...]:
     return ("models", k, "input_sizes" if entry.input_sizes else "input_size")
 
 
-def _check_input_rank(suite: Suite, k: int, entry: ModelEntry) -> None:
-    """An input size with another number of dimensions than the model's default (``[3, 64]`` for an
-    image model) fails in every case when the model is built: refused before any case runs."""
-    if not (entry.input_size or entry.input_sizes):
-        return
-    from harness.commands import default_input_size
+def _check_input_sizes(suite: Suite, k: int, entry: ModelEntry, factory: Any) -> None:
+    """An input size the model's factory says it cannot take (``[3, 64]`` for an image model; the optional
+    ``check_input_size`` of ``harness.protocols.ModelFactory``) fails in every case when the model is built:
+    refused before any case runs."""
+    from harness.lazy import resolve
 
-    default = default_input_size(entry.model)
+    check = getattr(resolve(factory), "check_input_size", None)
+    if not (entry.input_size or entry.input_sizes) or not callable(check):
+        return
     for size in suite.input_sizes(entry):
-        if len(size) != len(default):
+        wrong = check(entry.model, tuple(size))
+        if wrong:
             at = _input_field(entry, k)
             source, line = suite.line_of(*at)
-            raise SuiteError(f"{source}:{line}: {field_name(at)}: {list(size)} has {len(size)} dimension(s); "
-                             f"{entry.model} takes {len(default)}, like its default {list(default)}",
-                             source=source, line=line, field=field_name(at))
+            raise SuiteError(f"{source}:{line}: {field_name(at)}: {wrong}", source=source, line=line,
+                             field=field_name(at))
 
 
 def _check_devices_and_dtypes(suite: Suite) -> None:

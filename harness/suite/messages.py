@@ -148,6 +148,8 @@ def validation_error(exc: ValidationError, suite_source: str, locations: Locatio
                    and not isinstance(value, bool) and _one_value_is_an_item(loc))
             shape = isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*[x,]\s*\d+)+\s*", value)
             write = "[" + ", ".join(re.findall(r"\d+", value)) + "]" if shape else f"[{value}]" if one else ""
+            if shape and loc and loc[-1] == "input_sizes":  # a list of sizes
+                write = f"[{write}]"
             msg = f"{_EXPECTED[err['type']]}, got {_yaml_kind(value)}" + (f" (write {write})" if write else "")
         elif err["type"] in _BOUNDS and "ctx" in err:  # pydantic's "Input should be greater than 0"
             bound = next(iter(err["ctx"].values()))

@@ -25,7 +25,9 @@ from harness.allocators._common import make_placement
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.hookspecs import hookimpl
 from harness.model import MemoryBlock, Placement
-from membudget_bestfit._kernels import bestfit_kernel, bestfit_offsets, bestfit_reference, bestfit_rounds
+from membudget_bestfit._kernels import (
+    bestfit_kernel, bestfit_offsets, bestfit_reference, bestfit_rounds, compile_kernels,
+)
 from membudget_bestfit.improve import DEFAULT_ROUNDS, Rounds, squeaky_wheel
 from membudget_bestfit.session import Allocation, ProfileGuidedSession
 
@@ -98,7 +100,9 @@ class BestFit:
 
     def rounds_run(self, trace: Union[IntTrace, Sequence[MemoryBlock]], **options) -> Rounds:
         """The offsets for ``trace``, the rounds run and whether the time limit ended them
-        (options as for :meth:`place`)."""
+        (options as for :meth:`place`). The time limit counts from here, the kernel compiled first."""
+        if self.kernel == "numba":
+            compile_kernels()
         started = time.perf_counter()
         settings = self._check(**{"rounds": self.rounds, "time_limit": self.time_limit, **options})
         t = as_int_trace(trace)

@@ -49,7 +49,7 @@ from numba import njit
 
 __all__ = [
     "bestfit_kernel", "bestfit_reference", "bestfit_offsets", "bestfit_rounds", "canonical_times", "paper_priority",
-    "active_blocks",
+    "active_blocks", "compile_kernels",
 ]
 
 
@@ -572,6 +572,19 @@ def canonical_times(lower, upper, size) -> tuple[np.ndarray, np.ndarray]:
     new_lo[active] = time[np.searchsorted(points, a_lo)]
     new_up[active] = time[np.searchsorted(points, a_up)]
     return new_lo, new_up
+
+
+_COMPILED = False
+
+
+def compile_kernels() -> None:
+    """Compile the kernel (or load it from Numba's cache) once per process, so that a time limit counts
+    placing, not compiling (about 10 s with an empty cache)."""
+    global _COMPILED
+    if not _COMPILED:
+        one = np.ones(2, dtype=np.int64)
+        bestfit_kernel(one * 0, one, one)
+        _COMPILED = True
 
 
 def bestfit_offsets(lower, upper, size, *, kernel: str = "numba", canonical: bool = True,

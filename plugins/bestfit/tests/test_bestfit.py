@@ -245,3 +245,16 @@ def test_an_interrupt_after_the_first_round_leaves_the_best_placement(monkeypatc
     best = caught.value.placement
     assert np.array_equal(best.offsets, BestFit(paper_only=True).offsets(t)) and not violations(t, best)
     assert best.notes.endswith("1 round(s)") and len(calls) == 2
+
+
+def test_compiling_the_kernel_is_not_counted_in_the_time_limit(monkeypatch):
+    """Review: with an empty Numba cache the kernel's compilation (about 10 s) used up the time limit, so
+    only the first round ran. The clock starts once the kernel is compiled (a slow compile stands in)."""
+    import time
+
+    import membudget_bestfit
+
+    real = membudget_bestfit.compile_kernels
+    monkeypatch.setattr(membudget_bestfit, "compile_kernels", lambda: (time.sleep(0.5), real()))
+    run = BestFit(time_limit=0.3).rounds_run(_a_trace_that_takes_rounds())
+    assert run.done > 1

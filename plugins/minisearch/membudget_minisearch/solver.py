@@ -103,9 +103,12 @@ _COMPILED = False
 
 
 def _compiled() -> None:
-    """Compile the kernel (or load it from Numba's cache) once per process."""
+    """Compile the kernels, the search's and best-fit's (or load them from Numba's cache), once per process."""
     global _COMPILED
     if not _COMPILED:
+        from membudget_bestfit._kernels import compile_kernels
+
+        compile_kernels()
         one = np.ones(1, dtype=np.int64)
         SearchKernel(prepare(one * 0, one, one), 1).advance(10)
         _COMPILED = True

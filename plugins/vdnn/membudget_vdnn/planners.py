@@ -9,11 +9,12 @@ from __future__ import annotations
 from harness.bounds import peak_memory
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule
+from harness.options import choice_option
 from harness.schedules import check_budget, keep_all_schedule
 from harness.units import format_bytes
 
 from membudget_vdnn.dynamic import cached_trial, dynamic_plan
-from membudget_vdnn.policy import AlgorithmMode, OffloadPolicy, algorithm_choice, offload_set
+from membudget_vdnn.policy import ALGORITHM_MODES, AlgorithmMode, OffloadPolicy, algorithm_choice, offload_set
 from membudget_vdnn.schedule import Attempt, Realiser, synchronous
 
 
@@ -55,6 +56,7 @@ class StaticVdnn:
     def plan(self, profile: Profile, budget_bytes: int, algorithms: AlgorithmMode = "performance",
              always: bool = False, duplex: bool = False, **options) -> Schedule:
         """The vDNN_{policy} schedule for ``budget_bytes``; ``InfeasibleBudget`` when it does not fit."""
+        choice_option(self.name, "algorithms", algorithms, ALGORITHM_MODES)
         check_budget(profile, budget_bytes, self.name, memory_optimal=True)
         if not always and peak_memory(profile) <= budget_bytes:
             return keep_all_schedule(profile, budget_bytes, self.name)

@@ -76,3 +76,18 @@ def test_a_torn_row_is_a_pending_case_not_a_failed_question(tmp_path):
     lines[1] = lines[1][:40] + "\n"  # torn, then the next rows appended after it
     (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
     assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (1, 4, run_dir, 2, 0)  # the torch rows
+
+
+def test_asking_plans_nothing(tmp_path, monkeypatch):
+    """session.sh asks before each job, in a fresh process: reading the suite's option values planned a toy
+    chain per planner entry with options, compiling their kernels (16 s more with an empty Numba cache)."""
+    import harness.case
+
+    def planned(*args, **kwargs):
+        raise AssertionError("pending.py planned a chain")
+
+    monkeypatch.setattr(harness.case, "option_value_refusal", planned)
+    p1 = tmp_path / "p1.yaml"
+    p1.write_text(textwrap.dedent(PART.format(batch=4)).replace("planners: [keep-all]",
+                                                                "planners: [keep-all, {name: torch-checkpoint, every: 2}]"))
+    assert pending.pending(str(p1), "r1", str(tmp_path / "results"))[:2] == (8, 8)

@@ -53,11 +53,13 @@ __all__ = ["MATCH_KEYS", "Budget", "Budgets", "Case", "Entry", "ModelEntry", "Su
            "UnknownSuitePlugin", "iter_units", "load_suite", "matches"]
 
 
-def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
+def load_suite(path: str | Path, *, check_names: bool = True, check_option_values: bool = True) -> Suite:
     """Load, merge (``include:``), validate and expand a suite file; ``SuiteError`` says what is wrong.
 
     Included suites are merged first, in order, then the including file on top: a key it
     sets replaces the included one, except ``models`` and ``excludes``, which it extends.
+    ``check_option_values=False`` leaves the planner option values to the cases (their check plans a
+    toy chain: ``harness.suite.checks``), for a caller that only counts them.
     """
     path = Path(path)
     raw, locations = load_with_includes(path)
@@ -67,7 +69,7 @@ def load_suite(path: str | Path, *, check_names: bool = True) -> Suite:
         raise validation_error(exc, str(path), locations) from None
     suite = Suite(spec=spec, source=str(path), locations=locations, raw=raw)
     if check_names:
-        check_plugin_names(suite)
+        check_plugin_names(suite, option_values=check_option_values)
     grid = suite.all_cases()  # once: a file-profiled model reads its profile for its input size
     check_unique(suite, grid)
     check_match_values(suite, grid)

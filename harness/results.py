@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from harness.files import not_utf8, write_text_atomic
+from harness.files import not_utf8, replace_atomic, write_text_atomic
 
 STABLE_COLUMNS: tuple[str, ...] = (
     "suite", "case_id", "model", "batch_size", "input_size", "device", "profiler", "planner",
@@ -181,8 +181,7 @@ def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, i
             rows.append(dict(zip(header, cells)))
         elif cells:  # a blank line is no row
             malformed.append((reader.line_num, len(cells), len(header)))
-    if malformed and malformed[-1][0] == reader.line_num and (torn or not text.endswith("\n")
-                                                              or _open_quote(text)):
+    if malformed and malformed[-1][0] == reader.line_num and (torn or _open_quote(text)):
         malformed.pop()  # the last record, cut inside a message's lines: the torn tail
         torn = True
     return rows, malformed, torn
@@ -270,16 +269,16 @@ def _write_rows_atomic(path: Path, rows: list[dict[str, str]]) -> None:
     """Rewrite ``rows.csv`` with ``rows`` under its own header, beside itself and renamed over it, so that
     a crash leaves the old file or the new one."""
     header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([row[c] for c in header] for row in rows)
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows([row[c] for c in header] for row in rows)
+            f.flush()
+            os.fsync(f.fileno())
+
+    replace_atomic(path, write)
 
 
 def to_frame(rows: list[Mapping[str, Any]]) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -51,3 +52,17 @@ def event_order(trace: IntTrace) -> np.ndarray:
     order = np.lexsort((owners, kinds, times))
     codes = np.where(kinds[order] == 1, owners[order], ~owners[order])
     return codes
+
+
+@contextmanager
+def best_placement_on_interrupt(placement_of: Callable[[Any], Placement]) -> Iterator[None]:
+    """Around an allocator's search: an interrupt (a ``KeyboardInterrupt``) that carries the search's best
+    result so far as ``partial`` goes on carrying it as a ``Placement`` (``placement_of(partial)``) in
+    ``placement``, as ``harness.protocols.Allocator`` describes, for ``membudget place`` to print."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            exc.placement = placement_of(partial)
+        raise

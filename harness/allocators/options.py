@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.errors import UnknownOption
 
-__all__ = ["allocator_options", "check_allocator_options"]
+__all__ = ["allocator_options", "check_allocator_options", "time_limit_option"]
 
 
 def allocator_options(alloc: Any) -> tuple[str, ...]:
@@ -32,3 +32,11 @@ def check_allocator_options(name: str, alloc: Any, options: dict[str, Any]) -> N
     if unknown:
         takes = f"its options: {', '.join(known)}" if known else "it takes no options"
         raise UnknownOption(f"allocator {name!r} has no option {', '.join(map(repr, unknown))}; {takes}")
+
+
+def time_limit_option(value: Any) -> Any:
+    """``value`` when it is an allocator's time limit, seconds >= 0 (``inf`` too) or None for none; else a
+    ``ValueError`` that says so (a bool, a string, a negative number or nan)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+        raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {value!r}")
+    return value

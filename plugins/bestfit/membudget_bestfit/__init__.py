@@ -21,7 +21,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from harness.allocators._common import make_placement
+from harness.allocators._common import best_placement_on_interrupt, make_placement
+from harness.allocators.options import time_limit_option
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.hookspecs import hookimpl
 from harness.model import MemoryBlock, Placement
@@ -85,10 +86,7 @@ class BestFit:
             rounds = int(rounds)
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds must be an integer of at least 1, got {options.get('rounds')!r}")
-        tl = options.get("time_limit")
-        if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or not tl >= 0):
-            raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {tl!r}")
-        return {"rounds": rounds, "time_limit": tl}
+        return {"rounds": rounds, "time_limit": time_limit_option(options.get("time_limit"))}
 
     def deterministic(self) -> "BestFit":
         """The same allocator without a time limit: the same placement on every machine."""
@@ -118,12 +116,8 @@ class BestFit:
         placement so far as ``placement`` (``membudget place`` prints it).
         """
         t = as_int_trace(trace)
-        try:
+        with best_placement_on_interrupt(lambda partial: self._placement(t, partial)):
             run = self.rounds_run(t, **options)
-        except KeyboardInterrupt as exc:
-            if getattr(exc, "partial", None) is not None:
-                exc.placement = self._placement(t, exc.partial)
-            raise
         return self._placement(t, run)
 
     def _placement(self, t: IntTrace, run: Rounds) -> Placement:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from harness.allocators._common import make_placement
+from harness.allocators._common import best_placement_on_interrupt, make_placement
+from harness.allocators.options import time_limit_option
 from harness.allocators.trace import IntTrace, as_int_trace
 from harness.hookspecs import hookimpl
 from harness.model import MemoryBlock, Placement
@@ -60,9 +61,7 @@ class MiniSearch:
         if unknown:
             raise TypeError(f"minisearch has no option {', '.join(map(repr, unknown))}; its options: "
                             f"{', '.join(cls.options)}")
-        tl = settings.get("time_limit")
-        if tl is not None and (isinstance(tl, bool) or not isinstance(tl, (int, float)) or tl < 0):
-            raise ValueError(f"time_limit must be a number of seconds >= 0 (or None), got {tl!r}")
+        time_limit_option(settings.get("time_limit"))
         nl = settings.get("node_limit")
         if isinstance(nl, float) and nl.is_integer() and nl >= 0:  # --option node_limit=1e6 reads as a float
             nl = settings["node_limit"] = int(nl)
@@ -90,12 +89,8 @@ class MiniSearch:
     def place(self, trace: Sequence[MemoryBlock], **options) -> Placement:
         """Place ``trace``; ``options`` override the allocator's settings for this call."""
         t = as_int_trace(trace)
-        try:
+        with best_placement_on_interrupt(lambda partial: self._placement(t, partial)):  # membudget place prints it
             res = self.solve(t, **options)
-        except KeyboardInterrupt as exc:  # membudget place prints the best placement found so far
-            if getattr(exc, "partial", None) is not None:
-                exc.placement = self._placement(t, exc.partial)
-            raise
         return self._placement(t, res)
 
     def _placement(self, t: IntTrace, res: SearchResult) -> Placement:

@@ -161,10 +161,10 @@ def _load_profile(path: str):
 
     if Path(path).is_dir():
         raise MembudgetError(f"{path} is a folder, not a profile file")
-    if not Path(path).exists() and Path(path).suffix.lower() == ".json":  # a file's name: no model to suggest, so
-        # no plugin (and torch) to load first: the answer comes at once
-        raise MembudgetError(f"{path}: no such profile file (make one with: membudget profile MODEL ... -o {path})")
     if not Path(path).exists():
+        if Path(path).suffix.lower() == ".json":  # a file's name: no model to suggest, so no plugin (and torch)
+            # to load first: the answer comes at once
+            raise MembudgetError(f"{path}: no such profile file (make one with: membudget profile MODEL ... -o {path})")
         from harness.plugins import close_names, registry
 
         models = [m for m, _ in registry().models()]

@@ -11,7 +11,8 @@ In a plugin's tests::
 The kit draws chains with Hypothesis (``chains()``) and walks budgets from the minimum
 to the peak: every schedule returned must pass ``harness.validate``, its simulated makespan
 may not beat papers/004's lower bound, the peak budget must give the keep-all makespan,
-and a budget below the minimum must raise ``InfeasibleBudget``.
+and a budget below the minimum must raise ``InfeasibleBudget``. ``cnn_like_chain`` and
+``budget_at`` give the seeded chain and budget that plugins' tests and benchmarks share.
 
 A refusal is judged by its type and its ``needed_bytes``, never by its wording: every
 ``InfeasibleBudget`` a planner raises must carry a message and ``needed_bytes``, an int
@@ -23,6 +24,7 @@ minimum, or the unconstrained peak of the leanest schedule it tried); below the 
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -80,12 +82,33 @@ def chains(draw, min_stages: int = 1, max_stages: int = 12, with_algorithms: boo
     )
 
 
+def cnn_like_chain(n: int, seed: int = 0, bandwidth: float = 12.2e9) -> Profile:
+    """A seeded CNN-like chain of ``n`` stages: saved data of 5-120 MB shrinking with depth, and
+    compute shorter than the transfers (a V100's 12.2 GB/s link by default), as in papers/004's
+    experiments. The chain DYNPROG's and HYBRID's tests and benchmarks plan on."""
+    rng = random.Random(seed)
+    stages = []
+    for i in range(n):
+        size = int(rng.uniform(5e6, 1.2e8) * (1 - 0.6 * i / n))
+        t = size / bandwidth * rng.uniform(0.05, 0.8)
+        stages.append(Stage(f"s{i}", "conv", t, 2 * t, size, int(size * rng.uniform(0.8, 2.0)), size,
+                            int(rng.uniform(0, 3e7)), int(rng.uniform(0, 3e7))))
+    return Profile("synthetic", 32, (3, 224, 224), "synthetic", 16 * 2**30, bandwidth, bandwidth,
+                   100_000_000, 400_000, tuple(stages))
+
+
 def budgets(profile: Profile, points: int = 5) -> list[int]:
     """``points`` budgets evenly spread from ``min_memory`` to ``peak_memory`` (both included)."""
     lo, hi = min_memory(profile), peak_memory(profile)
     if hi <= lo:
         return [hi]
     return sorted({lo + (hi - lo) * k // (points - 1) for k in range(points)})
+
+
+def budget_at(profile: Profile, where: float) -> int:
+    """The budget ``where`` of the way from ``min_memory`` (0) to ``peak_memory`` (1)."""
+    lo, hi = min_memory(profile), peak_memory(profile)
+    return int(lo + (hi - lo) * where)
 
 
 def registered_by_entry_point(name: str, distribution: str, kind: str) -> Any:

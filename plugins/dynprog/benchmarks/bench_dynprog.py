@@ -8,34 +8,13 @@ speed-up and the number of DP states are stored in each benchmark's ``extra_info
 
 from __future__ import annotations
 
-import random
 import time
 
 import pytest
 
-from harness.bounds import min_memory, peak_memory
-from harness.model import Profile, Stage
+from harness.testing import budget_at, cnn_like_chain
 from membudget_dynprog import discretise, plan_offload, solve
 from membudget_dynprog._kernels import warm_up
-
-
-def cnn_like_chain(n: int, seed: int = 0, bandwidth: float = 12.2e9) -> Profile:
-    """Stages of 5-120 MB shrinking with depth, compute shorter than the transfers (as in tests)."""
-    rng = random.Random(seed)
-    stages = []
-    for i in range(n):
-        size = int(rng.uniform(5e6, 1.2e8) * (1 - 0.6 * i / n))
-        t = size / bandwidth * rng.uniform(0.05, 0.8)
-        stages.append(Stage(f"s{i}", "conv", t, 2 * t, size, int(size * rng.uniform(0.8, 2.0)), size,
-                            int(rng.uniform(0, 3e7)), int(rng.uniform(0, 3e7))))
-    return Profile("synthetic", 32, (3, 224, 224), "synthetic", 16 * 2**30, bandwidth, bandwidth,
-                   100_000_000, 400_000, tuple(stages))
-
-
-def mid_budget(profile: Profile, where: float = 0.4) -> int:
-    """The budget ``where`` of the way from min_memory to M_peak."""
-    lo, hi = min_memory(profile), peak_memory(profile)
-    return int(lo + (hi - lo) * where)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,7 +27,7 @@ def compiled():
 def test_table_150_stages_500_slots(benchmark, engine: str) -> None:
     """The headline case; the kernel run also times the reference once and records the speed-up."""
     profile = cnn_like_chain(150)
-    disc = discretise(profile, mid_budget(profile), 500)
+    disc = discretise(profile, budget_at(profile, 0.4), 500)
     rounds = 20 if engine == "kernel" else 3
     solution = benchmark.pedantic(solve, args=(disc, engine), rounds=rounds, iterations=1)
     benchmark.extra_info["states"] = solution.states
@@ -65,7 +44,7 @@ def test_table_150_stages_500_slots(benchmark, engine: str) -> None:
 def test_table_scaling_with_slots(benchmark, slots: int) -> None:
     """The table on the 150-stage chain as S grows (states grow about linearly with S)."""
     profile = cnn_like_chain(150)
-    disc = discretise(profile, mid_budget(profile), slots)
+    disc = discretise(profile, budget_at(profile, 0.4), slots)
     solution = benchmark.pedantic(solve, args=(disc,), rounds=5, iterations=1)
     benchmark.extra_info["states"] = solution.states
 
@@ -74,7 +53,7 @@ def test_table_scaling_with_slots(benchmark, slots: int) -> None:
 def test_table_scaling_with_stages(benchmark, stages: int) -> None:
     """The table at S = 500 as the chain grows."""
     profile = cnn_like_chain(stages)
-    disc = discretise(profile, mid_budget(profile), 500)
+    disc = discretise(profile, budget_at(profile, 0.4), 500)
     solution = benchmark.pedantic(solve, args=(disc,), rounds=5, iterations=1)
     benchmark.extra_info["states"] = solution.states
 
@@ -83,7 +62,7 @@ def test_table_scaling_with_stages(benchmark, stages: int) -> None:
 def test_whole_planner_150_stages(benchmark, candidates: int) -> None:
     """Discretisation, table, feasibility loop and the simulator runs that pick the prefetch window."""
     profile = cnn_like_chain(150)
-    budget = mid_budget(profile)
+    budget = budget_at(profile, 0.4)
     plan = benchmark.pedantic(plan_offload, args=(profile, budget), kwargs={"candidates": candidates},
                               rounds=3, iterations=1)
     benchmark.extra_info["rounds"] = plan.rounds

@@ -27,7 +27,7 @@ from harness.errors import InfeasibleBudget
 from harness.model import Profile, Stage
 from harness.schedules import best_ordered_schedule, ordered_schedule
 from harness.simulate.executor import simulate
-from harness.testing import PlannerConformance, chains
+from harness.testing import PlannerConformance, chains, cnn_like_chain
 from harness.validate import validate
 from membudget_dynprog import Dynprog, discretise, plan_offload, solve, tradeoff_curve
 from membudget_dynprog.reference import idle_of_set
@@ -125,19 +125,6 @@ def small_random_chain(rng: random.Random, n: int) -> Profile:
                    rng.randint(0, 2000), rng.randint(0, 500), stages)
 
 
-def synthetic_chain(seed: int, n: int, bandwidth: float = 12.2e9) -> Profile:
-    """A CNN-like chain (sizes in MB, times in ms, offloading costlier than compute)."""
-    rng = random.Random(seed)
-    stages = []
-    for i in range(n):
-        size = int(rng.uniform(5e6, 1.2e8) * (1 - 0.6 * i / n))
-        t = size / bandwidth * rng.uniform(0.05, 0.8)
-        stages.append(Stage(f"s{i}", "conv", t, 2 * t, size, int(size * rng.uniform(0.8, 2.0)), size,
-                            int(rng.uniform(0, 3e7)), int(rng.uniform(0, 3e7))))
-    return Profile("synthetic", 32, (3, 224, 224), "synthetic", 16 * 2**30, bandwidth, bandwidth,
-                   100_000_000, 400_000, tuple(stages))
-
-
 # --------------------------------------------------------------------------- kernel == reference
 
 
@@ -161,7 +148,8 @@ def test_kernel_and_reference_agree_on_many_larger_chains() -> None:
     rng = random.Random(7)
     compared = 0
     while compared < 200:
-        profile = synthetic_chain(rng.randrange(10**6), rng.randint(1, 40), bandwidth=rng.uniform(2e9, 2e10))
+        seed = rng.randrange(10**6)
+        profile = cnn_like_chain(rng.randint(1, 40), seed=seed, bandwidth=rng.uniform(2e9, 2e10))
         budget = budget_between(profile, rng.random())
         if budget is None:
             continue
@@ -275,7 +263,7 @@ def test_dynprog_against_every_ordered_schedule_at_14_stages(seed: int) -> None:
 
     The paper's set is 7 % and 5 % off the optimum here (within E + gap); the 64 best are within E.
     """
-    profile = synthetic_chain(seed, 14)
+    profile = cnn_like_chain(14, seed=seed)
     budget = budget_between(profile, 0.4)
     best = check_against_enumeration(profile, budget)
     check_k_best(profile, budget, best)
@@ -434,7 +422,7 @@ def test_time_limit_falls_back_to_greedy_with_a_note() -> None:
     """A time limit of zero: GREEDY's set (the eager prefix covering M_peak - M), said in the notes."""
     from membudget_greedy import greedy_amounts
 
-    profile = synthetic_chain(1, 30)
+    profile = cnn_like_chain(30, seed=1)
     budget = budget_between(profile, 0.3)
     plan = plan_offload(profile, budget, time_limit=0.0)
     assert plan.offload == tuple(sorted(greedy_amounts(profile, budget)))
@@ -446,7 +434,7 @@ def test_time_limit_falls_back_to_greedy_with_a_note() -> None:
 
 def test_slots_option_changes_the_resolution() -> None:
     """More slots, finer rounding: the predicted idle converges and stays a valid plan."""
-    profile = synthetic_chain(2, 40)
+    profile = cnn_like_chain(40, seed=2)
     budget = budget_between(profile, 0.3)
     plans = {s: plan_offload(profile, budget, slots=s) for s in (20, 100, 1000)}
     for s, plan in plans.items():
@@ -460,7 +448,7 @@ def test_slots_option_changes_the_resolution() -> None:
 @pytest.mark.parametrize("value", [0, -3, 1.5, True, "abc", None])
 def test_a_bad_slots_is_refused_by_name(value) -> None:
     # slots=1.5 used to plan with S=1 (int(slots)), slots=True with S=1
-    profile = synthetic_chain(2, 10)
+    profile = cnn_like_chain(10, seed=2)
     with pytest.raises(ValueError, match="dynprog: option slots must be an integer >= 1"):
         Dynprog().plan(profile, budget_between(profile, 0.3), slots=value)
 
@@ -477,7 +465,7 @@ def test_a_bad_candidates_or_time_limit_is_refused_by_name(option, value, expect
     """QA (2026-11-25): time_limit=-1 or nan planned silently as GREEDY (the limit exceeded at once; 0 asks for
     that fallback, test_time_limit_falls_back_to_greedy_with_a_note), and a text value failed inside the
     planner with Python's own words."""
-    profile = synthetic_chain(2, 10)
+    profile = cnn_like_chain(10, seed=2)
     with pytest.raises(ValueError, match=f"dynprog: {expected}"):
         Dynprog().plan(profile, budget_between(profile, 0.3), **{option: value})
 
@@ -491,7 +479,8 @@ def test_feasibility_loop_raises_rounded_down_sizes() -> None:
     rng = random.Random(5)
     loops = 0
     for _ in range(60):
-        profile = synthetic_chain(rng.randrange(10**6), rng.randint(2, 12))
+        seed = rng.randrange(10**6)
+        profile = cnn_like_chain(rng.randint(2, 12), seed=seed)
         budget = budget_between(profile, rng.random() * 0.3)
         if budget is None:
             continue
@@ -503,7 +492,7 @@ def test_feasibility_loop_raises_rounded_down_sizes() -> None:
 
 def test_tradeoff_curve_is_one_plan_per_budget() -> None:
     """The curve gives, per budget, DYNPROG's own plan and makespan; the peak gives compute only."""
-    profile = synthetic_chain(4, 25)
+    profile = cnn_like_chain(25, seed=4)
     lo, hi = min_memory(profile), peak_memory(profile)
     budgets = [lo + (hi - lo) * k // 10 for k in range(11)] + [lo - 1]
     curve = tradeoff_curve(profile, budgets, slots=200)
@@ -519,7 +508,7 @@ def test_tradeoff_curve_is_one_plan_per_budget() -> None:
 
 def test_below_minimum_says_how_much_is_needed() -> None:
     """One byte under min_memory: InfeasibleBudget with the needed amount."""
-    profile = synthetic_chain(6, 10)
+    profile = cnn_like_chain(10, seed=6)
     with pytest.raises(InfeasibleBudget, match="needs at least"):
         Dynprog().plan(profile, min_memory(profile) - 1)
 
@@ -534,7 +523,7 @@ def test_dynprog_registers_through_its_entry_point() -> None:
 
 def test_discretisation_rounds_as_section_5_3_2_says() -> None:
     """C^F, C^B rounded up; partial sums of u beta rounded down; of s_i rounded up."""
-    profile = synthetic_chain(8, 12)
+    profile = cnn_like_chain(12, seed=8)
     budget = budget_between(profile, 0.5)
     S = 97
     disc = discretise(profile, budget, S)

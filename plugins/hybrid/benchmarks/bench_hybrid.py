@@ -8,17 +8,13 @@ and the source of the plan kept are stored in ``extra_info``. No timed assert.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dynprog" / "benchmarks"))
-from bench_dynprog import cnn_like_chain, mid_budget  # noqa: E402  (the same chain as DYNPROG's benchmark)
+from harness.testing import budget_at, cnn_like_chain  # the same chain and budget as DYNPROG's benchmark
 
-from membudget_dynprog._kernels import warm_up as warm_dynprog  # noqa: E402
-from membudget_hybrid import discretise_hybrid, plan_hybrid, solve_hybrid  # noqa: E402
-from membudget_hybrid._kernels import warm_up  # noqa: E402
+from membudget_dynprog._kernels import warm_up as warm_dynprog
+from membudget_hybrid import discretise_hybrid, plan_hybrid, solve_hybrid
+from membudget_hybrid._kernels import warm_up
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,7 +27,7 @@ def compiled():
 def test_plan_150_stages_500_slots(benchmark) -> None:
     """The headline case: ``plan_hybrid`` as the planner runs it."""
     profile = cnn_like_chain(150)
-    budget = mid_budget(profile)
+    budget = budget_at(profile, 0.4)
     plan = benchmark.pedantic(plan_hybrid, args=(profile, budget), kwargs={"slots": 500}, rounds=5, iterations=1)
     benchmark.extra_info.update(states=plan.states, source=plan.source, makespan=plan.makespan, rivals=plan.rivals)
 
@@ -39,7 +35,7 @@ def test_plan_150_stages_500_slots(benchmark) -> None:
 def test_table_150_stages_500_slots(benchmark) -> None:
     """The table alone (one DP run, the default beam)."""
     profile = cnn_like_chain(150)
-    table = discretise_hybrid(profile, mid_budget(profile), 500)
+    table = discretise_hybrid(profile, budget_at(profile, 0.4), 500)
     found, states = benchmark.pedantic(solve_hybrid, args=(table, 4), kwargs={"beam": 2000}, rounds=5,
                                        iterations=1)
     benchmark.extra_info["states"] = states

@@ -5,8 +5,12 @@ adding offloading to rematerialization (recomputation) removes about a third of 
 overhead, and that the two together cut activation memory 4-6x at under 20% overhead. For
 the rows of one model (one batch and input size) on one executor, this module computes:
 
-- ``overhead_share``: the mean, over the budgets where both ran and recomputation costs
-  anything, of (T_recompute - T_combined) / (T_recompute - T_ideal). T_recompute is the
+- ``overhead_share``: over the budgets where both ran and recomputation costs anything, the
+  overhead the combined strategy removes over the overhead recomputation has, both summed:
+  sum(T_recompute - T_combined) / sum(T_recompute - T_ideal), so that a budget where
+  recomputation costs next to nothing weighs next to nothing (a mean of per-budget ratios
+  would give its share, on a denominator near zero, the weight of the budgets where the
+  overhead is). T_recompute is the
   ``recompute`` planner's time when it ran in the suite, else the best recompute-only planner
   there (``torch-checkpoint``); T_combined is the ``hybrid`` planner's (none: "not run");
   T_ideal is the row's ``ideal_s`` (the unconstrained keep-all iteration);
@@ -48,7 +52,7 @@ class Claims:
     recompute_planner: str | None  # the planner T_recompute came from (None: no recompute-only planner ran)
     combined_planner: str | None  # "hybrid", or None when it did not run
     overhead_share: float | None  # None: not run or no budget where both ran with an overhead
-    share_budgets: int  # how many budgets the mean is over
+    share_budgets: int  # how many budgets the sums are over
     reduction_strategy: str  # "hybrid", or "fastest of <planners>" without it
     memory_reduction: float | None  # None: no budget within the overhead limit
     reduction_budget: int | None  # the budget (bytes) it was reached at
@@ -107,12 +111,11 @@ def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Cl
     combined = COMBINED if COMBINED in times else None
     share, used = None, 0
     if recompute and combined and ideal:
-        shares = []
-        for budget, (_, t_rec) in times[recompute].items():
-            if budget in times[combined] and t_rec > ideal * (1 + 1e-9):
-                shares.append((t_rec - times[combined][budget][1]) / (t_rec - ideal))
-        if shares:
-            share, used = sum(shares) / len(shares), len(shares)
+        pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec) in times[recompute].items()
+                 if budget in times[combined] and t_rec > ideal * (1 + 1e-9)]
+        if pairs:
+            removed = sum(t_rec - t_comb for t_rec, t_comb in pairs)
+            share, used = removed / sum(t_rec - ideal for t_rec, _ in pairs), len(pairs)
     if combined:
         candidates, strategy = {combined: times[combined]}, combined
     else:

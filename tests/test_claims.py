@@ -37,8 +37,9 @@ def test_share_and_reduction_with_a_combined_planner():
                   "hybrid": {"b30": 1.5, "b60": 1.1, "b110": 1.0}})
     c = check_claims(rows, summarise(rows))
     assert (c.recompute_planner, c.combined_planner) == ("recompute", "hybrid")
-    # b30: (2 - 1.5) / (2 - 1) = 0.5; b60: (1.5 - 1.1) / 0.5 = 0.8; b110 has no overhead to remove
-    assert c.overhead_share == pytest.approx(0.65) and c.share_budgets == 2
+    # b30 removes 2 - 1.5 of an overhead of 2 - 1, b60 1.5 - 1.1 of 0.5; b110 has no overhead to remove:
+    # (0.5 + 0.4) / (1 + 0.5) = 0.6 (the mean of the two ratios, 0.65, would weigh b60's small overhead as b30's)
+    assert c.overhead_share == pytest.approx(0.6) and c.share_budgets == 2
     assert c.share_held is False
     # hybrid within 1.2x at b60: (110 - 10) / (60 - 10)
     assert c.activation_bytes == 100 and c.reduction_budget == 60 and c.memory_reduction == pytest.approx(2.0)
@@ -53,6 +54,17 @@ def test_held_when_a_third_is_removed_and_memory_shrinks_fourfold():
     assert c.overhead_share == pytest.approx(1 / 3) and c.share_held
     assert c.memory_reduction == pytest.approx(100 / 20) and c.reduction_held
     assert verdict(c.share_held) == "held" and verdict(None) == "not checked"
+
+
+def test_a_budget_where_recomputation_costs_next_to_nothing_does_not_carry_the_share():
+    """Offloading removes nothing where recomputation's overhead is (b30, b60) and all of a 1% overhead at
+    b110: a third of the overhead is not removed, though the mean of the three ratios, (0 + 0 + 1) / 3,
+    would say so (the published verdict this replaced read "held" on such rows)."""
+    rows = _rows({"recompute": {"b30": 2.0, "b60": 1.6, "b110": 1.01},
+                  "hybrid": {"b30": 2.0, "b60": 1.6, "b110": 1.0}})
+    c = check_claims(rows, summarise(rows))
+    assert c.share_budgets == 3 and c.overhead_share == pytest.approx(0.01 / 1.61)
+    assert c.share_held is False
 
 
 def test_where_nothing_runs_small_enough_to_show_fourfold_the_reduction_is_unchecked():

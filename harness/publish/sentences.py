@@ -158,7 +158,8 @@ HOW_TO_READ = (
     "the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
     "bound for every strategy in the column, its value in the header); schedules that recompute or split "
     "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
-    "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case."
+    "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case: it says how "
+    "close a schedule came to what it chose to do, and differs between rows, so never pick a strategy by it."
 )
 SPREAD = (
     "; ±S is half the interquartile range of a measured run's timed iterations (half the range of the kept "
@@ -168,7 +169,10 @@ SPLIT_NOTE = (
     "{mark}N: the schedule splits the batch into N sub-batches, running every forward and backward pass N "
     "times on a part of it (vDNN+ and moDNN do); it can run below the minimum memory of the whole batch. A model "
     "with batch normalisation then normalises over the smaller parts, which is not quite the same training; "
-    "the gradient check compares the same sub-batches and does not show it."
+    "the gradient check compares the same sub-batches and does not show it. A simulated {mark}N time is a best "
+    "case: the sub-batch's times come from the profile at that batch, measured where the profile holds it, "
+    "else scaled linearly from the whole batch (Profile.at_batch; always so for an analytic profile), while a "
+    "real GPU runs a small batch less efficiently."
 )
 BUDGET_WORDS = {
     "f": "fN budgets are the fraction N of the span from the minimum memory (of the whole batch) to the "
@@ -215,9 +219,9 @@ FIT_COLUMN = (
 )
 CLAIMS = (
     "{paper} report that offloading removes about a third of recomputation's overhead, and that the two "
-    "together cut activation memory 4-6x at under 20% overhead. Share: the mean over budgets where both ran "
-    "(and recomputation costs anything) of (T_recompute - T_hybrid) / (T_recompute - T_ideal), T_recompute from "
-    "the recompute planner, else torch-checkpoint; held within 1/3 +- 0.1. Reduction: activation memory (the "
+    "together cut activation memory 4-6x at under 20% overhead. Share: over the budgets where both ran "
+    "(and recomputation costs anything), the sum of T_recompute - T_hybrid over the sum of T_recompute - T_ideal "
+    "(the overhead removed over the overhead, in total), T_recompute from the recompute planner, else torch-checkpoint; held within 1/3 +- 0.1. Reduction: activation memory (the "
     "budget less the resident weights) of the keep-all peak over that of the smallest budget of the suite at "
     "which the combined strategy (hybrid; without it, the fastest strategy that ran, named) runs within 1.2x "
     "the ideal time; held at 4x or more, not checked where no strategy ran at a budget small enough to show "

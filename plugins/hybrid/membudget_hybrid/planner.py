@@ -36,8 +36,10 @@ Discretisation (papers/004 section 5.3.2, as ``membudget_dynprog.discretise``): 
 checkpoints rounded up, the u beta windows rounded down. eps_G (eqs. (9), (10) with
 Av_F = 0) is DYNPROG's, computed on the stage chain (h9 takes the kept memory after B_j as
 if every later stage were a kept single stage: an approximation on paths ending in a
-segment). While no candidate of the table runs in the simulator, the DP is run again with
-the usable memory shrunk by 1, 2, 4, ... slots.
+segment). While no candidate of the table runs in the simulator, or the fastest that ran is
+more than 1% slower than the table predicts, the DP is run again with the usable memory shrunk
+by 1, 2, 4, ... slots (8 runs at most) and the fastest plan that ran is kept: a whole-tensor copy
+needs more room than the fractional model grants it, and a smaller table leaves that room.
 
 The planner returns the fastest, in the simulator, of its own plan, DYNPROG's and the
 recomputation planner's (``membudget_recompute``, itself never slower than ``torch-checkpoint``),
@@ -66,7 +68,8 @@ from membudget_recompute import Recompute
 
 DEFAULT_SLOTS = 500
 TIE_CANDIDATES = 4  # plans backtracked among those tied for the table's optimum, each simulated
-SHRINK_ROUNDS = 8  # usable memory shrunk by 1, 2, 4, ... slots while no candidate runs
+SHRINK_ROUNDS = 8  # usable memory shrunk by 1, 2, 4, ... slots while no candidate runs, or runs slower than predicted
+MISPREDICTION = 0.01  # a simulated plan more than this fraction above the table's prediction: shrink and try again
 DEFAULT_BEAM = 2000  # states kept per layer (0: all, the exact table)
 
 
@@ -258,13 +261,17 @@ def _table_plan(profile: Profile, budget: int, slots: int, beam: int, planner: s
 
 def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str, options: dict, duplex: bool,
               offload_checkpoints: bool = True, tables: dict[int, HybridTable] | None = None):
-    """The table's fastest runnable plan (shrinking the memory while none runs): (decisions, schedule,
-    makespan, states, rounds); (None, None, inf, ...) when none runs. ``tables``: the tables built so far,
-    by the budget they were built for (read and filled)."""
+    """The table's fastest runnable plan: (decisions, schedule, makespan, states, rounds); (None, None,
+    inf, ...) when none runs. The memory is shrunk by 1, 2, 4, ... slots while none runs or the fastest
+    found so far is more than ``MISPREDICTION`` above the prediction of the latest table (its model,
+    fractional copies among them, saw a faster plan than the simulator grants; a smaller table leaves
+    the whole-tensor copies room: GPT-2 in ``tests/test_hybrid.py``). ``tables``: the tables built so
+    far, by the budget they were built for (read and filled)."""
     tables = {} if tables is None else tables
     usable = budget - profile.weight_bytes
     states = rounds = 0
     shrink = 0
+    best = (None, None, math.inf)
     for _ in range(SHRINK_ROUNDS):
         table_budget = budget - (usable * shrink) // slots
         if table_budget <= profile.weight_bytes:
@@ -277,18 +284,20 @@ def _own_plan(profile: Profile, budget: int, slots: int, beam: int, planner: str
             break
         found, made = solved
         states += made
-        best = found[0].cost
-        tied = [c for c in found if c.cost <= best + 1e-12 * max(1.0, abs(best))]
+        best_cost = found[0].cost
+        tied = [c for c in found if c.cost <= best_cost + 1e-12 * max(1.0, abs(best_cost))]
         chosen, chosen_schedule, chosen_time = None, None, math.inf
         for c in tied:
             schedule, t = fastest_ordered_schedule(profile, budget, set(c.offload), planner=planner, duplex=duplex,
                                                    options=options, recompute=list(c.segments))
             if schedule is not None and t < chosen_time:
                 chosen, chosen_schedule, chosen_time = c, schedule, t
-        if chosen is not None:
-            return chosen, chosen_schedule, chosen_time, states, rounds
+        if chosen_time < best[2]:
+            best = (chosen, chosen_schedule, chosen_time)
+        if best[2] <= (profile.compute_time + best_cost) * (1 + MISPREDICTION):
+            break
         shrink = max(1, 2 * shrink)
-    return None, None, math.inf, states, rounds
+    return (*best, states, rounds)
 
 
 def _rival_schedules(profile: Profile, budget: int, slots: int, duplex: bool):

@@ -814,3 +814,26 @@ def test_a_run_that_did_not_validate_its_schedules_says_so_on_its_page(tmp_path,
         over = rows[(rows["planner"] == "sloppy") & (rows["budget_label"] == "f0.5")]
         assert set(over["status"]) == ({"error"} if validate == "true" else {"infeasible"})
     assert UNVALIDATED in pages["false"] and UNVALIDATED not in pages["true"]
+
+
+def test_a_minimum_memory_that_leaner_algorithms_undercut_says_so():
+    """QA: the vdnnpp-gtx970 page said VGG-16's minimum memory was 3.65 GiB while vdnn-all with memory-optimal
+    algorithms ran in 3.57 GiB: the row's minimum is the default algorithms' (harness.bounds.min_memory)."""
+    from dataclasses import replace
+
+    from harness.bounds import min_memory
+    from harness.model import Algorithm, Profile, Stage
+    from harness.publish.page import leaner_minimum
+
+    mib = 2**20
+    wide = Stage("conv0", "conv", 1e-3, 2e-3, 100 * mib, 100 * mib, 100 * mib, fwd_workspace=900 * mib,
+                 bwd_workspace=900 * mib, algorithms=(Algorithm("lean", 3e-3, 6e-3, 0, 0),))
+    profile = Profile("m", 1, (3, 8, 8), "synthetic", 2**34, 1e10, 1e10, 0, 0, (wide,))
+    default = min_memory(profile)
+    assert min_memory(profile, memory_optimal=True) < default
+    row = {"min_memory_bytes": default}
+    assert leaner_minimum(profile, row).startswith(" at the default algorithms (") and "with the leanest" in \
+        leaner_minimum(profile, row)
+    plain = replace(profile, stages=(replace(wide, algorithms=()),))
+    assert leaner_minimum(plain, {"min_memory_bytes": min_memory(plain)}) == ""
+    assert leaner_minimum(None, row) == ""

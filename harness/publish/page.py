@@ -48,6 +48,19 @@ def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
     return frame
 
 
+def leaner_minimum(profile, row: Mapping[str, Any]) -> str:
+    """Where the profile's algorithm alternatives go below the row's ``min_memory_bytes`` (the default
+    algorithms') by enough to show on a page, what they reach; else ''."""
+    if profile is None or pd.isna(row["min_memory_bytes"]):
+        return ""
+    from harness.bounds import min_memory
+
+    leanest = min_memory(profile, memory_optimal=True)
+    if fmt_bytes(leanest) == fmt_bytes(int(row["min_memory_bytes"])):
+        return ""
+    return f" at the default algorithms ({fmt_bytes(leanest)} with the leanest)"
+
+
 def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.DataFrame, notes: str = "") -> list[Path]:
     """Write the pages and plots of one run (its ``meta.json`` and rows, as ``checked_run`` read them, and
     its ``notes.md``) into ``out``; return the files written."""
@@ -89,13 +102,14 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     if (meta.get("spec") or {}).get("validate") is False:
         doc.para(UNVALIDATED)
     tables: list[ExecutorTable] = []
+    profiles = RunProfiles(run.path)
     for group in model_groups(frame):
         doc.heading(group.title)
         plan = plan_rows(group.rows)
         first = plan.iloc[0]
         doc.para(f"ideal iteration {fmt_ms(first['ideal_s'])} ms; minimum memory "
-                 f"{fmt_bytes(first['min_memory_bytes'])}; keep-all peak {fmt_bytes(first['peak_memory_bytes'])}.",
-                 small=True)
+                 f"{fmt_bytes(first['min_memory_bytes'])}{leaner_minimum(profiles.of(first), first)}; keep-all peak "
+                 f"{fmt_bytes(first['peak_memory_bytes'])}.", small=True)
         for executor in executors(group.rows):
             table = ExecutorTable.of(group, executor, statistic)
             tables.append(table)

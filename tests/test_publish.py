@@ -837,3 +837,29 @@ def test_a_minimum_memory_that_leaner_algorithms_undercut_says_so():
     plain = replace(profile, stages=(replace(wide, algorithms=()),))
     assert leaner_minimum(plain, {"min_memory_bytes": min_memory(plain)}) == ""
     assert leaner_minimum(None, row) == ""
+
+
+def test_a_strategy_slower_with_more_memory_is_marked_and_its_step_named(results, tmp_path):
+    """QA: HYBRID ran GPT-2 24% slower at 15% of the peak than at the minimum memory, and the page starred
+    it without a word, though the smaller budget's plan fits the larger one."""
+    from harness.publish.tables import MORE_MEMORY_MARK
+
+    _, _, _, run_b = results
+
+    def slower(frame):
+        chain4 = frame["model"].str.endswith("chain4") & (frame["planner"] == "prefix")
+        at = {label: frame.index[chain4 & (frame["budget_label"] == label)] for label in ("f0", "f0.5")}
+        frame.loc[at["f0.5"], "makespan_s"] = str(3 * float(frame.loc[at["f0"], "makespan_s"].iloc[0]))
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "slower", slower)
+    publish([run], tmp_path / "site")
+    page = tmp_path / "site" / "pub" / "index.html"
+    tables = [t for t in _tables(page) if "iteration time, ms" in t[0]]
+    marked = [(title, line) for title, _, body, _ in tables for line in body if any(MORE_MEMORY_MARK in c for c in line)]
+    assert len(marked) == 1 and marked[0][1][0] == "prefix"  # chain4 only: no other table changed
+    assert MORE_MEMORY_MARK in marked[0][1][2] and MORE_MEMORY_MARK not in marked[0][1][1]
+    text = "".join(ET.fromstring(page.read_text()).itertext())
+    assert "the largest step, prefix at f0.5, is 3.00x its time at f0" in text
+    publish([run_b], tmp_path / "plain")
+    assert MORE_MEMORY_MARK not in (tmp_path / "plain" / "pub" / "index.md").read_text()

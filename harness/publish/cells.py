@@ -203,6 +203,30 @@ def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) 
     return {p for p, t in ran.items() if t <= best * (1 + rel)}
 
 
+# a strategy more than this much slower than at a smaller budget is not merely noise or rounding
+MORE_MEMORY_SLACK = 0.01
+
+
+def slower_with_more_memory(cells: dict[tuple[str, str], Cell], budgets: Sequence[str]) -> dict[tuple[str, str], str]:
+    """(planner, budget) -> the smaller budget at which the same planner ran faster, by more than
+    ``MORE_MEMORY_SLACK`` and (measured rows) beyond both cells' spreads. The plan made for the smaller
+    budget fits the larger one, so such a cell is the planner's shortfall, not the budget's. ``budgets``
+    ascending (``budget_order``); the fastest smaller budget is named."""
+    out: dict[tuple[str, str], str] = {}
+    for planner in dict.fromkeys(p for p, _ in cells):
+        best: tuple[float, float, str] | None = None  # the fastest so far: time, spread, budget
+        for budget in budgets:
+            cell = cells.get((planner, budget))
+            if cell is None or not cell.ranked:
+                continue
+            spread = 0.0 if math.isnan(cell.spread_s) else cell.spread_s
+            if best is not None and (cell.time_s - spread > (best[0] + best[1]) * (1 + MORE_MEMORY_SLACK)):
+                out[(planner, budget)] = best[2]
+            if best is None or cell.time_s < best[0]:
+                best = (cell.time_s, spread, budget)
+    return out
+
+
 @dataclass(frozen=True)
 class ExecutorTable:
     """The rows of one model group on one executor, summarised once for its tables and plots."""

@@ -10,10 +10,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from harness.publish.cells import (GRAD_TOLERANCE, NOTHING_FINISHED, ExecutorTable, executors, kind_of,
-                                   over_budget_rows)
+from harness.publish.cells import (GRAD_TOLERANCE, MORE_MEMORY_SLACK, NOTHING_FINISHED, ExecutorTable, budget_order,
+                                   executors, kind_of, over_budget_rows, slower_with_more_memory)
 from harness.publish.formats import fmt_bytes
-from harness.publish.tables import ARENA_FLAG, GRAD_FLAG, does_what
+from harness.publish.tables import ARENA_FLAG, GRAD_FLAG, MORE_MEMORY_MARK, does_what
 
 
 def _commit(git: dict[str, Any]) -> str:
@@ -258,6 +258,21 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
             f"more than the device budget: the arena plus the runtime bytes the chain model does not see, what "
             f"the process would reserve (largest: {largest}{capped}). A real allocator placing them so would "
             "likely run out of memory.")
+
+
+def more_memory_note(table: ExecutorTable) -> str | None:
+    """The note on a time table's ``MORE_MEMORY_MARK`` cells (None when there are none): how many, and
+    the largest such step with where it was."""
+    slower = slower_with_more_memory(table.cells, budget_order(table.rows))
+    if not slower:
+        return None
+    steps = [(table.cells[(p, b)].time_s / table.cells[(p, smaller)].time_s, p, b, smaller)
+             for (p, b), smaller in slower.items()]
+    ratio, planner, budget, smaller = max(steps)
+    return (f"{MORE_MEMORY_MARK}: slower by more than {MORE_MEMORY_SLACK:.0%} than the same strategy at a smaller "
+            f"budget of this table ({len(steps)} cell{'s' if len(steps) > 1 else ''}; the largest step, {planner} at {budget}, is {ratio:.2f}x "
+            f"its time at {smaller}). The plan made for the smaller budget fits the larger one too: the planner "
+            "did not find it, so its time at the smaller budget is a bound on what it should take here.")
 
 
 def grad_note(table: ExecutorTable) -> str | None:

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from harness.publish.cells import (Cell, ExecutorTable, budget_order, executors, fastest, is_measured, plan_rows,
-                                   planner_order)
+                                   planner_order, slower_with_more_memory)
 from harness.publish.formats import fmt_bytes, fmt_ms, fmt_ratio, number
 
 
@@ -20,6 +20,7 @@ ARENA_FLAG = "†"
 FIT_HEADER = f"fastest with its arena in the budget ({ARENA_FLAG} winners)"  # strategy_table's last column
 GRAD_FLAG = "‡"
 SPLIT_MARK = "÷"  # ÷N: the schedule splits the batch into N sub-batches
+MORE_MEMORY_MARK = "↗"  # slower than the same strategy at a smaller budget
 
 
 def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = False) -> list[str]:
@@ -70,10 +71,12 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
 
     A cell reads ``★ 194.20 ±1.30 (1.34x)``: the fastest at that budget, its time (the suite's
     statistic over repeats), the spread for measured rows, and the time over the ideal
-    iteration (``ideal_s``, the same for the whole table), then the marks of ``_marks``.
+    iteration (``ideal_s``, the same for the whole table), then the marks of ``_marks`` and
+    ``MORE_MEMORY_MARK`` where the strategy ran faster at a smaller budget (``slower_with_more_memory``).
     """
     budgets, measured = budget_order(table.rows), is_measured(table.rows)
     winners = {b: fastest(table.cells, b) for b in budgets}
+    slower = slower_with_more_memory(table.cells, budgets)
 
     def text(planner: str, budget: str, cell: Cell) -> str:
         out = f"{cell.time_s * 1e3:.2f}"
@@ -82,7 +85,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
         out += f" ({cell.slowdown:.2f}x)"
         if planner in winners[budget]:
             out = f"{FASTEST} {out}"
-        return out + _marks(cell)
+        return out + _marks(cell) + (f" {MORE_MEMORY_MARK}" if (planner, budget) in slower else "")
 
     lines, bad = grid(table, text)
     return ["planner", *_budget_headers(table.rows, budgets)], lines, bad

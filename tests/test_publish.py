@@ -706,6 +706,17 @@ def test_the_page_explains_the_budget_labels_it_has_and_says_when_no_allocator_c
     text = (tmp_path / "site" / "pub" / "index.md").read_text()
     assert "fN budgets are the fraction N" in text and "pN budgets" not in text
     assert "lists no allocator model" not in text
+    # the page's allocator line counts the cases (a schedule at a budget) that ran, and those whose arena
+    # exceeds the budget in some allocator model, from the rows
+    rows = read_rows_csv(run_b / "rows.csv")
+    ran = {(r["model"], r["batch_size"], r["planner_label"], r["budget_label"]): r for r in rows if r["status"] == "ok"}
+    over = {k for k in ran if any(r["arena_fits_budget"] == "false" and (r["model"], r["batch_size"],
+                                  r["planner_label"], r["budget_label"]) == k for r in rows)}
+    columns = {(m, b, budget) for m, b, _, budget in ran}
+    none_fit = {c for c in columns if all(k in over for k in ran if (k[0], k[1], k[3]) == c)}
+    assert over and none_fit
+    assert (f"Allocator check (caching, first-fit): {len(over)} of the {len(ran)} schedules that ran need a larger "
+            f"arena than their budget ({ARENA_FLAG}), and at {len(none_fit)} of {len(columns)} budgets none fits") in text
     (tmp_path / "bare").mkdir()
     run = support.run_yaml(tmp_path / "bare", support.SUITE.format(name="bare").replace(
         "{fractions: [0, 0.5, 1.0]}", "{peak_fractions: [0.8, 1.0]}"))

@@ -14,7 +14,7 @@ from harness.publish.figures import pick_timeline, plot_ratio, plot_throughput, 
 from harness.publish.formats import fmt_bytes, fmt_error, fmt_ms, fmt_ratio, slug
 from harness.publish.runs import checked_run, device_budget_of, statistic_of, suite_name
 from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FIT_COLUMN, HOW_TO_READ, SPLIT_NOTE,
-                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, budget_words, grad_note,
+                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, arena_summary, budget_words, grad_note,
                                        has_spread, labels_line, layout_notes, meta_lines, more_memory_note,
                                        plugins_line, sessions_line, what_ran)
 from harness.publish.tables import (ARENA_FLAG, FASTEST, FIT_HEADER, SPLIT_MARK, bound_table, claims_table,
@@ -94,6 +94,11 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
              + HOW_TO_READ.format(fastest=FASTEST, spread=SPREAD.format(statistic=statistic) if has_spread(frame)
                                   else "") + " " + budget_words(frame))
+    groups = model_groups(frame)
+    tables = [ExecutorTable.of(group, executor, statistic) for group in groups for executor in executors(group.rows)]
+    summary = arena_summary(tables)
+    if summary:
+        doc.para(summary)
     doc.para(CHAIN_BUDGETS if not device_budget else DEVICE_BUDGETS, small=True)
     for note in layout_notes(frame):
         doc.para(note, small=True)
@@ -101,9 +106,9 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
         doc.para(f"Note: {note}", small=True)
     if (meta.get("spec") or {}).get("validate") is False:
         doc.para(UNVALIDATED)
-    tables: list[ExecutorTable] = []
     profiles = RunProfiles(run.path)
-    for group in model_groups(frame):
+    by_group = {(t.group.key, t.executor): t for t in tables}
+    for group in groups:
         doc.heading(group.title)
         plan = plan_rows(group.rows)
         first = plan.iloc[0]
@@ -111,8 +116,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
                  f"{fmt_bytes(first['min_memory_bytes'])}{leaner_minimum(profiles.of(first), first)}; keep-all peak "
                  f"{fmt_bytes(first['peak_memory_bytes'])}.", small=True)
         for executor in executors(group.rows):
-            table = ExecutorTable.of(group, executor, statistic)
-            tables.append(table)
+            table = by_group[group.key, executor]
             kind = kind_of(table.rows)
             doc.heading(f"{executor} executor ({kind}): iteration time, ms ({FASTEST} fastest per budget)", 3)
             doc.table(*time_table(table))

@@ -260,6 +260,34 @@ def arena_note(table: ExecutorTable, device_budget: bool) -> str | None:
             "likely run out of memory.")
 
 
+def arena_summary(tables: list[ExecutorTable]) -> str | None:
+    """The page's one line on the allocator check, so that a reader sees before any table whether its
+    winners are the chain model's answer only: how many of the schedules that ran need a larger arena
+    than their budget, and at how many budgets none fits; that nothing was checked where a simulated
+    table placed no trace (the suite lists no allocator model); None otherwise (measured tables only)."""
+    checked = [t for t in tables if (t.rows["allocator"] != "").any()]
+    if not checked:
+        if any(kind_of(t.rows) == "simulated" for t in tables):
+            return (f"Allocator check: none. The suite lists no allocator model, so no schedule's memory trace "
+                    f"was placed: no {ARENA_FLAG} says whether a real allocator would fit it in the budget (see "
+                    "the pages of suites with allocators).")
+        return None
+    names = ", ".join(dict.fromkeys(a for t in checked for a in t.rows["allocator"] if a))
+    ran = [c for t in checked for c in t.cells.values() if c.ranked]
+    over = [c for c in ran if c.over_allocators]
+    columns = [[c for (_, b), c in t.cells.items() if b == budget and c.ranked]
+               for t in checked for budget in budget_order(t.rows)]
+    columns = [c for c in columns if c]
+    none_fit = sum(all(c.over_allocators for c in column) for column in columns)
+    if not over:
+        return (f"Allocator check ({names}): every schedule that ran places its memory trace within its budget.")
+    return (f"Allocator check ({names}): {len(over)} of the {len(ran)} schedules that ran need a larger arena "
+            f"than their budget ({ARENA_FLAG}), and at {none_fit} of {len(columns)} budgets none fits. Where a "
+            f"winner is marked {ARENA_FLAG}, its time is the chain model's answer: a real allocator would likely "
+            "need more memory than the budget (the last column of each 'fastest strategy' table names the "
+            "fastest that fits).")
+
+
 def more_memory_note(table: ExecutorTable) -> str | None:
     """The note on a time table's ``MORE_MEMORY_MARK`` cells (None when there are none): how many, and
     the largest such step with where it was."""
@@ -292,15 +320,9 @@ def grad_note(table: ExecutorTable) -> str | None:
 
 
 def layout_notes(frame: pd.DataFrame) -> list[str]:
-    """What a page cannot show about its rows, said rather than left as empty cells: no allocator model
-    checked the simulated traces (no † either way), rows older than the gradient check or the saved-data
-    columns."""
+    """What a page cannot show about its rows, said rather than left as empty cells: rows older than the
+    gradient check or the saved-data columns (no allocator model: ``arena_summary``)."""
     notes = []
-    simulated = [e for e in executors(frame) if kind_of(frame[frame["executor"] == e]) == "simulated"]
-    if simulated and (frame["allocator"] == "").all():
-        notes.append(f"The suite lists no allocator model, so no schedule's memory trace was placed: no "
-                     f"{ARENA_FLAG} says whether a real allocator would fit it in the budget (see the pages of "
-                     "suites with allocators).")
     torch_rows = frame[(frame["executor"] == "torch") & (frame["status"] == "ok")]
     if len(torch_rows) and torch_rows["grad_error"].isna().all():
         notes.append("These torch rows have no gradient check (grad err is empty): the suite turned it off, or they "

@@ -38,6 +38,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 
 import pandas as pd
 
+from harness.allocators.validate import placement_refusal
 from harness.case import classify, copy_layout, run_case
 from harness.device_memory import arena_fits
 from harness.errors import PLUGIN_FAILURES, MembudgetError
@@ -168,14 +169,18 @@ def execute_unit(task: UnitTask) -> UnitResult:
                 with stopwatch() as watch:  # Numba's compilation is not the allocator's time
                     placement = allocator.place(run.trace, **c.allocator_options)
                 place_time = watch.seconds
-                capped = getattr(allocator, "serves_under_cap", None)
-                fits = arena_fits(placement.arena_bytes, budget, profile.runtime_bytes, task.device_budget,
-                                  None if capped is None else (lambda cap: capped(run.trace, cap)))
-                row.update(place_time_s=place_time, arena_bytes=placement.arena_bytes,
-                           max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
-                           arena_fits_budget=fits,
-                           placement_optimal=placement.optimal,
-                           placement_lower_bound_bytes=placement.lower_bound_bytes)
+                refusal = placement_refusal(run.trace, placement)
+                if refusal:
+                    row.update(status="error", message=f"allocator {c.allocator}: {refusal}")
+                else:
+                    capped = getattr(allocator, "serves_under_cap", None)
+                    fits = arena_fits(placement.arena_bytes, budget, profile.runtime_bytes, task.device_budget,
+                                      None if capped is None else (lambda cap: capped(run.trace, cap)))
+                    row.update(place_time_s=place_time, arena_bytes=placement.arena_bytes,
+                               max_live_bytes=placement.max_live_bytes, fragmentation=placement.fragmentation,
+                               arena_fits_budget=fits,
+                               placement_optimal=placement.optimal,
+                               placement_lower_bound_bytes=placement.lower_bound_bytes)
             except PLUGIN_FAILURES as exc:  # an allocator's sys.exit too
                 status, message = classify(exc)
                 row.update(status=status, message=f"allocator {c.allocator}: {message}")

@@ -252,6 +252,28 @@ def test_allocators_give_one_row_each(tmp_path):
     assert sum(support.PLANS.values()) == 9  # one plan per case, not per allocator
 
 
+def test_an_allocator_placement_is_judged_by_the_core_not_taken_at_its_word(tmp_path):
+    """QA: an allocator placing every block at offset 0 got ok rows, an arena below the max-live bytes and
+    'optimal', and won the published placement table; one returning a dict blamed the harness. Each is now
+    an error row naming the allocator, beside the good allocator's rows of the same schedule."""
+    text = support.SUITE.format(name="alloc") + "allocators: [first-fit, overlapper, not-a-placement]\n"
+    rows = _rows(run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False).run_dir)
+    ran = {r["case_id"].rsplit("/", 1)[0] for r in rows if r["allocator"] == "first-fit" and r["status"] == "ok"}
+    assert ran
+    for row in rows:
+        if row["case_id"].rsplit("/", 1)[0] not in ran:
+            continue
+        if row["allocator"] == "first-fit":
+            assert row["status"] == "ok" and int(row["arena_bytes"]) >= int(row["max_live_bytes"])
+        elif row["allocator"] == "overlapper":
+            assert row["status"] == "error" and row["arena_bytes"] == ""
+            assert row["message"].startswith("allocator overlapper: invalid placement: ")
+            assert "share addresses while both alive" in row["message"] or "end beyond the arena" in row["message"]
+        else:
+            assert row["status"] == "error"
+            assert row["message"] == "allocator not-a-placement: returned a dict, not a harness.model.Placement"
+
+
 def test_timelines_are_saved_for_selected_cases(tmp_path):
     text = support.SUITE.format(name="tl") + "timelines: [{planner: prefix, budget: 0}]\n"
     outcome = run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False)

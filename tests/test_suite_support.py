@@ -8,7 +8,8 @@ and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slo
 ``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda and a lock), ``interrupter``
 (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a Numba kernel
 reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer``
-(SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set). ``install()`` registers it in the
+(SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set), and misbehaving allocators:
+``overlapper`` (every block at offset 0) and ``not-a-placement`` (returns a dict). ``install()`` registers it in the
 process-wide registry. This file has no tests of its own.
 """
 
@@ -286,6 +287,32 @@ class Unpicklable(Prefix):
         self.lock = threading.Lock()
 
 
+class Overlapper:
+    """An allocator that cheats: every block at offset 0, an arena of the largest block (test plugin)."""
+
+    name = "overlapper"
+    description = "every block at offset 0 (test plugin)"
+
+    def place(self, blocks):
+        """Offset 0 for all, the trace's true max-live, and an arena no valid placement can have."""
+        from harness.allocators.trace import max_live_bytes
+        from harness.model import Placement
+
+        return Placement(self.name, tuple(0 for _ in blocks), max((b.size for b in blocks), default=0),
+                         max_live_bytes(blocks), optimal=True)
+
+
+class NotAPlacement:
+    """An allocator that returns a dict (test plugin)."""
+
+    name = "not-a-placement"
+    description = "returns a dict (test plugin)"
+
+    def place(self, blocks):
+        """A dict of offsets."""
+        return {"offsets": [0] * len(blocks)}
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -296,6 +323,11 @@ class Plugin:
     @hookimpl
     def membudget_register_models(self, register):
         register(SyntheticModels())
+
+    @hookimpl
+    def membudget_register_allocators(self, register):
+        register(Overlapper())
+        register(NotAPlacement())
 
     @hookimpl
     def membudget_register_planners(self, register):

@@ -23,7 +23,7 @@ import numpy as np
 from harness.allocators.trace import IntTrace, as_int_trace, max_live_bytes
 from harness.model import MemoryBlock, Placement
 
-__all__ = ["Violation", "PlacementError", "violations", "check_placement", "is_valid"]
+__all__ = ["Violation", "PlacementError", "violations", "check_placement", "is_valid", "placement_refusal"]
 
 ViolationKind = Literal["count", "negative", "arena", "overlap", "max_live"]
 
@@ -146,6 +146,22 @@ def is_valid(
 ) -> bool:
     """Whether ``placement`` is valid for ``trace`` (see :func:`violations`)."""
     return not violations(trace, placement, arena_bytes, limit=1)
+
+
+def placement_refusal(trace: Union[IntTrace, Sequence[MemoryBlock]], placement: object) -> str | None:
+    """Why the runner refuses what an allocator plugin returned for ``trace`` (None: nothing): not a
+    :class:`Placement`, a placement with :func:`violations` (the first three), or a lower bound above its
+    own arena. The core judges every placement a row reports, as ``membudget place`` does, so that an
+    allocator cannot win a table with overlapping blocks or a max-live of its own."""
+    if not isinstance(placement, Placement):
+        return f"returned a {type(placement).__name__}, not a harness.model.Placement"
+    found = violations(trace, placement, limit=3)
+    if found:
+        return "invalid placement: " + "; ".join(v.message for v in found)
+    bound = placement.lower_bound_bytes
+    if bound is not None and bound > placement.arena_bytes:
+        return f"claims a lower bound of {bound} bytes, above its own arena of {placement.arena_bytes} bytes"
+    return None
 
 
 def check_placement(

@@ -18,8 +18,9 @@ import signal
 import sys
 import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, MembudgetError, UnknownPlugin, raised_at
 from harness.model import ModelError
@@ -32,8 +33,44 @@ EXIT_USAGE = 2
 # --------------------------------------------------------------------------- helpers
 
 
+_RESULT_STREAM: Any = None  # under --json, where the one JSON document goes (_json_stdout)
+
+
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    (_RESULT_STREAM or sys.stdout).write(text + "\n")
+
+
+@contextmanager
+def _json_stdout(enabled: bool) -> Iterator[None]:
+    """Under ``--json`` stdout carries one JSON document and nothing else: whatever else would print there
+    (a plugin's ``print``, a worker process's, a child a plugin starts) goes to stderr, down to the file
+    descriptor that child processes inherit, while ``_out`` writes to the real stdout."""
+    global _RESULT_STREAM
+    if not enabled:
+        yield
+        return
+    stdout, result, saved = sys.stdout, sys.stdout, None
+    try:
+        on_descriptor = stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a stream of its own (a test's capture)
+        on_descriptor = False
+    stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)  # what child processes inherit as their stdout
+    except OSError:  # no descriptor 1 or 2 to speak of: Python's own streams only
+        saved = None
+    if saved is not None and on_descriptor:
+        result = open(saved, "w", encoding="utf-8", closefd=False)
+    _RESULT_STREAM, sys.stdout = result, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout, _RESULT_STREAM = stdout, None
+        result.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _json(data: Any) -> None:
@@ -478,7 +515,7 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     _output_file(args.output, "-o", "placed.csv", inputs=[args.trace])
     return int(place_command(args.trace, args.allocator, args.json, output=args.output,
-                             options=_options(args.option)) or 0)
+                             options=_options(args.option), stream=_RESULT_STREAM) or 0)
 
 
 # --------------------------------------------------------------------------- run
@@ -913,7 +950,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plugin_warnings_in_one_line()
     previous = _stop_on_sigterm()
     try:
-        return args.func(args)
+        with _json_stdout(bool(getattr(args, "json", False))):
+            return args.func(args)
     except KeyboardInterrupt as exc:
         # the flag too: compiled code (Numba) can re-raise the handler's Terminated as another exception
         terminated = isinstance(exc, Terminated) or Terminated.received

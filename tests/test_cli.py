@@ -1186,3 +1186,27 @@ def test_an_option_of_one_value_given_twice_is_refused(capsys, profile_file, arg
     with pytest.raises(SystemExit) as exc:
         main(["plan", str(profile_file[1]), *argv])
     assert exc.value.code == 2 and f"error: {said}: one value per command" in capsys.readouterr().err
+
+
+def test_json_output_is_one_document_whatever_a_plugin_prints(capfd, profile_file, monkeypatch):
+    """QA: a planner's print, or a child process a plugin starts, came before the JSON on stdout and broke
+    ``json.load``; under ``--json`` they go to stderr, the JSON alone to stdout."""
+    import subprocess
+
+    _, path = profile_file
+    planner = support.Prefix
+    original = planner.plan
+
+    def chatty(self, profile, budget, **options):
+        print("planner says hello")
+        subprocess.run(["echo", "child says hello"], check=True)
+        return original(self, profile, budget, **options)
+
+    monkeypatch.setattr(planner, "plan", chatty)
+    code = main(["plan", str(path), "--planner", "prefix", "--budget", "50%", "--json"])
+    out, err = capfd.readouterr()
+    assert code == 0 and json.loads(out)["planner"] == "prefix"
+    assert "planner says hello" in err and "child says hello" in err
+    code = main(["plan", str(path), "--planner", "prefix", "--budget", "50%"])  # without --json, as before
+    out, _ = capfd.readouterr()
+    assert code == 0 and "planner says hello" in out and "child says hello" in out

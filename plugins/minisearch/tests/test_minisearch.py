@@ -233,8 +233,7 @@ def test_resnet50_training_trace_proved_at_max_live():
     """The hardest committed trace (673 blocks; best-fit 0.0087% above max-live): the
     portfolio's ``start`` order finds a placement at max-live, a proof of optimality."""
     path = [p for p in H100 if p.stem == "trace-resnet50-b32-training"]
-    if not path:
-        pytest.skip("results/traces/h100 is not in this checkout")
+    assert path, "results/traces/h100/trace-resnet50-b32-training.csv is committed: this check needs it"
     t = read_csv(path[0])
     res = solve(t.lower, t.upper, t.size, time_limit=None, node_limit=300_000)
     assert res.optimal and res.arena_bytes == res.max_live_bytes < res.incumbent_bytes

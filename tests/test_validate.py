@@ -153,3 +153,45 @@ def test_parts_of_the_wrong_kind_are_named_before_any_rule_reads_them() -> None:
     swapped = (ops[1], ops[0]) + ops[2:]  # and an order violation found before it is kept beside it
     assert messages(validate(Schedule("t", 10**6, swapped, algorithms=(0,)), profile)) == \
         "F1 runs before F0, whose output it reads (stage 1) | algorithms lists 1 entries for 2 stages"
+
+
+def test_a_run_whose_copies_overlap_on_one_engine_is_caught() -> None:
+    """check_run's rule of one copy at a time per engine (papers/004 section 3.1: a single link; two with
+    ``duplex``, one per direction): a timeline whose second offload starts inside the first is refused."""
+    profile, schedule = good_schedule()
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    copies = [k for k, e in enumerate(run.timeline) if e.label.startswith("offload")]
+    first, second = run.timeline[copies[0]], run.timeline[copies[1]]
+    assert second.start >= first.end  # the simulator's own run keeps them apart
+    timeline = list(run.timeline)
+    moved = (first.start + first.end) / 2
+    timeline[copies[1]] = dataclasses.replace(second, start=moved, end=moved + (second.end - second.start))
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(timeline)),
+                               schedule.budget_bytes))
+    assert "two copies overlap on the copy engine" in found
+
+
+def test_a_backward_without_the_part_of_the_next_input_it_needs_is_caught() -> None:
+    """check_needs counts what B_i reads of x_{i+1} (``output_saved_bytes``, eq. (6)'s terms). A trace that
+    holds, over B1, exactly what B1 needs passes; the same trace without that part of x2 is refused."""
+    from harness.model import MemoryBlock
+    from harness.validate import check_needs
+
+    profile = random_chain(random.Random(5), 3)
+    s1, s2 = profile.stages[1], profile.stages[2]
+    assert s1.output_saved_bytes > 0  # B1 reads part of x2 (a trailing ReLU's mask, say)
+    schedule = Schedule("keep-all", peak_memory(profile), training_ops(3))
+    run = simulate(schedule, profile, engine="reference")
+    compute = [e for e in run.timeline if e.stream == "compute"]
+    b1 = next(e for e in compute if e.label == "B1")
+    parts = {"weights": profile.weight_bytes, "saved1": s1.saved_bytes, "x2.held": s1.output_saved_bytes,
+             "y2": s2.grad_bytes, "y1": s1.grad_bytes, "wB1": s1.bwd_workspace}
+    exact = tuple(MemoryBlock(k, name, size, b1.start, b1.end) for k, (name, size) in enumerate(parts.items()))
+
+    def b1_refused(trace) -> bool:
+        found = check_needs(schedule, [profile], dataclasses.replace(run, trace=trace), compute)
+        return any(v.message.startswith("B1 runs with") for v in found)
+
+    assert not b1_refused(exact)
+    assert b1_refused(tuple(b for b in exact if b.name != "x2.held"))

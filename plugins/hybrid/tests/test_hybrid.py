@@ -429,6 +429,33 @@ def test_a_segments_needs_cover_its_checkpoint(profile: Profile) -> None:
         assert (table.sx[segments] <= table.scf[segments]).all() and (table.sx[segments] <= table.scb[segments]).all()
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_segments_windows_and_cost_are_their_definitions(seed: int) -> None:
+    """The module docstring's coarse stage, entry by entry in plain Python: a segment [a, b) offloads during
+    its forwards (u_F: sum f_j, at the d2h link) and prefetches during its recomputations and backwards (u_B:
+    sum f_j + b_j, at the h2d link), each rounded down to slots, and costs its recomputation, sum f_j. (A test
+    audit doubled the prefetch windows in ``discretise_hybrid`` and no test failed.)"""
+    rng = random.Random(seed)
+    profile = random_chain(rng, rng.randint(3, 7))
+    lo, hi = min_memory(profile), peak_memory(profile)
+    table = discretise_hybrid(profile, (lo + hi) // 2, 200)
+    q = table.disc.slot_bytes
+    stages = profile.stages
+    checked = 0
+    for a in range(profile.n_stages):
+        for b in range(a + 1, profile.n_stages + 1):
+            if table.sx[a, b] < 0:
+                continue
+            forwards = math.fsum(s.fwd_time for s in stages[a:b])
+            backwards = math.fsum(s.bwd_time for s in stages[a:b])
+            assert table.scost[a, b] == pytest.approx(forwards, rel=1e-12)
+            # a slot either way at most: the table rounds partial-sum differences, this a sum of its own
+            assert abs(table.suf[a, b] - math.floor(forwards * profile.d2h_bandwidth / q)) <= 1
+            assert abs(table.sub[a, b] - math.floor((forwards + backwards) * profile.h2d_bandwidth / q)) <= 1
+            checked += 1
+    assert checked >= profile.n_stages
+
+
 def test_a_table_whose_checkpoint_passes_its_needs_is_refused() -> None:
     """Such a table could take the kernel's Delta_F and Delta_B past the arrays they index: refused by name."""
     from dataclasses import replace as replaced

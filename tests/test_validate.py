@@ -47,6 +47,7 @@ def test_transfers_that_break_the_rules() -> None:
         "never prefetched": (Transfer(0, "offload", 0),),
         "never offloaded": (Transfer(0, "prefetch", 1),),
         "no earlier than B0": (Transfer(0, "offload", 0), Transfer(0, "prefetch", 3)),
+        "issued after B0 consumed the data": (Transfer(0, "offload", 3, issue_at="end"), Transfer(0, "prefetch", 2)),
         "prefetched before it is offloaded": (Transfer(0, "prefetch", 2), Transfer(0, "offload", 0)),
         "does not exist": (Transfer(5, "offload", 0),),
         "moves 999 bytes": (Transfer(0, "offload", 0, nbytes=999), Transfer(0, "prefetch", 2, nbytes=999)),

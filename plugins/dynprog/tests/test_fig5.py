@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 
 MODELS = ["resnet18", "resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201",
           "inception_v3"]
-SHORT = {"resnet18"}  # misses 1.2 at the lowest budgets (see the module docstring)
+SHORT = {"resnet18": [0.0, 0.1]}  # the fractions of the span where it misses 1.2 (see the module docstring)
 DENSENETS = ["densenet121", "densenet169", "densenet201"]
 FRACTIONS = [k / 10 for k in range(11)]
 SLOTS = 500
@@ -105,26 +105,27 @@ def figure_5(model: str) -> tuple[Point, ...]:
     return tuple(points)
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param(m, marks=pytest.mark.xfail(
-        strict=True, reason="ResNet-18 at the minimum: the fastest of all 2^13 ordered no-wait schedules is "
-                            "1.336 LB (whole-tensor copies of the stem's 103 MB blocks)"))
-    if m in SHORT else m for m in MODELS])
+def _over_1_2(points: tuple[Point, ...], ratio: str) -> list[float]:
+    """The fractions where ``ratio`` (a Point field) is 1.2 LB or more."""
+    return [p.fraction for p in points if getattr(p, ratio) >= 1.2]
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_dynprog_stays_under_1_2_lb(model: str) -> None:
-    """Section 6.2: "DYNPROG is able to consistently achieve a ratio below 1.2"."""
-    worst = max(p.dynprog_k64 for p in figure_5(model))
-    assert worst < 1.2, [(p.fraction, round(p.dynprog_k64, 3)) for p in figure_5(model)]
-
-
-@pytest.mark.parametrize("model", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=(
-        "ResNet-18 at the minimum: no ordered no-wait schedule reaches 1.2 LB")))
-    if m in SHORT else m for m in MODELS if m not in DENSENETS])
-def test_paper_dynprog_stays_under_1_2_lb(model: str) -> None:
-    """Section 6.2's 1.2 for the paper's DYNPROG itself: the table's best set (k = 1)."""
+    """Section 6.2: "DYNPROG is able to consistently achieve a ratio below 1.2": at every budget, but
+    ResNet-18's two lowest (1.336 and 1.272 LB: whole-tensor copies of the stem's 103 MB blocks;
+    ``test_resnet18_minimum_is_out_of_reach_of_every_ordered_schedule``), exactly those."""
     points = figure_5(model)
-    worst = max(p.dynprog for p in points)
-    assert worst < 1.2, [(p.fraction, round(p.dynprog, 3)) for p in points]
+    assert _over_1_2(points, "dynprog_k64") == SHORT.get(model, []), \
+        [(p.fraction, round(p.dynprog_k64, 3)) for p in points]
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m not in DENSENETS])
+def test_paper_dynprog_stays_under_1_2_lb(model: str) -> None:
+    """Section 6.2's 1.2 for the paper's DYNPROG itself (the table's best set, k = 1), with the same two
+    exceptions on ResNet-18."""
+    points = figure_5(model)
+    assert _over_1_2(points, "dynprog") == SHORT.get(model, []), [(p.fraction, round(p.dynprog, 3)) for p in points]
 
 
 def test_ties_for_the_optimum_differ_in_the_simulator() -> None:
@@ -155,22 +156,24 @@ def test_paper_dynprog_is_almost_optimal_on_densenet(model: str) -> None:
     assert worst < max(p.greedy for p in points)
 
 
-def test_resnet18_minimum_is_out_of_reach_of_every_ordered_schedule() -> None:
-    """Why ResNet-18 misses 1.2 LB at its minimum: every one of the 2^13 offload sets, each with
-    every prefetch window and lead (``fastest_ordered_schedule``), is at least 1.2 LB, and
+@pytest.mark.parametrize("fraction", SHORT["resnet18"])
+def test_resnet18_minimum_is_out_of_reach_of_every_ordered_schedule(fraction: float) -> None:
+    """Why ResNet-18 misses 1.2 LB at the two lowest budgets: every one of the 2^13 offload sets, each
+    with every prefetch window and lead (``fastest_ordered_schedule``), is at least 1.2 LB, and
     DYNPROG's schedule is as fast as the fastest of them. The table's own optimum (the
-    fractional model's) is under 1.2 there, so the loss is assumption E's, not the table's."""
+    fractional model's) is under 1.2 at the minimum, so the loss is assumption E's, not the table's."""
     from harness.schedules import fastest_ordered_schedule
 
     profile = _profile("resnet18")
     lo, hi = min_memory(profile), peak_memory(profile)
-    lb = lower_bound(profile, lo, m_peak=hi)
+    point = next(p for p in figure_5("resnet18") if p.fraction == fraction)
+    budget = lo + int((hi - lo) * fraction)
+    lb = lower_bound(profile, budget, m_peak=hi)
     n = profile.n_stages
     fastest = min(
-        fastest_ordered_schedule(profile, lo, [i for i in range(n) if mask >> i & 1], planner="enumerate",
+        fastest_ordered_schedule(profile, budget, [i for i in range(n) if mask >> i & 1], planner="enumerate",
                                  prefetch_during_forward=True)[1]
         for mask in range(1 << n))
-    point = figure_5("resnet18")[0]
     assert fastest / lb > 1.2
     assert point.dynprog == pytest.approx(fastest / lb, rel=1e-9)
     assert point.predicted < 1.2

@@ -352,19 +352,16 @@ def _budget(profile, fraction: float) -> int:
 # the first, the plan runs but takes 161.5 ms).
 # ResNet-34 at half the span: eq. (3) takes the largest sub-batch whose heaviest task fits
 # (the whole batch), and moDNN must then move 7.9 GB (batch 128) where vDNN+'s smaller
-# sub-batch (64 x 2) keeps almost everything (0.15 GB moved): 154 vs 62 ms, 288 vs 102 ms at
+# sub-batch (64 x 2) keeps almost everything (0.15 GB moved): 145 vs 62 ms, 282 vs 102 ms at
 # batch 256. Measured with B_i holding the part of x_{i+1} it needs (the profiles' output_saved_bytes).
+# Those two cases are checked the other way round: moDNN slower than vDNN+, with fewer passes.
 EQ3_TAKES_TOO_LARGE_A_SUB_BATCH = {("resnet34", 0.50), ("resnet34-b256", 0.50)}
-FIG8_MEASURED_CASES = [
-    pytest.param(key, f, marks=pytest.mark.xfail(strict=True, reason=(
-        "eq. (3)'s sub-batch (the whole batch) must offload most saved data (7.9 GB at batch 128) where vDNN+'s half-size sub-batch "
-        "keeps nearly everything")) if (key, f) in EQ3_TAKES_TOO_LARGE_A_SUB_BATCH else ())
-    for key in MEASURED_PROFILES for f in FIG8_FRACTIONS]
 
 
-@pytest.mark.parametrize("key,fraction", FIG8_MEASURED_CASES)
+@pytest.mark.parametrize("key,fraction", [(key, f) for key in MEASURED_PROFILES for f in FIG8_FRACTIONS])
 def test_fig8_eq3_on_measured_h100_profiles(key: str, fraction: float) -> None:
-    """Fig. 8 with the paper's eq. (3) on measured profiles: moDNN <= vDNN+ <= vDNN (where vDNN fits).
+    """Fig. 8 with the paper's eq. (3) on measured profiles: moDNN <= vDNN+ <= vDNN (where vDNN fits),
+    but where eq. (3) takes too large a sub-batch (``EQ3_TAKES_TOO_LARGE_A_SUB_BATCH``), moDNN > vDNN+.
 
     On a real GPU small batches run less efficiently (VGG-16 on the H100: 12.1 ms a sample at
     batch 1, 1.36 at 16, 0.80 at 256), which is what eq. (3)'s "large enough to fully utilize the
@@ -379,7 +376,11 @@ def test_fig8_eq3_on_measured_h100_profiles(key: str, fraction: float) -> None:
     modnn = _run(schedule, profile)
     plus_schedule = VDNNPlus().plan(profile, budget)
     plus = _run(plus_schedule, profile)
-    assert modnn.makespan <= plus.makespan * (1 + 1e-9), (key, fraction, modnn.makespan, plus.makespan)
+    if (key, fraction) in EQ3_TAKES_TOO_LARGE_A_SUB_BATCH:  # the paper's deviation, pinned as it is
+        assert modnn.makespan > plus.makespan and schedule.sub_batches < plus_schedule.sub_batches, \
+            (key, fraction, modnn.makespan, plus.makespan)
+    else:
+        assert modnn.makespan <= plus.makespan * (1 + 1e-9), (key, fraction, modnn.makespan, plus.makespan)
     vdnn = best_static_vdnn(profile, budget)
     if vdnn is not None:
         assert plus.makespan <= _run(vdnn, profile).makespan * (1 + 1e-9), (key, fraction)

@@ -192,15 +192,18 @@ def _open_quote(text: str) -> bool:
     return text.count('"') % 2 == 1
 
 
-def drop_malformed_rows(run_dir: Path) -> list[int]:
+def drop_malformed_rows(run_dir: Path) -> tuple[list[int], bool]:
     """Remove from a run's ``rows.csv`` the rows with another number of cells than the header, and a torn
-    last record (see :func:`read_rows_csv`), atomically; return the malformed rows' line numbers (nothing is
-    written when there is nothing to remove)."""
+    last record (see :func:`read_rows_csv`), atomically; return the malformed rows' line numbers and whether
+    a torn last record went (nothing is written when there is nothing to remove).
+
+    The writer ends every record with a newline, so a last record without one is torn even when it has
+    every cell (a kill inside its last one, ``weight_bytes`` cut from 123456 to 123): its case runs again."""
     path = Path(run_dir) / ROWS_CSV
     rows, malformed, torn = _read_rows(path)
     if malformed or torn:
         _write_rows_atomic(path, rows)
-    return [line for line, _, _ in malformed]
+    return [line for line, _, _ in malformed], torn
 
 
 def check_statuses(path: Path, rows: list[Mapping[str, Any]]) -> None:

@@ -597,10 +597,13 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     cases = suite.cases()
     _check_same_gpu(cases, run_dir, meta)  # before a row is dropped or meta.json written
     if resuming:
-        torn = drop_malformed_rows(run_dir)
+        torn, tail = drop_malformed_rows(run_dir)
         if torn:
             notes.append(f"{len(torn)} torn row(s) of {run_dir / ROWS_CSV} (line {', '.join(map(str, torn))}: "
                          "fewer or more cells than the header) dropped; their cases run again")
+        if tail:
+            notes.append(f"the last row of {run_dir / ROWS_CSV} was torn (a write cut short: no newline at its "
+                         "end) and dropped; its case runs again")
         _check_one_row_per_case(run_dir)
     ids = {c.case_id for c in cases}
     if resuming:

@@ -985,6 +985,27 @@ def test_resume_drops_a_torn_row_in_the_middle_and_runs_its_case_again(tmp_path)
     assert len(ids) == len(set(ids)) == len(suite.cases()) and torn_case in ids
 
 
+def test_resume_drops_a_last_row_torn_inside_its_last_cell_says_so_and_runs_its_case_again(tmp_path):
+    """QA: a kill inside the last cell of the last row (``weight_bytes`` 10000 cut to 10) leaves a record with
+    every cell but no newline. The writer ends every record with one, so it is torn: resume drops it, says so
+    as it does for a torn row in the middle, and runs its case again."""
+    suite = _suite(tmp_path)
+    run_dir = tmp_path / "r" / "synth" / "x"
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    text = (run_dir / "rows.csv").read_text()
+    last = read_rows_csv(run_dir / "rows.csv")[-1]
+    assert len(last["weight_bytes"]) > 3  # the cut below stays inside the last cell
+    (run_dir / "rows.csv").write_text(text[:-4])
+    assert last["case_id"] not in {r["case_id"] for r in read_rows_csv(run_dir / "rows.csv")}
+    notes = []
+    outcome = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False, on_note=notes.append)
+    assert outcome.ran == 1 and notes == [f"the last row of {run_dir / 'rows.csv'} was torn (a write cut short: no "
+                                          "newline at its end) and dropped; its case runs again"]
+    rows = read_rows_csv(run_dir / "rows.csv")
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    assert {k: v for k, v in rows[-1].items() if k not in TIMING} == {k: v for k, v in last.items() if k not in TIMING}
+
+
 @pytest.mark.parametrize("cut", ["after a line of the message", "within a line of the message"])
 def test_a_last_record_cut_inside_a_message_of_several_lines_is_the_torn_tail(tmp_path, cut):
     """Review: an error message spans lines; a kill that cut the last record after one of them left a short
@@ -1000,7 +1021,7 @@ def test_a_last_record_cut_inside_a_message_of_several_lines_is_the_torn_tail(tm
         last = last[:-3]
     (run_dir / "rows.csv").write_text(header_line() + rows[0] + rows[1] + last)
     assert [r["case_id"] for r in read_rows_csv(run_dir / "rows.csv")] == ["c0", "c1"]
-    assert drop_malformed_rows(run_dir) == []  # no row in the middle is malformed; the tail goes
+    assert drop_malformed_rows(run_dir) == ([], True)  # no row in the middle is malformed; the tail goes
     assert (run_dir / "rows.csv").read_text() == header_line() + rows[0] + rows[1]
 
 

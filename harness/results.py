@@ -76,6 +76,12 @@ _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "thro
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",
                   "grad_error", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown", "recompute_s")
 _BOOL_COLUMNS = ("valid", "arena_fits_budget", "placement_optimal")  # true / false / empty (not checked)
+# A row's message longer than this many characters keeps its head and its tail (where it was raised) and
+# says how many were cut between: a plugin's may be any length, and one over csv's field limit (131072)
+# made the run folder unreadable.
+MESSAGE_LIMIT, _MESSAGE_TAIL = 4000, 300
+# What the readers allow a cell (csv's C long), so that the runs written before messages were cut still read.
+_FIELD_LIMIT = 2**31 - 1
 
 
 class ResultsError(ValueError):
@@ -94,10 +100,23 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def cut_message(message: str) -> str:
+    """``message``, or, when longer than ``MESSAGE_LIMIT`` characters, that many of its head and tail and
+    how many were cut between them."""
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    head = MESSAGE_LIMIT - _MESSAGE_TAIL
+    cut = len(message) - MESSAGE_LIMIT
+    return f"{message[:head]} [... {cut} characters cut ...] {message[-_MESSAGE_TAIL:]}"
+
+
 def format_row(row: Mapping[str, Any]) -> str:
-    """One CSV line (with its newline) of ``row`` in ``COLUMNS`` order; missing cells are empty."""
+    """One CSV line (with its newline) of ``row`` in ``COLUMNS`` order; missing cells are empty, and the
+    message is cut to ``MESSAGE_LIMIT`` characters."""
+    cells = {c: _cell(row.get(c)) for c in COLUMNS}
+    cells["message"] = cut_message(cells["message"])
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([_cell(row.get(c)) for c in COLUMNS])
+    csv.writer(buf, lineterminator="\n").writerow(cells.values())
     return buf.getvalue()
 
 
@@ -172,7 +191,7 @@ def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, i
     torn = bool(text) and not text.endswith("\n")
     if torn:
         text = text[: text.rfind("\n") + 1]
-    reader = csv.reader(io.StringIO(text))
+    reader = _csv_reader(io.StringIO(text))
     header = next(reader, [])
     _check_columns(path, header)
     rows, malformed = [], []
@@ -185,6 +204,13 @@ def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[tuple[int, int, i
         malformed.pop()  # the last record, cut inside a message's lines: the torn tail
         torn = True
     return rows, malformed, torn
+
+
+def _csv_reader(lines: Iterable[str]) -> Any:
+    """A ``csv.reader`` of ``lines`` that reads cells longer than csv's default limit of 131072 characters
+    (a message written before messages were cut, ``MESSAGE_LIMIT``)."""
+    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_LIMIT))  # process-wide: only ever raised
+    return csv.reader(lines)
 
 
 def _open_quote(text: str) -> bool:

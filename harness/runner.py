@@ -444,7 +444,8 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session:
             try:
                 ref = remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(task) else 0).remote(task, *arguments)
             except Exception as exc:  # it does not serialise (a plugin holding a lock): that case fails
-                yield _failed(task, f"could not run as a Ray task: {type(exc).__name__}: {exc}")
+                cause = exc.__cause__ or exc  # Ray's own words quote the whole task, its profile included
+                yield _failed(task, f"could not run as a Ray task: {type(cause).__name__}: {cause}")
                 continue
             task_of[ref] = task
         pending = list(task_of)

@@ -134,3 +134,20 @@ def test_a_folder_without_meta_json_is_published_under_its_rows_suite(run, tmp_p
     publish([bare], tmp_path / "site")
     page = (tmp_path / "site" / suite.name / "index.md").read_text()
     assert "copied-rows has no meta.json" in page and "profiles of synthetic" in page
+
+
+def test_a_run_written_with_a_message_over_csvs_field_limit_reads(tmp_path):
+    """QA: a message of 200000 characters (before rows cut them) is over csv's field limit of 131072: the
+    folder could not be read, resumed, published or compared again."""
+    import csv
+
+    from harness.results import COLUMNS, header_line
+
+    run_dir = tmp_path / "huge"
+    run_dir.mkdir()
+    with open(run_dir / "rows.csv", "w", newline="") as f:
+        f.write(header_line())
+        row = {"suite": "s", "case_id": "c", "status": "error", "message": "ValueError: " + "Z" * 200_000}
+        csv.writer(f, lineterminator="\n").writerow([row.get(c, "") for c in COLUMNS])
+    assert len(read_rows_csv(run_dir / "rows.csv")[0]["message"]) == 200_012
+    assert list(load_rows(run_dir)["case_id"]) == ["c"]

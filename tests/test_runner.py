@@ -1025,6 +1025,30 @@ def test_a_last_record_cut_inside_a_message_of_several_lines_is_the_torn_tail(tm
     assert (run_dir / "rows.csv").read_text() == header_line() + rows[0] + rows[1]
 
 
+def test_a_message_of_any_length_is_cut_so_that_the_run_folder_reads(tmp_path, monkeypatch):
+    """QA: a planner's message of 200000 characters, over csv's field limit (131072), made the run's own
+    reading of rows.csv fail (meta.json stayed 'running'), and resume, publish and compare after it. A row keeps
+    the message's head and tail (where it was raised) and says how many characters were cut."""
+    from harness.results import MESSAGE_LIMIT, load_rows
+
+    def loud(self, profile, budget_bytes, **options):
+        raise ValueError("Z" * 200_000 + " the end")
+
+    monkeypatch.setattr(support.Boom, "plan", loud)
+    suite = _suite(tmp_path, support.SUITE.format(name="loud").replace("[keep-all, prefix]", "[prefix, boom]"))
+    outcome = run_suite(suite, tmp_path / "r", progress=False)
+    assert read_meta(outcome.run_dir)["status"] == "complete"
+    loud_rows = [r for r in _rows(outcome.run_dir) if r["planner"] == "boom"]
+    for message in (r["message"] for r in loud_rows):
+        cut = len("ValueError: ") + 200_000 + len(" the end") + len(re.search(r" \(at [^)]*\)$", message)[0]) \
+            - MESSAGE_LIMIT
+        assert message.startswith("ValueError: ZZZ") and f" [... {cut} characters cut ...] " in message
+        assert re.search(r"Z the end \(at tests\.test_runner:\d+ in loud\)$", message), message[-80:]
+        assert len(message) == MESSAGE_LIMIT + len(f" [... {cut} characters cut ...] ")
+    assert loud_rows and len(load_rows(outcome.run_dir)) == len(suite.cases())
+    assert run_suite(suite, tmp_path / "r", resume=True, progress=False).ran == 0
+
+
 def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
     """QA: a status edited to 'okay' was published, its rows in no column of the pages' counts."""
     from harness.results import ResultsError, load_rows

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from harness.files import not_utf8, replace_atomic, write_text_atomic
@@ -89,6 +90,9 @@ class ResultsError(ValueError):
 
 
 def _cell(value: Any) -> str:
+    """A row's value as its CSV cell. An executor's metrics may hold anything: a NumPy scalar or array is
+    written as the Python value it holds, an object JSON cannot write as its ``str``."""
+    value = _plain(value)
     if value is None:
         return ""
     if isinstance(value, float):
@@ -96,8 +100,26 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True)
+        try:
+            return json.dumps(value, sort_keys=True, default=_json_value)
+        except (TypeError, ValueError):  # keys JSON cannot write, or a structure that holds itself
+            return str(value)
     return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar or array as the Python value it holds; any other value as it is."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def _json_value(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value it cannot: a NumPy value's Python value, else its ``str``."""
+    plain = _plain(value)
+    return str(value) if plain is value else plain
 
 
 def cut_message(message: str) -> str:

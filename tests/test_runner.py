@@ -1049,6 +1049,24 @@ def test_a_message_of_any_length_is_cut_so_that_the_run_folder_reads(tmp_path, m
     assert run_suite(suite, tmp_path / "r", resume=True, progress=False).ran == 0
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_executors_numpy_metrics_are_written_as_the_values_they_hold(tmp_path, monkeypatch, jobs):
+    """QA: an executor whose Run.metrics held a numpy.int64 crashed the whole run ('Object of type int64 is not
+    JSON serializable' writing its row), and every resume again. A NumPy value is written as the Python value it
+    holds (a NumPy float was 'np.float64(0.25)'), an array as a list, an object JSON cannot write as its str."""
+    monkeypatch.setenv("MEMBUDGET_TEST_RUN", "numpy")
+    suite = _suite(tmp_path, support.SUITE.format(name="np").replace("[keep-all, prefix]", "[prefix]")
+                   .replace("[simulate]", "[quirky]").replace("[1, 2]", "[1]"))
+    outcome = run_suite(suite, tmp_path / "r", jobs=jobs, progress=False)
+    rows = _rows(outcome.run_dir)
+    assert read_meta(outcome.run_dir)["status"] == "complete" and len(rows) == len(suite.cases())
+    for row in rows:
+        assert (row["status"], row["stall_s"], row["iterations"]) == ("ok", "0.25", "3"), row["message"]
+        metrics = json.loads(row["metrics"])
+        assert metrics["stalls"] == 3 and metrics["per_stage"] == [0, 1, 2]
+        assert metrics["handle"].startswith("<object object at ")
+
+
 def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
     """QA: a status edited to 'okay' was published, its rows in no column of the pages' counts."""
     from harness.results import ResultsError, load_rows

@@ -8,9 +8,10 @@ and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slo
 ``sloppy`` (a plugin author's slips), ``unpicklable`` (holds a lambda and a lock), ``interrupter``
 (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a Numba kernel
 reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer``
-(SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set), and misbehaving allocators:
-``overlapper`` (every block at offset 0) and ``not-a-placement`` (returns a dict). ``install()`` registers it in the
-process-wide registry. This file has no tests of its own.
+(SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set); misbehaving allocators:
+``overlapper`` (every block at offset 0) and ``not-a-placement`` (returns a dict); and an executor ``quirky``
+(the simulator, with an executor author's slips). ``install()`` registers it in the process-wide registry.
+This file has no tests of its own.
 """
 
 from __future__ import annotations
@@ -312,6 +313,31 @@ class NotAPlacement:
         return {"offsets": [0] * len(blocks)}
 
 
+class Quirky:
+    """The simulator with an executor author's slips, by ``MEMBUDGET_TEST_RUN``: ``numpy`` reports NumPy values
+    in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write; else
+    it runs as ``simulate``."""
+
+    name = "quirky"
+    description = "the simulator with an executor author's slips (test plugin)"
+
+    def run(self, schedule, profile, workload=None):
+        """Simulate ``schedule``, then slip as ``MEMBUDGET_TEST_RUN`` says."""
+        import dataclasses
+
+        import numpy as np
+
+        from harness.simulate.executor import simulate
+
+        run = simulate(schedule, profile)
+        slip = os.environ.get("MEMBUDGET_TEST_RUN", "")
+        if slip == "numpy":
+            return dataclasses.replace(run, metrics={"stall_s": np.float64(0.25), "iterations": np.int64(3),
+                                                     "stalls": np.int64(3), "per_stage": np.arange(3),
+                                                     "handle": object()})
+        return run
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -333,6 +359,10 @@ class Plugin:
         for planner in (Prefix(), Boom(), Oom(), Interrupter(), NumbaInterrupter(), Killer(), SlowFirst(),
                         Hang(), Sloppy(), Unpicklable()):
             register(planner)
+
+    @hookimpl
+    def membudget_register_executors(self, register):
+        register(Quirky())
 
 
 PLUGIN = Plugin()

@@ -16,19 +16,34 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, OptionValueError, raised_at
+from harness.errors import InfeasibleBudget, InvalidSchedule, OptionValueError, raised_at
 from harness.jit_time import stopwatch
 from harness.model import Profile, Run, Schedule, Stage
 from harness.options import planner_options
 from harness.schedules import checked_plan
 
 
+# Whether Ctrl-C can raise KeyboardInterrupt in this process: not in a pool worker, whose SIGINT handler does
+# nothing (harness.workers), so that a KeyboardInterrupt there is a plugin's own exception and fails its case
+_ctrl_c_raises = True
+
+
+def ctrl_c_never_raises_here() -> None:
+    """Say that SIGINT raises nothing in this process (a pool worker): a ``KeyboardInterrupt`` is then no
+    interrupt (``is_interrupt``) but a plugin's failure, an ``error`` row."""
+    global _ctrl_c_raises
+    _ctrl_c_raises = False
+
+
 def is_interrupt(exc: BaseException) -> bool:
-    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain).
+    """True when ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (anywhere in its chain), in a process
+    where Ctrl-C raises one.
 
     Ctrl-C inside a compiled (Numba) function reaches Python as ``SystemError: ...
     returned a result with an exception set`` whose ``__context__`` is the interrupt.
     """
+    if not _ctrl_c_raises:
+        return False
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -42,8 +57,11 @@ def is_interrupt(exc: BaseException) -> bool:
     return False
 
 
-def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result."""
+def classify(exc: BaseException, who: str = "the plugin") -> tuple[str, str]:
+    """(status, message) of a failed case; an interrupt is re-raised as ``KeyboardInterrupt``, never a result.
+    ``who`` names what raised ``exc`` (``planner 'greedy'``) where the message names it."""
+    if isinstance(exc, KeyboardInterrupt) and is_interrupt(exc):
+        raise exc  # itself: the command line tells SIGTERM's (``Terminated``) from Ctrl-C's
     if is_interrupt(exc):
         raise KeyboardInterrupt from exc
     if isinstance(exc, InfeasibleBudget):
@@ -52,6 +70,10 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "error", str(exc)
     if isinstance(exc, SystemExit):
         return "error", f"SystemExit: the plugin called sys.exit({exc.code!r})" + raised_at(exc)
+    if not isinstance(exc, (Exception, GeneratorExit)):  # asyncio.CancelledError, a worker's KeyboardInterrupt
+        said = f": {exc}" if str(exc).strip() else ""
+        where = " in a worker process, which Ctrl-C does not reach" if isinstance(exc, KeyboardInterrupt) else ""
+        return "error", f"{who} raised {type(exc).__name__}{where}{said}".strip() + raised_at(exc)
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
         return "oom", f"{type(exc).__name__}: {exc}".strip()
     return "error", f"{type(exc).__name__}: {exc}".strip() + raised_at(exc)
@@ -87,7 +109,7 @@ def warm_up(planner: Any) -> None:
     for budget in (hi, (lo + hi) // 2, lo):
         try:
             planner.plan(tiny, budget)
-        except PLUGIN_FAILURES as exc:  # a planner may refuse a toy chain; warming is best effort
+        except BaseException as exc:  # a planner may refuse a toy chain; warming is best effort
             if is_interrupt(exc):  # but a Ctrl-C inside a kernel still stops the run
                 raise KeyboardInterrupt from exc
 
@@ -108,7 +130,7 @@ def option_value_refusal(planner: Any, options: dict[str, Any]) -> str | None:
             planner.plan(tiny, budget, **opts)
         except OptionValueError as exc:
             return exc
-        except PLUGIN_FAILURES as exc:
+        except BaseException as exc:
             if is_interrupt(exc):
                 raise KeyboardInterrupt from exc
         return None
@@ -228,8 +250,8 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         fields["status"] = "error"
         fields["message"] = f"the host ran out of memory while planning: {type(exc).__name__}: {exc}".strip()
         return CaseOutcome(fields)
-    except PLUGIN_FAILURES as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
-        fields["status"], fields["message"] = classify(exc)
+    except BaseException as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit too)
+        fields["status"], fields["message"] = classify(exc, f"planner {getattr(planner, 'name', planner)!r}")
         if isinstance(exc, InvalidSchedule):
             fields["valid"] = False
         return CaseOutcome(fields)
@@ -299,7 +321,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
             if problems:
                 fields.update(status="error", message=f"invalid schedule: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    except PLUGIN_FAILURES as exc:  # one failing case is a row, never a lost suite
-        fields["status"], fields["message"] = classify(exc)
+    except BaseException as exc:  # one failing case is a row, never a lost suite (classify re-raises Ctrl-C)
+        fields["status"], fields["message"] = classify(exc, f"executor {getattr(executor, 'name', executor)!r}")
         out.run = None
     return out

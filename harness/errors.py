@@ -70,7 +70,9 @@ class ProfilingError(MembudgetError):
 
 # What a plugin's code can raise that is its own failure, not an interrupt: every exception but
 # KeyboardInterrupt (Ctrl-C, and SIGTERM as the command line raises it). A plugin that calls sys.exit, or
-# lets a GeneratorExit escape, fails its case (or is skipped); it never ends the run without a word.
+# lets a GeneratorExit escape, fails its case (or is skipped); it never ends the run without a word. A case
+# goes further (harness.case.classify): any BaseException a plugin raises fails it (asyncio.CancelledError),
+# and only a KeyboardInterrupt where Ctrl-C raises one (not in a pool worker) stops the run.
 PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
 
 

@@ -288,15 +288,16 @@ def check_results_table(run_dir: Path) -> None:
 
 
 # What an ``error`` row says when an interrupt was recorded as a result (before the runner
-# recognised them): the interrupt itself, or the SystemError CPython raises when Ctrl-C
-# lands inside a compiled (Numba) function.
-INTERRUPT_MARKERS: tuple[str, ...] = ("KeyboardInterrupt", "returned a result with an exception set")
+# recognised them): the interrupt itself (its name first, after an allocator's or the profiling's
+# prefix), or the SystemError CPython raises when Ctrl-C lands inside a compiled (Numba) function.
+# A plugin's own KeyboardInterrupt in a worker ("planner 'x' raised KeyboardInterrupt ...") is a result.
+INTERRUPT_ROW = re.compile(r"(?:^|: )KeyboardInterrupt\b|returned a result with an exception set")
 
 
 def is_interrupt_row(row: Mapping[str, Any]) -> bool:
     """True for an ``error`` row that records an interrupt, not a result: ``--resume`` runs it again."""
     message = str(row.get("message") or "")
-    return row.get("status") == "error" and any(marker in message for marker in INTERRUPT_MARKERS)
+    return row.get("status") == "error" and INTERRUPT_ROW.search(message) is not None
 
 
 def finished_case_ids(run_dir: Path) -> set[str]:

@@ -41,7 +41,7 @@ import pandas as pd
 from harness.allocators.validate import placement_refusal
 from harness.case import classify, copy_layout, run_case
 from harness.device_memory import arena_fits
-from harness.errors import PLUGIN_FAILURES, MembudgetError
+from harness.errors import MembudgetError
 from harness.jit_time import stopwatch
 from harness.model import Profile, load, save
 from harness.protocols import Workload
@@ -181,8 +181,8 @@ def execute_unit(task: UnitTask) -> UnitResult:
                                arena_fits_budget=fits,
                                placement_optimal=placement.optimal,
                                placement_lower_bound_bytes=placement.lower_bound_bytes)
-            except PLUGIN_FAILURES as exc:  # an allocator's sys.exit too
-                status, message = classify(exc)
+            except BaseException as exc:  # an allocator's sys.exit too (classify re-raises Ctrl-C)
+                status, message = classify(exc, "the allocator")
                 row.update(status=status, message=f"allocator {c.allocator}: {message}")
         row["finished_at"] = now()
     return UnitResult(rows, timeline)
@@ -229,8 +229,8 @@ class ProfileCache:
                 self.folder.mkdir(parents=True, exist_ok=True)
                 save(profile, path)
             return profile, bounds_of(profile), None
-        except PLUGIN_FAILURES as exc:  # a profiler's sys.exit too
-            status, message = classify(exc)
+        except BaseException as exc:  # a profiler's sys.exit too (classify re-raises Ctrl-C)
+            status, message = classify(exc, f"profiler {case.profiler!r}")
             return None, None, (status, f"profiling failed: {message}")
 
 

@@ -68,10 +68,13 @@ def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any
 
 
 def _result(watch: _Watch, future: Future, task: Any, fail: Callable[[Any, str], Any]) -> Any:
-    """The finished ``future``'s result (its pool did not break), or ``fail``'s when it could not travel."""
+    """The finished ``future``'s result (its pool did not break), or ``fail``'s when it could not travel
+    (a plugin object that does not pickle) or the unit raised in its worker, whatever it raised: Ctrl-C does
+    not reach a worker, so even a ``KeyboardInterrupt`` from there fails the unit, not the run."""
     try:
-        return future.result()
-    except Exception as exc:  # e.g. a plugin object that does not pickle: that case fails, not the run
+        exc = future.exception()  # returned, not raised: a Ctrl-C of this process still stops the run
+        if exc is None:
+            return future.result()
         return fail(task, f"could not run in a worker process: {type(exc).__name__}: {exc}")
     finally:
         watch.forget(future)
@@ -141,6 +144,9 @@ _started: Any = None  # in a worker: the queue its start reports go to
 def _start_worker(started: Any) -> None:
     global _started
     _started = started
+    from harness.case import ctrl_c_never_raises_here
+
+    ctrl_c_never_raises_here()  # a KeyboardInterrupt here is a plugin's: its case's error row
     # Ctrl-C reaches the whole process group: the main process stops the run and terminates the
     # workers, which would otherwise each print "Process SpawnProcess-N:" as they die of it. A handler
     # that does nothing, not SIG_IGN: a program a worker starts (the planned process) gets the default

@@ -1067,6 +1067,72 @@ def test_an_executors_numpy_metrics_are_written_as_the_values_they_hold(tmp_path
         assert metrics["handle"].startswith("<object object at ")
 
 
+@pytest.mark.parametrize("slip, jobs, raised", [
+    ("cancel", 1, "planner 'sloppy' raised CancelledError: its solver's task was cancelled"),
+    ("cancel", 2, "planner 'sloppy' raised CancelledError: its solver's task was cancelled"),
+    ("ctrl-c", 2, "planner 'sloppy' raised KeyboardInterrupt in a worker process, which Ctrl-C does not reach: "
+                  "pressed by the plugin"),
+])
+def test_a_plugins_base_exception_is_an_error_row_naming_it(tmp_path, monkeypatch, slip, jobs, raised):
+    """QA: a planner's asyncio.CancelledError (a BaseException, no Exception) ended the run with a traceback, and
+    so did a KeyboardInterrupt a plugin raised in a pool worker, where Ctrl-C does nothing (the main process
+    stops the run): each is an error row naming the planner and where it raised, a result resume keeps."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
+    suite = _suite(tmp_path, support.SUITE.format(name="base").replace("[keep-all, prefix]", "[prefix, sloppy]")
+                   .replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[1.0]"))
+    outcome = run_suite(suite, tmp_path / "r", jobs=jobs, progress=False)
+    rows = _rows(outcome.run_dir)
+    assert read_meta(outcome.run_dir)["status"] == "complete" and len(rows) == len(suite.cases())
+    sloppy = [r for r in rows if r["planner"] == "sloppy"]
+    assert sloppy and all(r["status"] == "error" for r in sloppy)
+    assert all(re.fullmatch(re.escape(raised) + r" \(at tests\.test_suite_support:\d+ in plan\)", r["message"])
+               for r in sloppy), sloppy[0]["message"]
+    assert {r["status"] for r in rows if r["planner"] == "prefix"} == {"ok"}
+    assert run_suite(suite, tmp_path / "r", resume=True, jobs=jobs, progress=False).ran == 0
+
+
+def test_an_executors_base_exception_is_an_error_row_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMBUDGET_TEST_RUN", "cancel")
+    suite = _suite(tmp_path, support.SUITE.format(name="base").replace("[keep-all, prefix]", "[prefix]")
+                   .replace("[simulate]", "[quirky]").replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[1.0]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    assert rows and all(r["status"] == "error" and re.fullmatch(
+        r"executor 'quirky' raised CancelledError: its device's stream was cancelled \(at tests\.test_suite_support:"
+        r"\d+ in run\)", r["message"]) for r in rows), rows[0]["message"]
+
+
+def _ctrl_c_from_the_unit(_task):
+    raise KeyboardInterrupt("raised by the unit's code")
+
+
+def test_a_unit_that_raises_keyboard_interrupt_in_its_worker_fails_alone():
+    """What a worker's unit raises outside a case's guard (a KeyboardInterrupt included: Ctrl-C does not reach
+    a worker) fails that unit; the pool took it for Ctrl-C and stopped the run."""
+    from harness.workers import run_in_workers
+
+    assert list(run_in_workers([0], 1, _ctrl_c_from_the_unit, lambda task, why: why)) == [
+        "could not run in a worker process: KeyboardInterrupt: raised by the unit's code"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_the_main_process_still_stops_a_run_in_workers(tmp_path):
+    """SIGINT to the main process (what Ctrl-C sends it) stops a --jobs 2 run, its workers' planners hanging."""
+    import signal
+    import threading
+
+    suite = _suite(tmp_path, support.SUITE.format(name="stop").replace("[keep-all, prefix]", "[hang]"))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal has it
+    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_suite(suite, tmp_path / "r", run_id="x", jobs=2, progress=False)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert read_meta(tmp_path / "r" / "stop" / "x")["status"] == "interrupted"
+
+
 def test_publish_refuses_a_row_whose_status_is_none_it_knows(tmp_path):
     """QA: a status edited to 'okay' was published, its rows in no column of the pages' counts."""
     from harness.results import ResultsError, load_rows

@@ -215,7 +215,8 @@ class Sloppy(Prefix):
     """The slips of a plugin author, by ``MEMBUDGET_TEST_SLIP``: ``exit`` calls ``sys.exit(3)``, ``none``
     returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte,
     ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``,
-    ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got; and
+    ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got,
+    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException), ``ctrl-c`` raises ``KeyboardInterrupt``; and
     schedules no memory rule can read (``MALFORMED``): ``no-b0`` leaves out B0, ``algorithm`` names algorithm 7
     of every stage, ``stage999`` offloads stage 999, ``kind`` runs an operation ``X0``, ``tuple`` lists a plain
     tuple as an operation, ``sideways`` copies in a direction that is neither, ``half-byte`` moves 1000.5 bytes."""
@@ -234,6 +235,12 @@ class Sloppy(Prefix):
             return None
         if slip == "key":
             return {}["x"]  # a slip in the plugin's own code: a KeyError from its line
+        if slip == "cancel":
+            import asyncio
+
+            raise asyncio.CancelledError("its solver's task was cancelled")
+        if slip == "ctrl-c":
+            raise KeyboardInterrupt("pressed by the plugin")
         if slip in ("lie", "over"):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
         if slip in ("refuse", "refuse-float"):
@@ -315,8 +322,8 @@ class NotAPlacement:
 
 class Quirky:
     """The simulator with an executor author's slips, by ``MEMBUDGET_TEST_RUN``: ``numpy`` reports NumPy values
-    in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write; else
-    it runs as ``simulate``."""
+    in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write;
+    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException); else it runs as ``simulate``."""
 
     name = "quirky"
     description = "the simulator with an executor author's slips (test plugin)"
@@ -329,8 +336,12 @@ class Quirky:
 
         from harness.simulate.executor import simulate
 
-        run = simulate(schedule, profile)
         slip = os.environ.get("MEMBUDGET_TEST_RUN", "")
+        if slip == "cancel":
+            import asyncio
+
+            raise asyncio.CancelledError("its device's stream was cancelled")
+        run = simulate(schedule, profile)
         if slip == "numpy":
             return dataclasses.replace(run, metrics={"stall_s": np.float64(0.25), "iterations": np.int64(3),
                                                      "stalls": np.int64(3), "per_stage": np.arange(3),

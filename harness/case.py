@@ -9,6 +9,7 @@ throughput and the memory parts of a row are computed in one place.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import sys
 from dataclasses import dataclass, field, replace
@@ -74,8 +75,10 @@ def classify(exc: BaseException, who: str = "the plugin") -> tuple[str, str]:
         said = f": {exc}" if str(exc).strip() else ""
         where = " in a worker process, which Ctrl-C does not reach" if isinstance(exc, KeyboardInterrupt) else ""
         return "error", f"{who} raised {type(exc).__name__}{where}{said}".strip() + raised_at(exc)
-    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+    if "OutOfMemory" in type(exc).__name__:  # the device's (torch.OutOfMemoryError)
         return "oom", f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, MemoryError):  # the host's: an executor says its device ran out with its oom status
+        return "error", f"the host ran out of memory in {who}: {type(exc).__name__}: {exc}".strip() + raised_at(exc)
     return "error", f"{type(exc).__name__}: {exc}".strip() + raised_at(exc)
 
 
@@ -272,6 +275,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
 
     schedule = planned.schedule
     duplex = schedule.duplex
+    who = f"executor {getattr(executor, 'name', executor)!r}"
     fields: dict[str, Any] = {"n_stages": profile.n_stages, **planned.fields, "plan_time_s": planned.plan_time_s,
                               "sub_batches": schedule.sub_batches,
                               "offloaded_stages": len(schedule.offloaded_stages)}
@@ -285,13 +289,18 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
         # judged against the bound of what it runs: its algorithms, passes, recomputation
         lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget)
         with stopwatch() as watch:
-            out.run = run = executor.run(schedule, profile, workload)
-        fields.update(run_time_s=watch.seconds, peak_bytes=run.peak_bytes,
-                      moved_bytes=run.moved_bytes, status=run.status, message=run.message)
+            run = executor.run(schedule, profile, workload)
+        fields["run_time_s"] = watch.seconds
+        implausible = implausible_run(run)
+        if implausible:  # its figures would reach the tables as measured: none of them is kept
+            fields.update(status="error", message=f"{who} returned {implausible}")
+            return out
+        out.run = run
+        fields.update(peak_bytes=run.peak_bytes, moved_bytes=run.moved_bytes, status=run.status, message=run.message)
         if run.status not in STATUSES:  # the tables count rows by status: another word would be miscounted
             said = f": {run.message}" if run.message else ""
-            fields.update(status="error", message=f"executor {getattr(executor, 'name', executor)!r} returned the "
-                          f"status {run.status!r}, none of {', '.join(STATUSES)}{said}")
+            fields.update(status="error", message=f"{who} returned the status {run.status!r}, none of "
+                          f"{', '.join(STATUSES)}{said}")
         fields.update({k: v for k, v in run.metrics.items() if k in COLUMNS and k not in fields})
         extra = {k: v for k, v in run.metrics.items() if k not in COLUMNS}
         if extra:
@@ -322,6 +331,30 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
                 fields.update(status="error", message=f"invalid schedule: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     except BaseException as exc:  # one failing case is a row, never a lost suite (classify re-raises Ctrl-C)
-        fields["status"], fields["message"] = classify(exc, f"executor {getattr(executor, 'name', executor)!r}")
+        fields["status"], fields["message"] = classify(exc, who)
         out.run = None
     return out
+
+
+# the byte counts of a Run that reach a row's columns: an executor's metrics may hold differences (the
+# torch executor's unmodelled_bytes), which can be below 0
+_RUN_BYTES = ("peak_bytes", "moved_bytes")
+_METRIC_BYTES = ("max_memory_allocated", "max_memory_reserved", "held_max_bytes")
+
+
+def implausible_run(run: Run) -> str | None:
+    """What in ``run`` no run can have measured, in words (``a makespan of -1.0 s, peak_bytes -100 (...)``),
+    or None: an ``ok`` run's makespan that is not a finite number of seconds >= 0, a byte count below 0."""
+    counts = [(name, getattr(run, name)) for name in _RUN_BYTES]
+    counts += [(name, run.metrics[name]) for name in _METRIC_BYTES if name in run.metrics]
+    problems = [f"{name} {value}" for name, value in counts if _is_number(value) and value < 0]
+    if run.feasible and not (_is_number(run.makespan) and 0 <= run.makespan < math.inf):
+        problems.insert(0, f"a makespan of {run.makespan!r} s")
+    if not problems:
+        return None
+    return (f"{', '.join(problems)} (an ok run's time is a finite number of seconds >= 0, a number of bytes is "
+            "never below 0)")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

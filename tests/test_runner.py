@@ -1101,6 +1101,38 @@ def test_an_executors_base_exception_is_an_error_row_naming_it(tmp_path, monkeyp
         r"\d+ in run\)", r["message"]) for r in rows), rows[0]["message"]
 
 
+@pytest.mark.parametrize("slip, words", [
+    ("negative", "executor 'quirky' returned a makespan of -1.0 s, peak_bytes -100 (an ok run's time is a finite "
+                 "number of seconds >= 0, a number of bytes is never below 0)"),
+    ("nan", "executor 'quirky' returned a makespan of nan s (an ok run's time"),
+    ("memory", "the host ran out of memory in executor 'quirky': MemoryError: no host memory for the trace (at "
+               "tests.test_suite_support:"),
+])
+def test_an_executors_implausible_run_or_host_memory_error_is_an_error_row(tmp_path, monkeypatch, slip, words):
+    """QA: an executor's run with a makespan of -1 s and a peak of -100 bytes was an ok, valid row, and publish
+    showed negative times; a MemoryError it raised (the host's) was an oom row, the device's verdict, and never
+    retried as an error. Each is an error row naming the executor, none of the run's figures kept."""
+    monkeypatch.setenv("MEMBUDGET_TEST_RUN", slip)
+    suite = _suite(tmp_path, support.SUITE.format(name="odd").replace("[keep-all, prefix]", "[prefix]")
+                   .replace("[simulate]", "[quirky]").replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[1.0]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    assert rows and all(r["status"] == "error" and r["message"].startswith(words) for r in rows), rows[0]["message"]
+    assert all(r[c] == "" for r in rows for c in ("makespan_s", "peak_bytes", "valid", "throughput"))
+
+
+def test_only_a_device_out_of_memory_is_an_oom():
+    """A MemoryError is the host's (Python's own); a device's is torch's OutOfMemoryError, whatever raised it."""
+    from harness.case import classify
+
+    class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError, without importing torch
+        pass
+
+    assert classify(OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")) == (
+        "oom", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    assert classify(MemoryError("x"), "the allocator") == ("error", "the host ran out of memory in the allocator: "
+                                                                    "MemoryError: x")
+
+
 def _ctrl_c_from_the_unit(_task):
     raise KeyboardInterrupt("raised by the unit's code")
 

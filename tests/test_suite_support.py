@@ -323,7 +323,9 @@ class NotAPlacement:
 class Quirky:
     """The simulator with an executor author's slips, by ``MEMBUDGET_TEST_RUN``: ``numpy`` reports NumPy values
     in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write;
-    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException); else it runs as ``simulate``."""
+    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException); ``negative`` says ok with a makespan of
+    -1 s and a peak of -100 bytes, ``nan`` with a makespan of NaN; ``memory`` raises ``MemoryError`` (the host's);
+    else it runs as ``simulate``."""
 
     name = "quirky"
     description = "the simulator with an executor author's slips (test plugin)"
@@ -341,7 +343,12 @@ class Quirky:
             import asyncio
 
             raise asyncio.CancelledError("its device's stream was cancelled")
+        if slip == "memory":
+            raise MemoryError("no host memory for the trace")
         run = simulate(schedule, profile)
+        if slip in ("negative", "nan"):
+            return dataclasses.replace(run, makespan=-1.0 if slip == "negative" else float("nan"),
+                                       peak_bytes=-100 if slip == "negative" else run.peak_bytes)
         if slip == "numpy":
             return dataclasses.replace(run, metrics={"stall_s": np.float64(0.25), "iterations": np.int64(3),
                                                      "stalls": np.int64(3), "per_stage": np.arange(3),

@@ -516,7 +516,7 @@ def run_suite(
         case_timeout = suite.spec.case_timeout_s
     _check_arguments(run_id, resume, overwrite, backend, jobs, case_timeout, retry)
     _check_cuda_present(suite)
-    root = Path(results_root)
+    root = Path(results_root).absolute()  # a planner may change the working folder (a solver's temporary one)
     run_dir, resuming, replacing = _resolve_run_dir(suite, root, run_id, resume, overwrite)
     lock, ray = RunLock(run_dir), _RaySession()
     try:

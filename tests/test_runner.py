@@ -304,6 +304,22 @@ def test_planning_time_leaves_out_the_first_call_compile(tmp_path, monkeypatch):
     assert {float(r["plan_time_s"]) for r in rows} == {0.0}  # the first call was the warm-up
 
 
+def test_a_planner_that_changes_the_working_folder_does_not_lose_a_relative_run_folder(tmp_path, monkeypatch):
+    """QA: a planner calling os.chdir broke a --jobs 1 run given a relative -o: 'out/chdir/c1/meta.json: No such
+    file or directory', meta.json stayed running, the lock stayed. The run folder is absolute from the start."""
+    monkeypatch.chdir(tmp_path)  # and back after the test, wherever the planner went
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", "chdir")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.setenv("MEMBUDGET_TEST_CHDIR", str(tmp_path / "elsewhere"))
+    suite = _suite(tmp_path, support.SUITE.format(name="chdir").replace("[keep-all, prefix]", "[prefix, sloppy]")
+                   .replace("[1, 2]", "[1]"))
+    outcome = run_suite(suite, "out", run_id="c1", progress=False)
+    run_dir = tmp_path / "out" / "chdir" / "c1"
+    assert outcome.run_dir == run_dir and read_meta(run_dir)["status"] == "complete"
+    assert {r["status"] for r in _rows(run_dir)} == {"ok"} and len(_rows(run_dir)) == len(suite.cases())
+    assert not (tmp_path / "out" / "chdir" / ".c1.lock").exists()
+
+
 def test_a_named_run_is_never_appended_to_by_accident(tmp_path):
     from harness.errors import MembudgetError
 

@@ -216,7 +216,9 @@ class Sloppy(Prefix):
     returns None, ``key`` raises a KeyError, ``lie`` returns keep-all claiming a budget of a petabyte,
     ``over`` returns keep-all at the given budget (too small for it) instead of raising ``InfeasibleBudget``,
     ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got,
-    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException), ``ctrl-c`` raises ``KeyboardInterrupt``; and
+    ``cancel`` raises ``asyncio.CancelledError`` (a BaseException), ``ctrl-c`` raises ``KeyboardInterrupt``,
+    ``chdir`` changes the working folder to ``MEMBUDGET_TEST_CHDIR`` (as a solver working in a temporary folder
+    does), then plans; and
     schedules no memory rule can read (``MALFORMED``): ``no-b0`` leaves out B0, ``algorithm`` names algorithm 7
     of every stage, ``stage999`` offloads stage 999, ``kind`` runs an operation ``X0``, ``tuple`` lists a plain
     tuple as an operation, ``sideways`` copies in a direction that is neither, ``half-byte`` moves 1000.5 bytes."""
@@ -241,6 +243,8 @@ class Sloppy(Prefix):
             raise asyncio.CancelledError("its solver's task was cancelled")
         if slip == "ctrl-c":
             raise KeyboardInterrupt("pressed by the plugin")
+        if slip == "chdir":
+            os.chdir(os.environ["MEMBUDGET_TEST_CHDIR"])
         if slip in ("lie", "over"):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
         if slip in ("refuse", "refuse-float"):

@@ -16,6 +16,13 @@ instead of ending the run:
 
 An interrupt (Ctrl-C, SIGTERM through the runner) shuts the pool down at once: queued
 units are cancelled and running workers terminated.
+
+Each worker leads a process group of its own, so that what it starts (a planner's solver, the
+planned process) goes with it: a unit past its limit has its worker's group killed, the end of a
+pool kills what its workers left running, and a worker whose parent is gone without a word
+(``kill -9``) kills its group within ``PARENT_POLL_S``. Left behind, they held the GPU's memory and
+the run's stdout (``membudget run | grep`` waited for a planner's ``sleep 600``). A worker's SIGINT
+does nothing: Ctrl-C is the main process's (``_start_worker``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +40,7 @@ from typing import Any, Callable, Iterable, Iterator
 WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
                "killing it, e.g. for host memory); the run went on with the other cases")
 POLL_S = 1.0  # how often the parent looks for start reports while no started unit has a deadline
+PARENT_POLL_S = 0.5  # how often a worker looks whether its parent is still there
 
 
 def timed_out(limit: float) -> str:
@@ -141,21 +150,44 @@ KILL_GRACE_S = 30.0  # how long a killed worker's pool may take to break before 
 _started: Any = None  # in a worker: the queue its start reports go to
 
 
-def _start_worker(started: Any) -> None:
+def _start_worker(started: Any, parent: int) -> None:
     global _started
     _started = started
+    # Ctrl-C is the main process's: it stops the run and terminates the workers, which would otherwise
+    # each print "Process SpawnProcess-N:" as they die of it. A handler that does nothing, not SIG_IGN: a
+    # program a worker starts (the planned process) gets the default back at exec
+    signal.signal(signal.SIGINT, _leave_to_the_main_process)
+    os.setpgid(0, 0)  # a group of its own (out of the terminal's Ctrl-C): what it starts is killed with it
+    _die_with(parent)
     from harness.case import ctrl_c_never_raises_here
 
     ctrl_c_never_raises_here()  # a KeyboardInterrupt here is a plugin's: its case's error row
-    # Ctrl-C reaches the whole process group: the main process stops the run and terminates the
-    # workers, which would otherwise each print "Process SpawnProcess-N:" as they die of it. A handler
-    # that does nothing, not SIG_IGN: a program a worker starts (the planned process) gets the default
-    # back at exec and stops with the run instead of outliving it
-    signal.signal(signal.SIGINT, _leave_to_the_main_process)
 
 
 def _leave_to_the_main_process(signum: int, frame: Any) -> None:
     """A worker's SIGINT handler: nothing (the main process ends the run and terminates the workers)."""
+
+
+def _die_with(parent: int) -> None:
+    """In a worker: kill its process group (itself and what it started) once ``parent`` is gone, a
+    ``kill -9`` that terminated no worker. A thread polls: a worker in C code that holds the GIL goes when
+    that call returns (``PR_SET_PDEATHSIG`` would end the worker at once but leave what it started, and
+    fires when the thread that started it ends, not the process)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="membudget-parent-watch", daemon=True).start()
+
+
+def _kill_group(pid: int) -> None:
+    """Kill the process group of worker ``pid`` (itself and what it started), if there is one."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # gone, or no group: the worker never made its own
+        pass
 
 
 def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> Any:
@@ -185,7 +217,7 @@ class _Watch:
         self._reports = self._context.SimpleQueue() if self.limit is not None else None
         self.killed = False  # whether the watch killed a worker of this pool (which then breaks)
         self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context,
-                                        initializer=_start_worker, initargs=(self._reports,))
+                                        initializer=_start_worker, initargs=(self._reports, os.getpid()))
 
     def submit(self, task: Any) -> Future:
         """Submit ``task``; raises ``BrokenProcessPool`` when a worker died since the last wait."""
@@ -218,7 +250,8 @@ class _Watch:
         self._stopped.pop(token, None)
 
     def stop(self) -> None:
-        """Shut the pool down without waiting: queued units are cancelled and running workers ended."""
+        """Shut the pool down without waiting: queued units are cancelled, running workers ended, and what
+        the workers started killed with their process groups."""
         processes = list((getattr(self.pool, "_processes", None) or {}).values())  # CPython's; terminate() needs them
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
@@ -229,6 +262,7 @@ class _Watch:
             if process.is_alive():  # SIGTERM ignored or blocked
                 process.kill()
                 process.join(timeout=1)
+            _kill_group(process.pid)  # a planner's child the worker left running
         if self._reports is not None:
             self._reports.close()
 
@@ -265,8 +299,5 @@ class _Watch:
             elif token in self._started and now - self._started[token][1] >= self.limit:
                 self._stopped[token] = now
                 self.killed = True
-                try:
-                    os.kill(self._started[token][0], signal.SIGKILL)
-                except ProcessLookupError:  # it finished, or died, a moment ago
-                    pass
+                _kill_group(self._started[token][0])  # gone already when it finished, or died, a moment ago
         return False

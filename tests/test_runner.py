@@ -803,6 +803,89 @@ def _only_the_hanging_case_stopped(suite, outcome, limit=3):
     assert meta["status"] == "complete" and meta["sessions"][-1]["case_timeout_s"] == limit
 
 
+CHILD_SUITE = support.SUITE.format(name="child").replace("[keep-all, prefix]", "[sloppy]").replace(
+    "[0, 0.5, 1.0]", "[1.0]").replace("  - model: synthetic:chain8\n    batch_sizes: [1, 2]\n", "")
+
+
+def _still_running(pids, seconds):
+    """The processes of ``pids`` still running after up to ``seconds`` (a zombie that no parent reaps has ended)."""
+    import time
+
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + seconds
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if running(pid)]
+
+
+def _end(pids):
+    """Kill what a failed test left running (the test's own processes, by pid)."""
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_case_past_the_time_limit_takes_what_its_planner_started_with_it(tmp_path, monkeypatch):
+    """QA: a planner's child (a solver; here ``sleep 600``) outlived the worker the time limit killed, holding the
+    run's stdout (``membudget run | grep`` waited for it) and, on a GPU, its memory. The worker's process group
+    goes."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", "child")
+    monkeypatch.setenv("MEMBUDGET_TEST_CHILD", str(tmp_path / "pids"))
+    outcome = run_suite(_suite(tmp_path, CHILD_SUITE), tmp_path / "r", case_timeout=3, progress=False)
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    try:
+        assert [r["status"] for r in _rows(outcome.run_dir)] == ["error"]
+        assert _still_running(pids, 5) == []
+    finally:
+        _end(pids)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_and_what_they_started_end_with_a_run_killed_without_a_word(tmp_path):
+    """QA: after a kill -9 of ``membudget run --jobs 2``, its workers and a planner's child ran on (on a GPU
+    machine, holding its memory). A worker whose parent is gone kills its process group."""
+    import signal
+    import time
+
+    suite = support.write_suite(tmp_path, CHILD_SUITE)
+    script = textwrap.dedent(f"""
+        import sys
+        from tests import test_suite_support as support
+        support.install()
+        from harness.cli import main
+        sys.exit(main(["run", {str(suite)!r}, "-o", {str(tmp_path / 'r')!r}, "--jobs", "2", "--no-progress"]))
+    """)
+    env = {**os.environ, "MEMBUDGET_TEST_SLIP": "child", "MEMBUDGET_TEST_CHILD": str(tmp_path / "pids"),
+           "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "stderr", "w") as err:
+        run = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=err)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "pids").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert (tmp_path / "pids").exists(), (tmp_path / "stderr").read_text()
+    time.sleep(0.2)  # the file is written before the planner sleeps
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    try:
+        assert _still_running(pids, 10) == []
+    finally:
+        _end(pids)
+
+
 @pytest.mark.slow
 def test_the_ray_backend_stops_a_case_past_the_time_limit(tmp_path):
     """The same hanging case on the ray backend: each Ray task runs its unit in a worker process of

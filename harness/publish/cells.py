@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import pandas as pd
@@ -241,6 +242,11 @@ class ExecutorTable:
         """The rows of ``group`` that ``executor`` ran, each strategy and budget summarised by ``statistic``."""
         rows = group.rows[group.rows["executor"] == executor]
         return cls(group, executor, rows, summarise(rows, statistic))
+
+    @cached_property
+    def slower_with_more_memory(self) -> dict[tuple[str, str], str]:
+        """``slower_with_more_memory`` of this table's cells, once for its time table and its note."""
+        return slower_with_more_memory(self.cells, budget_order(self.rows))
 
     @property
     def title(self) -> str:

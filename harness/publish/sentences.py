@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from harness.publish.cells import (GRAD_TOLERANCE, MORE_MEMORY_SLACK, NOTHING_FINISHED, ExecutorTable, budget_order,
-                                   executors, kind_of, over_budget_rows, slower_with_more_memory)
+                                   executors, kind_of, over_budget_rows)
 from harness.publish.formats import fmt_bytes
 from harness.publish.tables import ARENA_FLAG, GRAD_FLAG, MORE_MEMORY_MARK, does_what
 
@@ -291,7 +291,7 @@ def arena_summary(tables: list[ExecutorTable]) -> str | None:
 def more_memory_note(table: ExecutorTable) -> str | None:
     """The note on a time table's ``MORE_MEMORY_MARK`` cells (None when there are none): how many, and
     the largest such step with where it was."""
-    slower = slower_with_more_memory(table.cells, budget_order(table.rows))
+    slower = table.slower_with_more_memory
     if not slower:
         return None
     steps = [(table.cells[(p, b)].time_s / table.cells[(p, smaller)].time_s, p, b, smaller)

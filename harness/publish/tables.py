@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from harness.publish.cells import (Cell, ExecutorTable, budget_order, executors, fastest, is_measured, plan_rows,
-                                   planner_order, slower_with_more_memory)
+                                   planner_order)
 from harness.publish.formats import fmt_bytes, fmt_ms, fmt_ratio, number
 
 
@@ -76,7 +76,7 @@ def time_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], set[tu
     """
     budgets, measured = budget_order(table.rows), is_measured(table.rows)
     winners = {b: fastest(table.cells, b) for b in budgets}
-    slower = slower_with_more_memory(table.cells, budgets)
+    slower = table.slower_with_more_memory
 
     def text(planner: str, budget: str, cell: Cell) -> str:
         out = f"{cell.time_s * 1e3:.2f}"

@@ -74,15 +74,9 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
 
 
 def _json(data: Any) -> None:
-    _out(json.dumps(data, indent=1, default=_json_default))
+    from harness.results import json_value
 
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):  # numpy and pandas scalars
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+    _out(json.dumps(data, indent=1, default=json_value))
 
 
 def _clean(value: Any) -> Any:
@@ -380,8 +374,8 @@ def _plan(args: argparse.Namespace):
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
         said = str(exc).removeprefix(f"{args.planner}: ")  # the planner need not be named twice
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {said}{raised_at(exc)}") from None
-    except PLUGIN_FAILURES as exc:  # the planner's failure, sys.exit included: one line, not a traceback
-        from harness.case import classify
+    except BaseException as exc:  # the planner's failure (sys.exit, asyncio.CancelledError): one line, not a
+        from harness.case import classify  # traceback; classify re-raises an interrupt
 
         raise MembudgetError(f"planner {args.planner} (options {args.option or []}) failed: "
                              f"{classify(exc)[1]}") from None

@@ -101,7 +101,7 @@ def _cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (dict, list, tuple)):
         try:
-            return json.dumps(value, sort_keys=True, default=_json_value)
+            return json.dumps(value, sort_keys=True, default=json_value)
         except (TypeError, ValueError):  # keys JSON cannot write, or a structure that holds itself
             return str(value)
     return str(value)
@@ -116,8 +116,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _json_value(value: Any) -> Any:
-    """What ``json.dumps`` writes for a value it cannot: a NumPy value's Python value, else its ``str``."""
+def json_value(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value it cannot (its ``default``): a NumPy value's Python value,
+    else its ``str`` (a path's, for one)."""
     plain = _plain(value)
     return str(value) if plain is value else plain
 

@@ -379,6 +379,16 @@ def _failed(task: UnitTask, message: str) -> UnitResult:
     return result
 
 
+def _execute_unit_on_ray(task: UnitTask) -> UnitResult:
+    """A Ray task's unit. Ctrl-C stops the run in the driver, which cancels what is left by killing its
+    workers, so a ``KeyboardInterrupt`` inside the task is a plugin's own: an ``error`` row naming it (Ray
+    would report it as the task cancelled)."""
+    from harness.case import ctrl_c_never_raises_here
+
+    ctrl_c_never_raises_here()
+    return execute_unit(task)
+
+
 def _execute_unit_limited(task: UnitTask, limit: float) -> UnitResult:
     """A Ray task's unit under the case time limit: run in a worker process of this task's own,
     which ``harness.workers`` kills once the unit has run ``limit`` seconds (its rows are then
@@ -438,7 +448,7 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session:
     task_of: dict[Any, UnitTask] = {}
     try:
         # a unit whose worker dies runs once more (as the local pool runs it again alone), then fails
-        remote = ray.remote(max_retries=1)(execute_unit if limit is None else _execute_unit_limited)
+        remote = ray.remote(max_retries=1)(_execute_unit_on_ray if limit is None else _execute_unit_limited)
         arguments = () if limit is None else (limit,)
         for task in tasks:
             try:

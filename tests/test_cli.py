@@ -195,10 +195,13 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
              "tests.test_suite_support:"),
     ("none", "planner sloppy (options []): planner sloppy returned NoneType, not a Schedule"),
     ("key", "planner sloppy (options []) failed: KeyError: 'x' (at tests.test_suite_support:"),
+    ("cancel", "planner sloppy (options []) failed: the plugin raised CancelledError: its solver's task was "
+               "cancelled (at tests.test_suite_support:"),
 ])
 def test_a_planners_slip_in_plan_is_one_line_naming_it(capsys, profile_file, monkeypatch, slip, needle):
     """QA: a planner's sys.exit ended `membudget plan` with its own exit status and no word; a bug in a
-    planner (``key``) said ``KeyError: 'x'`` and nothing of where: the message names the module and line."""
+    planner (``key``) said ``KeyError: 'x'`` and nothing of where: the message names the module and line; an
+    ``asyncio.CancelledError`` (a BaseException, not an interrupt) ended it with a traceback."""
     monkeypatch.setenv("MEMBUDGET_TEST_SLIP", slip)
     _, path = profile_file
     code, out, err = _run(capsys, "plan", str(path), "--planner", "sloppy", "--budget", "50%")

@@ -874,3 +874,25 @@ def test_a_strategy_slower_with_more_memory_is_marked_and_its_step_named(results
     assert "the largest step, prefix at f0.5, is 3.00x its time at f0" in text
     publish([run_b], tmp_path / "plain")
     assert MORE_MEMORY_MARK not in (tmp_path / "plain" / "pub" / "index.md").read_text()
+
+
+def test_a_budget_where_strategies_ran_out_of_memory_names_them_under_its_star(results, tmp_path):
+    """QA: the gpu-smoke page starred modnn at f0.25 while greedy, dynprog and four others, which the
+    simulator ranks faster, had run out of memory there: the star then reads as a verdict on them. The note
+    under the time table names the strategies that ran out at each budget, and says the star is the fastest
+    of those that trained."""
+    _, _, _, run_b = results
+
+    def ran_out(frame):
+        prefix_f05 = (frame["planner"] == "prefix") & (frame["budget_label"] == "f0.5")
+        frame.loc[prefix_f05, ["status", "message", "makespan_s"]] = ["oom", "CUDA out of memory", ""]
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "oom", ran_out)
+    publish([run], tmp_path / "site")
+    page = (tmp_path / "site" / "pub" / "index.md").read_text()
+    notes = [line for line in page.splitlines() if line.startswith("Ran out of memory (oom)")]
+    # one note per model group's time table, each naming prefix at f0.5 only
+    assert len(notes) == 3 and all("at f0.5, 1 (prefix)." in n and "f0," not in n for n in notes), notes
+    publish([run_b], tmp_path / "plain")
+    assert "Ran out of memory (oom)" not in (tmp_path / "plain" / "pub" / "index.md").read_text()

@@ -13,7 +13,7 @@ import pandas as pd
 from harness.publish.cells import (GRAD_TOLERANCE, MORE_MEMORY_SLACK, NOTHING_FINISHED, ExecutorTable, budget_order,
                                    executors, kind_of, over_budget_rows)
 from harness.publish.formats import fmt_bytes
-from harness.publish.tables import ARENA_FLAG, GRAD_FLAG, MORE_MEMORY_MARK, does_what
+from harness.publish.tables import ARENA_FLAG, FASTEST, GRAD_FLAG, MORE_MEMORY_MARK, does_what
 
 
 def _commit(git: dict[str, Any]) -> str:
@@ -301,6 +301,25 @@ def more_memory_note(table: ExecutorTable) -> str | None:
             f"budget of this table ({len(steps)} cell{'s' if len(steps) > 1 else ''}; the largest step, {planner} at {budget}, is {ratio:.2f}x "
             f"its time at {smaller}). The plan made for the smaller budget fits the larger one too: the planner "
             "did not find it, so its time at the smaller budget is a bound on what it should take here.")
+
+
+def oom_note(table: ExecutorTable) -> str | None:
+    """The note on a time table whose budgets had strategies run out of memory (None when none did): at
+    each such budget, which, and that its star is then the fastest of those that trained, not of all. An
+    ``oom`` row is a strategy the harness planned within the budget that the executor could not run in it;
+    how fast it would have been is unknown, so the table names no winner over it."""
+    budgets = budget_order(table.rows)
+    out_of_memory: dict[tuple[str, ...], list[str]] = {}
+    for budget in budgets:
+        names = tuple(p for (p, b), c in table.cells.items() if b == budget and c.status == "oom")
+        if names:
+            out_of_memory.setdefault(names, []).append(budget)
+    if not out_of_memory:
+        return None
+    parts = [f"at {' and '.join(at)}, {len(names)} ({', '.join(names)})" for names, at in out_of_memory.items()]
+    return ("Ran out of memory (oom) although planned within the budget: " + "; ".join(parts) + ". How fast "
+            f"those would have run is unknown, so the {FASTEST} of such a budget is the fastest of the strategies that "
+            "trained, not a winner over these.")
 
 
 def grad_note(table: ExecutorTable) -> str | None:

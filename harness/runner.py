@@ -51,7 +51,7 @@ from harness.results import (
     write_parquet,
 )
 from harness.suite import Case, Suite, iter_units
-from harness.workers import WORKER_DIED, run_in_workers
+from harness.workers import WORKER_DIED, Split, run_in_workers
 
 BACKENDS = ("local", "ray")
 RETRIABLE = ("error", "oom", "infeasible")  # the row statuses --retry runs again
@@ -358,7 +358,23 @@ def _run_local(tasks: Iterable[UnitTask], jobs: int, limit: float | None) -> Ite
         for task in tasks:
             yield execute_unit(task)
         return
-    yield from run_in_workers(tasks, jobs, execute_unit, _failed, limit)
+    yield from run_in_workers(tasks, jobs, execute_unit, _failed, limit, BY_CASE)
+
+
+def _one_case_each(task: UnitTask) -> list[UnitTask]:
+    """``task`` as one unit per case (each with its own allocator): a worker that dies placing one
+    allocator's trace then costs that allocator's row, not the unit's."""
+    return [replace(task, cases=[case], allocators={case.allocator: task.allocators[case.allocator]}
+                    if case.allocator else {}) for case in task.cases]
+
+
+def _joined(results: list[UnitResult]) -> UnitResult:
+    """One unit's result from its cases' (``_one_case_each``)."""
+    return UnitResult([row for result in results for row in result.rows],
+                      next((r.timeline for r in results if r.timeline is not None), None))
+
+
+BY_CASE = Split(_one_case_each, _joined)
 
 
 def _failed(task: UnitTask, message: str) -> UnitResult:
@@ -379,13 +395,15 @@ def _failed(task: UnitTask, message: str) -> UnitResult:
     return result
 
 
-def _execute_unit_on_ray(task: UnitTask) -> UnitResult:
-    """A Ray task's unit. Ctrl-C stops the run in the driver, which cancels what is left by killing its
-    workers, so a ``KeyboardInterrupt`` inside the task is a plugin's own: an ``error`` row naming it (Ray
-    would report it as the task cancelled)."""
+def _execute_unit_on_ray(task: UnitTask, driver: int) -> UnitResult:
+    """A Ray task's unit. Ctrl-C stops the run in the driver (process ``driver``), which cancels what is left
+    by killing its workers, so a ``KeyboardInterrupt`` inside a task in another process is a plugin's own:
+    an ``error`` row naming it (Ray would report it as the task cancelled). A task Ray runs in the driver
+    itself (its local mode) leaves Ctrl-C an interrupt."""
     from harness.case import ctrl_c_never_raises_here
 
-    ctrl_c_never_raises_here()
+    if os.getpid() != driver:
+        ctrl_c_never_raises_here()
     return execute_unit(task)
 
 
@@ -393,7 +411,7 @@ def _execute_unit_limited(task: UnitTask, limit: float) -> UnitResult:
     """A Ray task's unit under the case time limit: run in a worker process of this task's own,
     which ``harness.workers`` kills once the unit has run ``limit`` seconds (its rows are then
     ``error`` rows, as on the local backend). Ray's own cancel would lose the unit's rows."""
-    return list(run_in_workers([task], 1, execute_unit, _failed, limit))[0]
+    return list(run_in_workers([task], 1, execute_unit, _failed, limit, BY_CASE))[0]
 
 
 class _RaySession:
@@ -449,10 +467,14 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session:
     try:
         # a unit whose worker dies runs once more (as the local pool runs it again alone), then fails
         remote = ray.remote(max_retries=1)(_execute_unit_on_ray if limit is None else _execute_unit_limited)
-        arguments = () if limit is None else (limit,)
+        arguments = (os.getpid(),) if limit is None else (limit,)
+
+        def submit(task: UnitTask) -> Any:
+            return remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(task) else 0).remote(task, *arguments)
+
         for task in tasks:
             try:
-                ref = remote.options(num_cpus=1, num_gpus=1 if _needs_gpu(task) else 0).remote(task, *arguments)
+                ref = submit(task)
             except Exception as exc:  # it does not serialise (a plugin holding a lock): that case fails
                 cause = exc.__cause__ or exc  # Ray's own words quote the whole task, its profile included
                 yield _failed(task, f"could not run as a Ray task: {type(cause).__name__}: {cause}")
@@ -462,7 +484,7 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session:
         while pending:  # a wait without a timeout blocks in C++, where Ctrl-C never reaches Python
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             if done:
-                yield _ray_result(ray, done[0], task_of.pop(done[0]))
+                yield _ray_result(ray, done[0], task_of.pop(done[0]), submit)
     except BaseException:
         # the ones not collected yet, on the caller's cluster; a cluster started here stops with its tasks
         # (a forced cancel of tasks just finishing crashed Ray 2.60's task manager: a native abort, exit 1)
@@ -472,15 +494,21 @@ def _run_ray(tasks: Iterable[UnitTask], jobs: int, limit: float | None, session:
         raise
 
 
-def _ray_result(ray: Any, ref: Any, task: UnitTask) -> UnitResult:
-    """The finished Ray task's result; its unit's ``error`` rows when its worker died (twice, or was
-    killed by Ray's memory monitor) or the unit raised in the worker (what ``execute_unit`` does not
-    turn into rows itself: the harness's own failure, or a result that does not travel back). Any other
-    Ray error (the cluster failing) stops the run: no case of it could run."""
+def _ray_result(ray: Any, ref: Any, task: UnitTask, submit: Callable[[UnitTask], Any] | None = None) -> UnitResult:
+    """The Ray task's result; its unit's ``error`` rows when its worker died (twice, or was killed by
+    Ray's memory monitor) or the unit raised in the worker (what ``execute_unit`` does not turn into rows
+    itself: the harness's own failure, or a result that does not travel back). A unit of several cases
+    whose worker died runs again case by case (``submit``), as the local pool's does. Any other Ray error
+    (the cluster failing) stops the run: no case of it could run."""
+    while not ray.wait([ref], num_returns=1, timeout=1.0)[0]:  # Ctrl-C reaches Python between waits
+        pass
     try:
         return ray.get(ref)
     except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError):
-        return _failed(task, WORKER_DIED)
+        parts = _one_case_each(task) if submit is not None else []
+        if len(parts) < 2:
+            return _failed(task, WORKER_DIED)
+        return _joined([_ray_result(ray, submit(part), part) for part in parts])
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None) or exc
         first = (str(cause).splitlines() or [""])[0]

@@ -7,7 +7,8 @@ instead of ending the run:
 
 - **a worker that dies** (a crash in native code, ``os._exit``, the OS killing it) breaks
   the pool and every unit in it; each of those runs again alone, and the one that dies
-  again gets ``WORKER_DIED``;
+  again gets ``WORKER_DIED``, or, when ``split`` divides it (a unit's allocators), each of its
+  parts runs alone and only the part that dies gets it;
 - **a unit that runs past the case time limit** (``limit`` seconds from the moment its
   worker starts it; the wait in the pool's queue does not count): its worker is killed,
   which frees whatever it held (host and GPU memory), and the unit gets ``timed_out(limit)``.
@@ -35,7 +36,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 WORKER_DIED = ("the worker process running this case died (a crash in native code, os._exit, or the OS "
                "killing it, e.g. for host memory); the run went on with the other cases")
@@ -51,16 +52,18 @@ def timed_out(limit: float) -> str:
 
 
 def run_in_workers(tasks: Iterable[Any], jobs: int, execute: Callable[[Any], Any], fail: Callable[[Any, str], Any],
-                   limit: float | None = None) -> Iterator[Any]:
+                   limit: float | None = None, split: Split | None = None) -> Iterator[Any]:
     """Yield ``execute(task)`` for every task, run in ``jobs`` worker processes, as each finishes.
 
     ``execute`` is a module-level function (the workers are spawned, so it is pickled by
     name). A task whose worker dies, that runs more than ``limit`` seconds (None: no limit),
     or that cannot be sent to a worker or back (it does not pickle) yields ``fail(task,
-    message)`` instead. At most ``2 * jobs`` tasks are submitted ahead, so a long iterable of
-    tasks is consumed as the pool goes.
+    message)`` instead. ``split`` narrows a death down: a task whose worker dies when it runs alone
+    is divided by ``split.parts(task)``, each part runs alone, and ``split.join`` makes one result of
+    theirs. At most ``2 * jobs`` tasks are submitted ahead, so a long iterable of tasks is consumed
+    as the pool goes.
     """
-    watch = _Watch(jobs, execute, limit)
+    watch = _Watch(jobs, execute, limit, split)
     pending: dict[Future, Any] = {}
     try:
         for task in tasks:
@@ -130,17 +133,32 @@ def _recover(watch: _Watch, broken: dict[Future | None, Any], pending: dict[Futu
             yield _run_alone(watch, task, fail)
 
 
-def _run_alone(watch: _Watch, task: Any, fail: Callable[[Any, str], Any]) -> Any:
-    """``task`` in a worker of its own: its result, or ``fail``'s when that worker dies or runs out of time."""
+def _run_alone(watch: _Watch, task: Any, fail: Callable[[Any, str], Any], divide: bool = True) -> Any:
+    """``task`` in a worker of its own: its result, or ``fail``'s when that worker dies or runs out of time;
+    a task that dies and ``watch.split`` divides (``divide``) runs again part by part."""
     alone = _Watch(1, watch.execute, watch.limit)
     try:
         future = alone.submit(task)
         done, _ = alone.wait([future])
-        if not done or isinstance(future.exception(), BrokenProcessPool):
-            return fail(task, timed_out(alone.limit) if alone.stopped(future) else WORKER_DIED)
-        return _result(alone, future, task, fail)
+        if done and not isinstance(future.exception(), BrokenProcessPool):
+            return _result(alone, future, task, fail)
+        if alone.stopped(future):
+            return fail(task, timed_out(alone.limit))
     finally:
         alone.stop()
+    parts = watch.split.parts(task) if watch.split is not None and divide else []
+    if len(parts) < 2:
+        return fail(task, WORKER_DIED)
+    return watch.split.join([_run_alone(watch, part, fail, divide=False) for part in parts])
+
+
+class Split(NamedTuple):
+    """How to narrow a task whose worker died down to the part that kills it: ``parts(task)``, the tasks
+    that do its work between them (one, or none, when it cannot be divided), and ``join(results)``, the
+    task's result made of theirs (each a result or a ``fail``)."""
+
+    parts: Callable[[Any], list[Any]]
+    join: Callable[[list[Any]], Any]
 
 
 # --------------------------------------------------------------------------- the pool and its clock
@@ -199,11 +217,12 @@ def _execute_reporting(execute: Callable[[Any], Any], task: Any, token: int) -> 
 
 class _Watch:
     """A pool of spawned workers, and the clock that kills a unit's worker once the unit has run
-    ``limit`` seconds. ``start`` makes a new pool (with its own queue of start reports: a worker
+    ``limit`` seconds (and how to divide a unit whose worker died: ``split``). ``start`` makes a new pool (with its own queue of start reports: a worker
     killed while writing to a queue could leave it locked) after ``stop``."""
 
-    def __init__(self, jobs: int, execute: Callable[[Any], Any], limit: float | None) -> None:
-        self.jobs, self.execute, self.limit = jobs, execute, limit
+    def __init__(self, jobs: int, execute: Callable[[Any], Any], limit: float | None,
+                 split: Split | None = None) -> None:
+        self.jobs, self.execute, self.limit, self.split = jobs, execute, limit, split
         self._context = multiprocessing.get_context("spawn")
         self._tokens: dict[Future, int] = {}  # the units not yet collected
         self._started: dict[int, tuple[int, float]] = {}  # token -> (worker pid, start)

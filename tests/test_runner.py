@@ -276,6 +276,41 @@ def test_an_allocator_placement_is_judged_by_the_core_not_taken_at_its_word(tmp_
             assert row["message"] == "allocator not-a-placement: returned a dict, not a harness.model.Placement"
 
 
+CRASHER_SUITE = (support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[prefix]").replace("[1, 2]", "[1]")
+                 .replace("[0, 0.5, 1.0]", "[1.0]") + "allocators: [first-fit, crasher]\n")
+
+
+def _only_the_crashing_allocator_failed(suite, outcome):
+    from harness.workers import WORKER_DIED
+
+    rows = _rows(outcome.run_dir)
+    assert read_meta(outcome.run_dir)["status"] == "complete"
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    by_allocator = {}
+    for row in rows:
+        by_allocator.setdefault(row["allocator"], []).append(row)
+    assert all((r["status"], r["message"]) == ("error", WORKER_DIED) for r in by_allocator["crasher"])
+    assert all(r["status"] == "ok" and int(r["arena_bytes"]) >= int(r["max_live_bytes"]) > 0
+               for r in by_allocator["first-fit"])
+    assert len(by_allocator["first-fit"]) == len(by_allocator["crasher"]) == 2
+
+
+@pytest.mark.parametrize("jobs, limit", [(2, None), (1, 60)])
+def test_an_allocator_that_kills_its_worker_costs_its_own_rows_only(tmp_path, jobs, limit):
+    """QA: an allocator crashing in native code killed the worker of its unit, and every row of that unit
+    (the other allocators' placements of the same run) said the worker died. A unit that dies alone runs
+    again case by case: only the crashing allocator's rows are errors."""
+    suite = _suite(tmp_path, CRASHER_SUITE)
+    _only_the_crashing_allocator_failed(suite, run_suite(suite, tmp_path / "r", jobs=jobs, case_timeout=limit,
+                                                         progress=False))
+
+
+def test_on_ray_an_allocator_that_kills_its_worker_costs_its_own_rows_only(tmp_path):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    suite = _suite(tmp_path, CRASHER_SUITE)
+    _only_the_crashing_allocator_failed(suite, _run_on_ray(suite, tmp_path / "r"))
+
+
 def test_timelines_are_saved_for_selected_cases(tmp_path):
     text = support.SUITE.format(name="tl") + "timelines: [{planner: prefix, budget: 0}]\n"
     outcome = run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False)
@@ -636,6 +671,12 @@ def test_on_ray_a_failing_cluster_stops_the_run_and_loses_no_finished_case(tmp_p
     assert [r["case_id"] for r in kept] == [c.case_id for c in units[0]]
     assert len(cluster.cancelled) == len(units) - 2  # all but the one collected and the one that failed
     assert read_meta(run_dir)["status"] == "interrupted"
+    # a task run in the driver's own process (as this cluster, or Ray's local mode, runs them) leaves
+    # Ctrl-C an interrupt there: it once turned the rest of the process's interrupts into error rows
+    from harness.case import classify
+
+    with pytest.raises(KeyboardInterrupt):
+        classify(KeyboardInterrupt())
     monkeypatch.undo()
     again = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
     assert again.ran == len(suite.cases()) - len(kept) and read_meta(run_dir)["status"] == "complete"

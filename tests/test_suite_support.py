@@ -9,7 +9,8 @@ and misbehaving planners: ``boom`` (raises), ``oom`` (runs out of memory), ``slo
 (Ctrl-C on its Nth plan), ``numba-interrupter`` (Ctrl-C on its Nth plan as a Numba kernel
 reports it: a ``SystemError`` whose context is the ``KeyboardInterrupt``) and ``killer``
 (SIGKILLs its own process on its Nth plan when ``MEMBUDGET_TEST_KILL_AT`` is set); misbehaving allocators:
-``overlapper`` (every block at offset 0) and ``not-a-placement`` (returns a dict); and an executor ``quirky``
+``overlapper`` (every block at offset 0), ``not-a-placement`` (returns a dict) and ``crasher`` (SIGKILLs its
+own process when it places a trace); and an executor ``quirky``
 (the simulator, with an executor author's slips). ``install()`` registers it in the process-wide registry.
 This file has no tests of its own.
 """
@@ -332,6 +333,17 @@ class NotAPlacement:
         return {"offsets": [0] * len(blocks)}
 
 
+class Crasher:
+    """An allocator whose native code crashes: it SIGKILLs its own process (test plugin)."""
+
+    name = "crasher"
+    description = "kills its process when it places a trace (test plugin)"
+
+    def place(self, blocks):
+        """Never returns."""
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Quirky:
     """The simulator with an executor author's slips, by ``MEMBUDGET_TEST_RUN``: ``numpy`` reports NumPy values
     in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write;
@@ -383,6 +395,7 @@ class Plugin:
     def membudget_register_allocators(self, register):
         register(Overlapper())
         register(NotAPlacement())
+        register(Crasher())
 
     @hookimpl
     def membudget_register_planners(self, register):

@@ -35,13 +35,12 @@ import numpy as np
 from harness.allocators.options import check_allocator_options
 from harness.allocators.trace import (IntTrace, as_int_trace, max_live_bytes, ranked_times, read_csv,
                                       to_memory_blocks, write_csv)
-from harness.allocators.validate import violations
-from harness.errors import UnknownOption
+from harness.allocators.validate import placement_refusal, violations
+from harness.errors import MembudgetError, ProfilingError, UnknownOption
 from harness.jit_time import stopwatch
 from harness.lazy import resolve
 from harness.model import MemoryBlock, Placement, Profile, save
 from harness.plugins import registry as get_registry
-from harness.errors import ProfilingError
 from harness.profilers.devices import DEFAULT_DEVICE
 from harness.protocols import Workload
 
@@ -137,16 +136,21 @@ def place_trace_file(trace_csv: str | Path, allocator: str, *, registry: Any = N
             alloc.place(blocks[:1] or (MemoryBlock(id=0, name="warm-up", size=1, alloc=0.0, free=1.0),), **options)
         with stopwatch() as watch:
             placement = alloc.place(blocks, **options)
-    except (TypeError, ValueError) as exc:
-        if not options:
-            raise
-        raise UnknownOption(f"allocator {allocator!r} with options {options}: {exc}") from None
     except KeyboardInterrupt as exc:
         best = getattr(exc, "placement", None)
         if isinstance(best, Placement) and len(best.offsets) == len(blocks):
             exc.report = _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, best,
                                            watch.seconds, interrupted=True)
         raise
+    except BaseException as exc:  # the allocator's failure, sys.exit too: one line, not a traceback
+        if options and isinstance(exc, (TypeError, ValueError)):
+            raise UnknownOption(f"allocator {allocator!r} with options {options}: {exc}") from None
+        from harness.case import classify  # re-raises an interrupt that a compiled kernel wrapped
+
+        raise MembudgetError(f"allocator {allocator!r} failed: {classify(exc)[1]}") from None
+    if not isinstance(placement, Placement) or len(placement.offsets) != len(blocks):
+        refusal = placement_refusal(blocks, placement)  # a report needs one offset per block
+        raise MembudgetError(f"allocator {allocator!r} {refusal}")
     return _placement_report(trace_csv, allocator, options, trace, timed, ranked, blocks, placement,
                              watch.seconds)
 
@@ -183,7 +187,7 @@ def _placement_report(trace_csv: str | Path, allocator: str, options: dict[str, 
         "fragmentation": arena / live if live else 1.0,
         "optimal": optimal,
         "lower_bound_bytes": bound,
-        "gap": 0.0 if optimal or not arena else (arena - bound) / arena,
+        "gap": 0.0 if optimal or not arena else (arena - bound) / arena if not problems else None,
         "options": options,
         "place_time_s": elapsed,
         "valid": not problems,
@@ -247,7 +251,8 @@ def _print_placement_report(report: dict[str, Any], as_json: bool, out: TextIO) 
             f"fragmentation  {report['fragmentation']:.4f}",
             f"optimal        {opt}",
         ]
-        lines.append(f"lower bound    {report['lower_bound_bytes']} (gap {100 * report['gap']:.3f}% of the arena)")
+        gap = "no gap: the placement is invalid" if report["gap"] is None else f"gap {100 * report['gap']:.3f}% of the arena"
+        lines.append(f"lower bound    {report['lower_bound_bytes']} ({gap})")
         lines += [
             f"place time     {report['place_time_s']:.4f} s",
             f"valid          {'yes' if report['valid'] else 'NO'}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -13,7 +14,7 @@ from harness.allocators import register_builtin
 from harness.commands import place_command
 from harness.allocators.trace import read_csv_offsets
 from harness.allocators.validate import violations
-from harness.errors import UnknownPlugin
+from harness.errors import MembudgetError, UnknownPlugin
 from harness.plugins import Registry
 
 CSV = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n"
@@ -97,6 +98,73 @@ def test_place_command_reports_an_invalid_placement(trace_csv):
     out = io.StringIO()
     assert place_command(trace_csv, "broken", False, registry=Reg(), stream=out) == 1
     assert "valid          NO" in out.getvalue() and "violation" in out.getvalue()
+    text = out.getvalue()
+    assert "(no gap: the placement is invalid)" in text and "gap -" not in text  # not a negative gap
+
+
+class _Slipping:
+    """An allocator author's slips, by ``slip``."""
+
+    name = "slipping"
+    description = "slips"
+
+    def __init__(self, slip: str) -> None:
+        self.slip = slip
+
+    def place(self, trace):
+        from harness.allocators._common import make_placement
+        from harness.allocators.trace import as_int_trace
+
+        t = as_int_trace(trace)
+        stacked = [int(x) for x in np.cumsum(t.size) - t.size]
+        if self.slip == "list":
+            return stacked
+        if self.slip == "raise":
+            return 1 / 0
+        if self.slip == "exit":
+            raise SystemExit(3)
+        placement = make_placement(self.name, t, stacked)
+        if self.slip == "short":
+            return dataclasses.replace(placement, offsets=tuple(stacked[:-1]))
+        if self.slip == "float-offsets":
+            return dataclasses.replace(placement, offsets=tuple(float(x) for x in stacked))
+        return dataclasses.replace(placement, arena_bytes=float(placement.arena_bytes))  # float-arena
+
+
+@pytest.mark.parametrize("slip, words", [
+    ("list", "allocator 'slipping' returned a list, not a harness.model.Placement"),
+    ("short", "allocator 'slipping' invalid placement: 4 offsets for 5 blocks"),
+    ("raise", "allocator 'slipping' failed: ZeroDivisionError: division by zero (at tests.test_allocators_command:"),
+    ("exit", "allocator 'slipping' failed: SystemExit: the plugin called sys.exit(3) (at "),
+])
+def test_place_with_an_allocator_that_slips_is_one_line_naming_it(trace_csv, slip, words):
+    """QA: an allocator returning a list, too few offsets, or raising made `membudget place` end in a traceback
+    (exit 1, the status of an invalid placement), where a suite made each an error row naming it."""
+    class Reg:
+        def allocator(self, name):
+            return _Slipping(slip)
+
+    with pytest.raises(MembudgetError) as failed:
+        place_command(trace_csv, "slipping", False, registry=Reg(), stream=io.StringIO())
+    assert str(failed.value).startswith(words) and "\n" not in str(failed.value), str(failed.value)
+
+
+@pytest.mark.parametrize("slip, words", [
+    ("float-offsets", "block 0: offset 0.0 is not a whole number of bytes (an int)"),
+    ("float-arena", "arena_bytes is 20.0, not a whole number of bytes (an int)"),
+])
+def test_a_placement_in_fractions_of_bytes_is_invalid(trace_csv, slip, words):
+    """QA: offsets and an arena given as floats were valid (offsets cut to whole bytes without a word, and
+    `1858469411.0` in the arena_bytes column); they are violations, for `place`, the runner and the
+    conformance kit alike (harness.allocators.validate.violations)."""
+    class Reg:
+        def allocator(self, name):
+            return _Slipping(slip)
+
+    out = io.StringIO()
+    assert place_command(trace_csv, "slipping", True, registry=Reg(), stream=out) == 1
+    report = json.loads(out.getvalue())
+    assert report["valid"] is False and report["violations"] == [words]
 
 
 @pytest.mark.parametrize("name", ["first-fit", "greedy-by-size", "caching", "cnmem"])

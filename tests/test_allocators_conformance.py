@@ -44,3 +44,21 @@ class TestExactConformance(AllocatorConformance):
         from harness.allocators.exact import ExactAllocator
 
         return ExactAllocator(time_limit_s=20.0)
+
+
+def test_the_kit_fails_an_allocator_that_places_in_fractions_of_bytes() -> None:
+    """QA: an allocator returning float offsets passed every test of the kit (the validator cut them to whole
+    bytes); the kit now fails it with the validator's words."""
+    import dataclasses
+
+    from harness.testing_allocators import check_placement_conforms, dnn_training_trace
+
+    class FloatFirstFit(FirstFit):
+        def place(self, blocks, **options):
+            placement = super().place(blocks, **options)
+            return dataclasses.replace(placement, offsets=tuple(float(o) for o in placement.offsets))
+
+    trace = dnn_training_trace(0, layers=4)
+    check_placement_conforms(FirstFit(), trace)
+    with pytest.raises(AssertionError, match="not a whole number of bytes"):
+        check_placement_conforms(FloatFirstFit(), trace)

@@ -15,6 +15,7 @@ only when a collision is found, to report every block it hits).
 from __future__ import annotations
 
 import bisect
+import numbers
 from dataclasses import dataclass
 from typing import Literal, Sequence, Union
 
@@ -25,7 +26,7 @@ from harness.model import MemoryBlock, Placement
 
 __all__ = ["Violation", "PlacementError", "violations", "check_placement", "is_valid", "placement_refusal"]
 
-ViolationKind = Literal["count", "negative", "arena", "overlap", "max_live"]
+ViolationKind = Literal["count", "whole", "negative", "arena", "overlap", "max_live"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,14 @@ def violations(
         arena = arena_bytes
     if len(offsets) != n:
         return found + [Violation("count", (), f"{len(offsets)} offsets for {n} blocks")]
+    found += [Violation("whole", (), f"{what} is {value!r}, not a whole number of bytes (an int)")
+              for what, value in (("arena_bytes", arena), ("max_live_bytes", getattr(placement, "max_live_bytes", 0)))
+              if value is not None and not _whole(value)]
+    kinds = np.asarray(offsets).dtype.kind if n else "i"
+    if kinds not in "iu":  # floats would be cut to whole bytes below without a word
+        i = next(k for k, o in enumerate(offsets) if not _whole(o))
+        return found + [Violation("whole", (i,), f"block {t.ids[i]}: offset {offsets[i]!r} is not a whole number "
+                                                 "of bytes (an int)")]
     off = np.asarray(offsets, dtype=np.int64) if n else np.zeros(0, np.int64)
     end = off + t.size
     for i in np.flatnonzero(off < 0)[:limit]:
@@ -146,6 +155,11 @@ def is_valid(
 ) -> bool:
     """Whether ``placement`` is valid for ``trace`` (see :func:`violations`)."""
     return not violations(trace, placement, arena_bytes, limit=1)
+
+
+def _whole(value: object) -> bool:
+    """True for an integer (Python's or NumPy's), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def placement_refusal(trace: Union[IntTrace, Sequence[MemoryBlock]], placement: object) -> str | None:

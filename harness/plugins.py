@@ -159,7 +159,7 @@ class Registry:
                 staged: list[Registered] = []
 
                 def register(obj: Any, _kind: str = kind, _p: str = plugin, _v: str = version) -> None:
-                    staged.append(Registered(_kind, obj.name, obj, _p, _v))
+                    staged.append(Registered(_kind, getattr(obj, "name", _NO_NAME), obj, _p, _v))
 
                 try:
                     impl.function(register=register)
@@ -171,7 +171,9 @@ class Registry:
                 names = [entry.name for entry in staged]
                 for k, entry in enumerate(staged):
                     if not isinstance(entry.name, str) or not entry.name.strip() or "/" in entry.name:
-                        self._problem(f"membudget plugin {plugin}: a {kind} named {entry.name!r} is skipped: a name is "
+                        named = (f"without a name ({_what(entry.obj)})" if entry.name is _NO_NAME
+                                 else f"named {entry.name!r}")
+                        self._problem(f"membudget plugin {plugin}: a {kind} {named} is skipped: a name is "
                                       "a non-empty string without '/' (which separates the parts of a case id)")
                         continue
                     if names.count(entry.name) > 1:
@@ -189,9 +191,13 @@ class Registry:
                     if why:
                         self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} is skipped: {why}")
                         continue
-                    if not str(getattr(entry.obj, "description", "") or "").strip():  # kept: a page only lacks a line
+                    description = str(getattr(entry.obj, "description", "") or "").strip()
+                    if not description:  # kept: a page only lacks a line
                         self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} has no description "
                                       "(the one line membudget list and the published pages show)")
+                    elif "\n" in description:
+                        self._problem(f"membudget plugin {plugin}: {kind} {entry.name!r} has a description of several "
+                                      "lines; membudget list and the published pages show one line")
                     self._items[kind][entry.name] = entry
         self._models = None
 
@@ -313,6 +319,8 @@ def _cannot_be_called(kind: str, obj: Any) -> str | None:
     cannot take the arguments the runner gives (``plan(self, profile)`` failed every case with a TypeError).
     None when it can, or when Python cannot say (a compiled method without a signature)."""
     protocol, method, n = CALLS[kind]
+    if inspect.isclass(obj):
+        return f"it is a class, not an instance: register {obj.__name__}() (harness.protocols.{protocol})"
     call = getattr(obj, method, None)
     if not callable(call):
         return f"it has no {method} method (harness.protocols.{protocol})"
@@ -326,6 +334,15 @@ def _cannot_be_called(kind: str, obj: Any) -> str | None:
         return (f"its {method}{signature} cannot take the {n} argument{'s' if n > 1 else ''} the runner gives it "
                 f"(harness.protocols.{protocol})")
     return None
+
+
+_NO_NAME = object()  # what ``register`` stages for an object without a ``name``
+
+
+def _what(obj: Any) -> str:
+    """An object as a warning names it: its class and module."""
+    cls = obj if inspect.isclass(obj) else type(obj)
+    return f"a {cls.__module__}.{cls.__qualname__} {'class' if inspect.isclass(obj) else 'object'}"
 
 
 def _norm(name: str) -> str:

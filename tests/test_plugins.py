@@ -401,10 +401,25 @@ def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_tw
     class Silent(_Planner):
         name, description = "silent", ""
 
+    class Wordy(_Planner):
+        name, description = "wordy", "a planner\nthat explains itself\nat length"
+
+    class Nameless:
+        description = "no name"
+
+        def plan(self, profile, budget_bytes):
+            raise NotImplementedError
+
+    class Uncalled(_Planner):
+        name = "uncalled"
+
     class Plugin:
         @hookimpl
         def membudget_register_planners(self, register):
-            for planner in (NoBudget(), First(), Second(), Silent()):
+            # QA: an object without a name raised in the hook and took the 15 planners beside it along; a class
+            # registered for its instance was said to take too few arguments; a description of several lines
+            # was taken without a word
+            for planner in (NoBudget(), First(), Second(), Silent(), Nameless(), Uncalled, Wordy()):
                 register(planner)
 
     reg = Registry().load()
@@ -416,8 +431,15 @@ def test_an_object_the_runner_cannot_call_is_skipped_at_load_and_a_name_given_tw
     assert "membudget plugin careless registers 2 planners named 'twice': the first is used" in messages
     assert "membudget plugin careless: planner 'silent' has no description (the one line membudget list and the " \
            "published pages show)" in messages
+    assert any(re.fullmatch(r"membudget plugin careless: a planner without a name \(a tests\.test_plugins\..*Nameless "
+                            r"object\) is skipped: .*", m) for m in messages), messages
+    assert "membudget plugin careless: planner 'uncalled' is skipped: it is a class, not an instance: register " \
+           "Uncalled() (harness.protocols.Planner)" in messages
+    assert "membudget plugin careless: planner 'wordy' has a description of several lines; membudget list and the " \
+           "published pages show one line" in messages
     assert "no-budget" not in reg.names("planner") and type(reg.planner("twice")) is First
-    assert "silent" in reg.names("planner")  # kept: it runs, only its line is missing
+    assert "uncalled" not in reg.names("planner")
+    assert {"silent", "wordy"} <= set(reg.names("planner"))  # kept: they run, only their line is missing or long
 
 
 @pytest.mark.parametrize("listed", [("zzz", "aaa"), ("aaa", "zzz")])

@@ -345,6 +345,11 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
 # --------------------------------------------------------------------------- plan / simulate
 
 
+def _planner_words(args: argparse.Namespace) -> str:
+    """``planner dynprog (options ['slots=5'])`` as an error names it; without options, the name alone."""
+    return f"planner {args.planner}" + (f" (options {args.option})" if args.option else "")
+
+
 def _plan(args: argparse.Namespace):
     from harness.bounds import min_memory, peak_memory
     from harness.case import plan_case, saved_data_fields
@@ -369,15 +374,16 @@ def _plan(args: argparse.Namespace):
         from harness.options import planner_options
 
         hint = " (a smaller table, e.g. fewer slots, may fit)" if "slots" in (planner_options(planner) or ()) else ""
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): out of memory while "
+        raise MembudgetError(f"{_planner_words(args)}: out of memory while "
                              f"planning{hint}") from None
     except (ValueError, TypeError) as exc:  # a bad option value, or the planner's own slip
-        said = str(exc).removeprefix(f"{args.planner}: ")  # the planner need not be named twice
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}): {said}{raised_at(exc)}") from None
+        # the planner need not be named twice
+        said = str(exc).removeprefix(f"{args.planner}: ").removeprefix(f"planner {args.planner} ")
+        raise MembudgetError(f"{_planner_words(args)}: {said}{raised_at(exc)}") from None
     except BaseException as exc:  # the planner's failure (sys.exit, asyncio.CancelledError): one line, not a
         from harness.case import classify  # traceback; classify re-raises an interrupt
 
-        raise MembudgetError(f"planner {args.planner} (options {args.option or []}) failed: "
+        raise MembudgetError(f"{_planner_words(args)} failed: "
                              f"{classify(exc)[1]}") from None
     schedule, plan_time = planned.schedule, planned.plan_time_s
     summary = {

@@ -191,11 +191,11 @@ def test_user_errors_are_one_line_with_exit_status_2(capsys, profile_file, argv,
 
 
 @pytest.mark.parametrize("slip, needle", [
-    ("exit", "planner sloppy (options []) failed: SystemExit: the plugin called sys.exit(3) (at "
+    ("exit", "planner sloppy failed: SystemExit: the plugin called sys.exit(3) (at "
              "tests.test_suite_support:"),
-    ("none", "planner sloppy (options []): planner sloppy returned NoneType, not a Schedule"),
-    ("key", "planner sloppy (options []) failed: KeyError: 'x' (at tests.test_suite_support:"),
-    ("cancel", "planner sloppy (options []) failed: the plugin raised CancelledError: its solver's task was "
+    ("none", "planner sloppy: returned NoneType, not a Schedule"),
+    ("key", "planner sloppy failed: KeyError: 'x' (at tests.test_suite_support:"),
+    ("cancel", "planner sloppy failed: the plugin raised CancelledError: its solver's task was "
                "cancelled (at tests.test_suite_support:"),
 ])
 def test_a_planners_slip_in_plan_is_one_line_naming_it(capsys, profile_file, monkeypatch, slip, needle):
@@ -972,9 +972,9 @@ def test_a_planner_out_of_memory_is_a_one_line_error(capsys, profile_file, monke
     code, out, err = _run(capsys, "plan", str(path), "--planner", "prefix", "--budget", "50%")
     assert code == 2 and not out and err.count("\n") == 1
     # QA: the hint of fewer slots went to every planner, those without a slots option too
-    assert err == "membudget: error: planner prefix (options []): out of memory while planning\n"
+    assert err == "membudget: error: planner prefix: out of memory while planning\n"
     code, out, err = _run(capsys, "plan", str(path), "--planner", "recompute", "--budget", "50%")
-    assert code == 2 and err == ("membudget: error: planner recompute (options []): out of memory while planning "
+    assert code == 2 and err == ("membudget: error: planner recompute: out of memory while planning "
                                  "(a smaller table, e.g. fewer slots, may fit)\n")
 
 

@@ -619,6 +619,26 @@ def test_a_planner_option_value_the_planner_refuses_is_refused_with_its_line(tmp
 
 
 @pytest.mark.parametrize("entry, refused", [
+    ("{name: bestfit, rounds: -1}", "allocator 'bestfit' refuses its options {'rounds': -1}: rounds must be an "
+                                    "integer of at least 1, got -1"),
+    ("{name: bestfit, rounds: 2}", None),
+])
+def test_an_allocator_option_value_the_allocator_refuses_is_refused_with_its_line(tmp_path, entry, refused):
+    """QA: {name: bestfit, rounds: -1} made an error row in every case, after each had planned and run, where
+    ``membudget place --option rounds=-1`` refuses it at once; the suite says it before any case runs."""
+    pytest.importorskip("membudget_bestfit")
+    text = SUITE.format(name="t") + f"allocators: [{entry}]\n"
+    line = 1 + text.splitlines().index(f"allocators: [{entry}]")
+    install()
+    if refused is None:
+        assert load_suite(write_suite(tmp_path, text)).cases()
+        return
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write_suite(tmp_path, text))
+    assert str(exc.value) == f"{tmp_path / 'synth.yaml'}:{line}: allocators[0]: {refused}"
+
+
+@pytest.mark.parametrize("entry, refused", [
     ("{name: vdnn-all, algorithms: fastest}", "vdnn-all: option algorithms must be one of default, memory, performance"),
     # review: moDNN's sub_batches is bounded by each case's batch (the toy chain's was 1): not the suite's to refuse
     ("{name: modnn, sub_batches: 4}", None),

@@ -111,6 +111,8 @@ def check_plugin_names(suite: Suite, option_values: bool = True) -> None:
                         from harness.allocators.options import check_allocator_options
 
                         check_allocator_options(entry.name, plugin, entry.options)
+                        if option_values:
+                            _check_allocator_option_values(suite, k, entry, plugin)
                 except UnknownOption as exc:
                     source, line = suite.line_of(key, k)
                     raise SuiteError(f"{source}:{line}: {key}[{k}]: {exc}", source=source, line=line,
@@ -127,6 +129,35 @@ def _check_option_values(suite: Suite, k: int, entry: Any, planner: Any) -> None
     if why:
         source, line = suite.line_of("planners", k)
         raise SuiteError(f"{source}:{line}: planners[{k}]: {why}", source=source, line=line, field=f"planners[{k}]")
+
+
+def _check_allocator_option_values(suite: Suite, k: int, entry: Any, allocator: Any) -> None:
+    """An allocator option's value the allocator refuses (``{name: bestfit, rounds: -1}``) made an error row
+    in every case, after each had planned and run: refused here, with its line, as ``membudget place
+    --option`` refuses it. Two overlapping blocks placed with the options raise a ``ValueError`` where
+    they are placed without them."""
+    from harness.case import is_interrupt
+    from harness.lazy import resolve
+    from harness.model import MemoryBlock
+
+    blocks = (MemoryBlock(0, "a", 256, 0.0, 2.0), MemoryBlock(1, "b", 512, 1.0, 3.0))
+    allocator = resolve(allocator)
+
+    def refusal(options: dict[str, Any]) -> BaseException | None:
+        try:
+            allocator.place(blocks, **options)
+        except ValueError as exc:
+            return exc
+        except BaseException as exc:  # another failure is the case's to report
+            if is_interrupt(exc):
+                raise KeyboardInterrupt from exc
+        return None
+
+    refused = refusal(dict(entry.options))
+    if refused is not None and refusal({}) is None:
+        source, line = suite.line_of("allocators", k)
+        raise SuiteError(f"{source}:{line}: allocators[{k}]: allocator {entry.name!r} refuses its options "
+                         f"{dict(entry.options)}: {refused}", source=source, line=line, field=f"allocators[{k}]")
 
 
 def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:

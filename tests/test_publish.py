@@ -896,3 +896,28 @@ def test_a_budget_where_strategies_ran_out_of_memory_names_them_under_its_star(r
     assert len(notes) == 3 and all("at f0.5, 1 (prefix)." in n and "f0," not in n for n in notes), notes
     publish([run_b], tmp_path / "plain")
     assert "Ran out of memory (oom)" not in (tmp_path / "plain" / "pub" / "index.md").read_text()
+
+
+def test_a_profile_files_heading_names_the_model_in_it(tmp_path):
+    """QA: a suite of profile files (``profiler: file``) published headings, plot titles and the claims
+    table under the file's path alone (``results/profiles/resnet50-b32-h100-measured.json, batch 256``),
+    never the model it profiles; the heading names both."""
+    from harness.model import save
+
+    profile = support.chain("synthetic:chain8", 2)
+    save(profile, tmp_path / "measured-b2.json")
+    run = support.run_yaml(tmp_path, f"""\
+        name: files
+        profiler: file
+        device: synthetic
+        models:
+          - model: {tmp_path / 'measured-b2.json'}
+            batch_sizes: [2]
+        budgets: {{fractions: [0.5]}}
+        planners: [keep-all, prefix]
+        executors: [simulate]
+        """)
+    publish([run], tmp_path / "site")
+    headings = [line for line in (tmp_path / "site" / "files" / "index.md").read_text().splitlines()
+                if line.startswith("## ") and "batch" in line]
+    assert headings == [f"## synthetic:chain8 (profile {tmp_path / 'measured-b2.json'}), batch 2, 3x32x32"], headings

@@ -8,7 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -17,17 +17,21 @@ from harness.publish.formats import slug
 
 @dataclass(frozen=True)
 class Group:
-    """The rows of one model at one batch and input size."""
+    """The rows of one model at one batch and input size; ``named``, the model a profile file names when
+    the rows' model is that file (a suite's ``profiler: file``)."""
 
     model: str
     batch_size: int
     input_size: str
     rows: pd.DataFrame
+    named: str = ""
 
     @property
     def title(self) -> str:
-        """``torchvision:resnet18, batch 32, 3x224x224``."""
-        return f"{self.model}, batch {self.batch_size}, {self.input_size}"
+        """``torchvision:resnet18, batch 32, 3x224x224``; for a profile file, ``torchvision:resnet50 (profile
+        results/profiles/resnet50-b32-h100-measured.json), batch 256, 3x224x224``."""
+        model = f"{self.named} (profile {self.model})" if self.named and self.named != self.model else self.model
+        return f"{model}, batch {self.batch_size}, {self.input_size}"
 
     @property
     def key(self) -> str:
@@ -35,11 +39,13 @@ class Group:
         return slug(f"{self.model}-b{self.batch_size}-{self.input_size}")
 
 
-def model_groups(frame: pd.DataFrame) -> list[Group]:
-    """Rows split by (model, batch, input size), in order of appearance."""
+def model_groups(frame: pd.DataFrame, profiles: Any = None) -> list[Group]:
+    """Rows split by (model, batch, input size), in order of appearance; with ``profiles``
+    (``harness.results.RunProfiles``) each group of a profile file says the model the file names."""
     out = []
     for (model, batch, size), rows in frame.groupby(["model", "batch_size", "input_size"], sort=False):
-        out.append(Group(model, int(batch), size, rows))
+        profile = profiles.of(rows.iloc[0]) if profiles is not None else None
+        out.append(Group(model, int(batch), size, rows, getattr(profile, "model", "") or ""))
     return out
 
 

@@ -94,7 +94,8 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     doc.para(f"{len(frame)} cases: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
              + HOW_TO_READ.format(fastest=FASTEST, spread=SPREAD.format(statistic=statistic) if has_spread(frame)
                                   else "") + " " + budget_words(frame))
-    groups = model_groups(frame)
+    profiles = RunProfiles(run.path)
+    groups = model_groups(frame, profiles)
     tables = [ExecutorTable.of(group, executor, statistic) for group in groups for executor in executors(group.rows)]
     summary = arena_summary(tables)
     if summary:
@@ -106,7 +107,6 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
         doc.para(f"Note: {note}", small=True)
     if (meta.get("spec") or {}).get("validate") is False:
         doc.para(UNVALIDATED)
-    profiles = RunProfiles(run.path)
     by_group = {(t.group.key, t.executor): t for t in tables}
     for group in groups:
         doc.heading(group.title)

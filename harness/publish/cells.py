@@ -254,6 +254,25 @@ class ExecutorTable:
         """``slower_with_more_memory`` of this table's cells, once for its time table and its note."""
         return slower_with_more_memory(self.cells, budget_order(self.rows))
 
+    @cached_property
+    def close_calls(self) -> dict[str, tuple[str, str]]:
+        """budget -> (the fastest, the runner-up) where the runner-up's time minus its spread is not above
+        the winner's plus its spread: the timings do not tell the two apart (measured rows, or repeats
+        that differ). Ties (``fastest``) are not close calls: they are named as ties."""
+        out = {}
+        for budget in budget_order(self.rows):
+            winners = fastest(self.cells, budget)
+            ranked = sorted((c.time_s, p) for (p, b), c in self.cells.items()
+                            if b == budget and c.ranked and p not in winners)
+            if not winners or not ranked:
+                continue
+            winner = next(p for p in planner_order(self.rows) if p in winners)  # the first listed of a tie
+            first, second = self.cells[winner, budget], self.cells[ranked[0][1], budget]
+            spreads = [0.0 if math.isnan(c.spread_s) else c.spread_s for c in (first, second)]
+            if sum(spreads) > 0 and second.time_s - spreads[1] <= first.time_s + spreads[0]:
+                out[budget] = (winner, ranked[0][1])
+        return out
+
     @property
     def title(self) -> str:
         """``torchvision:resnet18, batch 32, 3x224x224, simulate executor``."""

@@ -14,9 +14,9 @@ from harness.publish.figures import pick_timeline, plot_ratio, plot_throughput, 
 from harness.publish.formats import fmt_bytes, fmt_error, fmt_ms, fmt_ratio, slug
 from harness.publish.runs import checked_run, device_budget_of, statistic_of, suite_name
 from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FIT_COLUMN, HOW_TO_READ, SPLIT_NOTE,
-                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, arena_summary, budget_words, grad_note,
-                                       has_spread, labels_line, layout_notes, meta_lines, more_memory_note, oom_note,
-                                       plugins_line, sessions_line, what_ran)
+                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, arena_summary, budget_words,
+                                       close_call_note, grad_note, has_spread, labels_line, layout_notes, meta_lines,
+                                       more_memory_note, oom_note, plugins_line, sessions_line, what_ran)
 from harness.publish.tables import (ARENA_FLAG, FASTEST, FIT_HEADER, SPLIT_MARK, bound_table, claims_table,
                                     does_what, placement_table, strategy_table, time_table)
 from harness.results import RunFolder, RunProfiles, find_runs, read_notes, write_frame_csv
@@ -123,7 +123,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
             split = any(c.ok and c.sub_batches > 1 for c in table.cells.values())
             for note in (arena_note(table, device_budget), grad_note(table),
                          SPLIT_NOTE.format(mark=SPLIT_MARK) if split else None, more_memory_note(table),
-                         oom_note(table)):
+                         oom_note(table), close_call_note(table)):
                 if note:
                     doc.para(note, small=True)
             if does_what(table.rows):

@@ -322,6 +322,22 @@ def oom_note(table: ExecutorTable) -> str | None:
             "trained, not a winner over these.")
 
 
+def close_call_note(table: ExecutorTable) -> str | None:
+    """The note on a time table's budgets where the fastest and the runner-up are apart by less than their
+    spreads (``ExecutorTable.close_calls``; None when there are none): the timings do not tell them apart."""
+    calls = table.close_calls
+    if not calls:
+        return None
+    parts = []
+    for budget, (winner, runner_up) in calls.items():
+        first, second = table.cells[winner, budget], table.cells[runner_up, budget]
+        parts.append(f"at {budget}, {winner} {first.time_s * 1e3:.2f} ±{first.spread_s * 1e3:.2f} ms against "
+                     f"{runner_up} {second.time_s * 1e3:.2f} ±{second.spread_s * 1e3:.2f} ms")
+    return (f"Within the spreads: {'; '.join(parts)}. The runner-up's time less its spread is not above the "
+            f"{FASTEST}'s plus its own, so these timings do not tell the two apart (more timed iterations or "
+            "repeats, on a quieter machine, may).")
+
+
 def grad_note(table: ExecutorTable) -> str | None:
     """What the gradient check says about a time table's strategies (None when its rows have none):
     the largest error, and the ``GRAD_FLAG`` cells that trained a different network."""

@@ -121,7 +121,8 @@ class Registry:
             for name in names or []:
                 if _norm(name) not in seen:
                     self._problem(f"{variable} names {name!r}, which is no installed membudget plugin "
-                                  f"(entry points and distributions: {', '.join(sorted(seen)) or 'none'})")
+                                  f"(entry points and distributions: {', '.join(sorted(seen)) or 'none'})"
+                                  + _installed_elsewhere(name))
         self._check_hook_names()
         self._collect()
         return self
@@ -334,6 +335,21 @@ def _cannot_be_called(kind: str, obj: Any) -> str | None:
         return (f"its {method}{signature} cannot take the {n} argument{'s' if n > 1 else ''} the runner gives it "
                 f"(harness.protocols.{protocol})")
     return None
+
+
+def _installed_elsewhere(name: str) -> str:
+    """What the warning for a plugin switch that names no membudget plugin adds when ``name`` is an installed
+    distribution all the same: its entry points are in other groups (a misspelt group registers nothing)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return ""
+    groups = sorted({ep.group for ep in dist.entry_points})
+    where = f"its entry points are in {', '.join(map(repr, groups))}" if groups else "it declares no entry point"
+    return (f"; the distribution {dist.metadata['Name']} is installed, but {where}, not 'membudget' "
+            "([project.entry-points.membudget] in its pyproject.toml)")
 
 
 _NO_NAME = object()  # what ``register`` stages for an object without a ``name``

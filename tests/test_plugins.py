@@ -303,6 +303,22 @@ def test_a_plugin_switch_that_names_no_installed_plugin_is_a_warning_and_names_c
     assert "sound" not in Registry().load().names("planner")
 
 
+def test_a_plugin_switch_naming_a_distribution_with_a_misspelt_entry_point_group_says_so(monkeypatch, tmp_path):
+    """QA: a plugin declared under ``[project.entry-points.membudegt]`` registered nothing, and
+    MEMBUDGET_PLUGINS naming it said only that no such plugin is installed, though pip lists it."""
+    info = tmp_path / "membudget_typo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: membudget-typo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[membudegt]\ntypo = membudget_typo\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEMBUDGET_PLUGINS", "membudget-typo")
+    with pytest.warns(UserWarning, match=r"MEMBUDGET_PLUGINS names 'membudget-typo', which is no installed membudget "
+                                         r"plugin \(.*\); the distribution membudget-typo is installed, but its entry "
+                                         r"points are in 'membudegt', not 'membudget' \(\[project\.entry-points\."
+                                         r"membudget\] in its pyproject\.toml\)$"):
+        Registry().load()
+
+
 def test_a_clash_between_two_plugins_says_how_to_leave_out_either(monkeypatch) -> None:
     """QA: the advice named only the second plugin, which was the genuine one when an impostor came first."""
     _entry_points(monkeypatch, ("one", "membudget-one", _plugin("membudget_one")),

@@ -579,12 +579,7 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_any_case(tmp_path
     its point; it is one line naming the field, as ``membudget profile --input-size 3,64`` refuses it."""
     text = SUITE.format(name="t").replace("  - model: synthetic:chain4\n    batch_sizes: [2]",
                                           f"  - model: {model}\n    batch_sizes: [2]\n    input_size: {size}")
-    if said is None:
-        assert load_suite(write_suite(tmp_path, text)).cases()
-        return
-    with pytest.raises(SuiteError) as exc:
-        load_suite(write_suite(tmp_path, text))
-    assert str(exc.value) == f"{tmp_path / 'synth.yaml'}:7: models[0].input_size: {said}"
+    _loads_or_is_refused_with(tmp_path, text, said and f"7: models[0].input_size: {said}")
 
 
 @pytest.mark.parametrize("old, new, message", [
@@ -630,12 +625,17 @@ def test_an_allocator_option_value_the_allocator_refuses_is_refused_with_its_lin
     text = SUITE.format(name="t") + f"allocators: [{entry}]\n"
     line = 1 + text.splitlines().index(f"allocators: [{entry}]")
     install()
-    if refused is None:
+    _loads_or_is_refused_with(tmp_path, text, refused and f"{line}: allocators[0]: {refused}")
+
+
+def _loads_or_is_refused_with(tmp_path, text: str, said: str | None) -> None:
+    """The suite ``text`` has cases (``said`` None), or is refused with ``synth.yaml:`` and ``said``."""
+    if said is None:
         assert load_suite(write_suite(tmp_path, text)).cases()
         return
     with pytest.raises(SuiteError) as exc:
         load_suite(write_suite(tmp_path, text))
-    assert str(exc.value) == f"{tmp_path / 'synth.yaml'}:{line}: allocators[0]: {refused}"
+    assert str(exc.value) == f"{tmp_path / 'synth.yaml'}:{said}"
 
 
 @pytest.mark.parametrize("entry, refused", [

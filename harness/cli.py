@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from harness.errors import PLUGIN_FAILURES, InfeasibleBudget, InvalidSchedule, MembudgetError, UnknownPlugin, raised_at
+from harness.errors import InfeasibleBudget, InvalidSchedule, MembudgetError, UnknownPlugin, raised_at
 from harness.model import ModelError
 from harness.options import check_planner_options
 from harness.profilers.devices import DEFAULT_DEVICE

@@ -83,11 +83,11 @@ def violations(
     found += [Violation("whole", (), f"{what} is {value!r}, not a whole number of bytes (an int)")
               for what, value in (("arena_bytes", arena), ("max_live_bytes", getattr(placement, "max_live_bytes", 0)))
               if value is not None and not _whole(value)]
-    kinds = np.asarray(offsets).dtype.kind if n else "i"
-    if kinds not in "iu":  # floats would be cut to whole bytes below without a word
-        i = next(k for k, o in enumerate(offsets) if not _whole(o))
-        return found + [Violation("whole", (i,), f"block {t.ids[i]}: offset {offsets[i]!r} is not a whole number "
-                                                 "of bytes (an int)")]
+    if n and np.asarray(offsets).dtype.kind not in "iu":  # floats would be cut to whole bytes below without a word
+        odd = [k for k, o in enumerate(offsets) if not _whole(o)]
+        if odd:
+            return found + [Violation("whole", (odd[0],), f"block {t.ids[odd[0]]}: offset {offsets[odd[0]]!r} is not a "
+                                                          "whole number of bytes (an int)")]
     off = np.asarray(offsets, dtype=np.int64) if n else np.zeros(0, np.int64)
     end = off + t.size
     for i in np.flatnonzero(off < 0)[:limit]:

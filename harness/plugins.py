@@ -19,8 +19,9 @@ raises, is skipped (nothing it registered in that hook is kept); a hook function
 no hook of membudget's (a typo: ``membudget_register_planner``) is a warning naming the closest;
 a name (a planner's, a model's) that an earlier plugin already registered stays the earlier one's, the built-ins first, then the
 entry points by distribution name and entry-point name (not sys.path's order, which differs between machines);
-an object whose method cannot take what the runner gives it (``CALLS``) is skipped; one without a description is kept,
-with a warning. Each such problem is a warning and a line of
+an object whose method cannot take what the runner gives it (``CALLS``), a class registered for its instance, or an
+object without a usable name is skipped (alone: the others of its hook are kept); one without a description, or
+with one of several lines, is kept, with a warning. Each such problem is a warning and a line of
 ``Registry.problems``, which a run records in ``meta.json`` and its published page shows.
 """
 

@@ -618,6 +618,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_suite(suite, args.output, run_id=args.run_id, resume=args.resume, backend=args.backend,
                         jobs=args.jobs, progress=not args.no_progress and not args.json, overwrite=args.overwrite,
                         case_timeout=args.case_timeout, retry=args.retry, on_note=tell)
+    args.finished_run_dir = outcome.run_dir  # what an interrupt while the rows print says was kept
     order = {c.case_id: k for k, c in enumerate(suite.cases())}
     frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
     counts = frame["status"].value_counts().to_dict()
@@ -977,24 +978,28 @@ def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterru
         return "; the best placement found so far is above" + (f" and in {args.output}" if written else "")
     if args.command != "run":
         return ""
-    run_dir = getattr(exc, "run_dir", None)  # set by run_suite once the folder holds meta.json
+    # set by run_suite once the folder holds meta.json, and by cmd_run once run_suite has returned
+    run_dir = getattr(exc, "run_dir", None) or getattr(args, "finished_run_dir", None)
     if run_dir is None:  # still loading the suite, or choosing the folder: a folder to resume is as it was
         return "; the run had not begun: nothing was written"
-    from harness.results import ResultsError, finished_case_ids
+    from harness.results import ResultsError, finished_case_ids, read_meta
 
-    again = f"membudget run {shlex.quote(args.suite)}"
-    if Path(args.output) != Path("results"):
-        again += f" -o {shlex.quote(args.output)}"
-    again += f" --run-id {run_dir.name} --resume"
+    # absolute paths: the command works pasted in another folder
+    again = (f"membudget run {shlex.quote(str(Path(args.suite).absolute()))} "
+             f"-o {shlex.quote(str(Path(args.output).absolute()))} --run-id {run_dir.name} --resume")
     for flag, value, default in (("--backend", args.backend, "local"), ("--jobs", args.jobs, 1),
                                  ("--case-timeout", args.case_timeout, None)):
         if value != default:  # how it ran: the cases still to run run the same way
             again += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
     try:
         finished = len(finished_case_ids(run_dir))
+        complete = read_meta(run_dir).get("status") == "complete"
     except (OSError, ResultsError):  # the interrupt's message is no place for a second error
         return f"; finished cases are saved in {run_dir} (resume: {again})"
-    return f"; {finished} finished case{'s' if finished != 1 else ''} saved in {run_dir} (resume: {again})"
+    cases = f"{finished} finished case{'s' if finished != 1 else ''}"
+    if complete:  # the signal came after the last case: only the printing was cut
+        return f"; the run had finished: all {cases} saved in {run_dir}"
+    return f"; {cases} saved in {run_dir} (resume: {again})"
 
 
 def _plugin_warnings_in_one_line() -> None:

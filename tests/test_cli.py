@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import math
 import shutil
 import signal
@@ -526,9 +527,20 @@ def test_the_resume_command_an_interrupt_prints_runs_the_rest_as_the_run_ran(tmp
     exc.run_dir = run_dir
     args = argparse.Namespace(command="run", suite="my suite.yaml", output=str(tmp_path / "r"), backend="local",
                               jobs=2, case_timeout=30.0)
+    suite = shlex.quote(str(Path("my suite.yaml").absolute()))  # QA: a relative path failed pasted elsewhere
     assert _what_an_interrupted_run_left(args, exc) == (
-        f"; 0 finished cases saved in {run_dir} (resume: membudget run 'my suite.yaml' -o {tmp_path / 'r'} "
+        f"; 0 finished cases saved in {run_dir} (resume: membudget run {suite} -o {tmp_path / 'r'} "
         "--run-id a --resume --jobs 2 --case-timeout 30)")
+    # QA: a signal after the run had finished (while its rows printed) said "the run had not begun: nothing
+    # was written", or asked to resume a complete run
+    (run_dir / "meta.json").write_text(json.dumps({"status": "complete"}))
+    from harness.results import COLUMNS
+
+    (run_dir / "rows.csv").write_text(",".join(COLUMNS) + "\n" + ",".join("x/1" if c == "case_id" else "ok" if
+                                                                           c == "status" else "" for c in COLUMNS) + "\n")
+    args.finished_run_dir = run_dir
+    assert _what_an_interrupted_run_left(args, KeyboardInterrupt()) == (
+        f"; the run had finished: all 1 finished case saved in {run_dir}")
 
 
 def test_version(capsys):

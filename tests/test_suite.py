@@ -313,6 +313,15 @@ def test_duplicate_planner_is_refused(tmp_path):
     assert "'prefix' is listed twice" in str(_error(path))
 
 
+def test_a_duplicate_in_a_block_list_is_refused_at_its_own_line(tmp_path):
+    """QA: a planner listed twice in a block list was refused at the ``planners:`` line, three lines above
+    the second one."""
+    path = _suite(tmp_path, BASE.replace("planners: [keep-all, prefix]",
+                                         "planners:\n  - keep-all\n  - prefix\n  - keep-all"))
+    line = 1 + path.read_text().splitlines().index("  - keep-all", _line_of(path, "  - prefix"))
+    assert str(_error(path)).startswith(f"{path}:{line}: planners: 'keep-all' is listed twice")
+
+
 @pytest.mark.parametrize("old, new, needle, expect", [
     ("{fractions: [0, 1]}", "{fractions: [0.5, 0.50]}", "budgets:", "budgets.fractions: 'f0.5' is listed twice"),
     ("{fractions: [0, 1]}", "{bytes: [1GiB, 1GiB]}", "budgets:", "budgets.bytes: '1GiB' is listed twice"),

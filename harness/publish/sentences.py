@@ -151,11 +151,11 @@ def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
 
 
 HOW_TO_READ = (
-    "How to read the tables: each budget column ranks the strategies by iteration time (ms), the quantity "
-    "common to the column; {fastest} marks the fastest at that budget. (N.NNx) is the time over the ideal "
+    "How to read the tables: each budget column compares the strategies (listed in the suite's order) by "
+    "iteration time (ms), the quantity common to the column; {fastest} marks the fastest at that budget. (N.NNx) is the time over the ideal "
     "iteration (ideal_s: the profile's forward and backward compute time with no memory limit and nothing "
-    "waited for, the same for the whole table; not a measured run){spread}. The second table divides the time by "
-    "the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
+    "waited for, the same for the whole table; not a measured run){spread}. The table headed 'iteration time / the budget's "
+    "lower bound' divides the time by the budget's lower bound (papers/004 Prop. 3 at that budget over every choice of algorithms; the same "
     "bound for every strategy in the column, its value in the header); schedules that recompute or split "
     "the batch are not bound by it and can go below 1. The bound each schedule is judged against on its own "
     "(its algorithms, passes, recomputation) is the 'own LB' column of the list of every case: it says how "

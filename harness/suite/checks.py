@@ -244,6 +244,19 @@ def _check_devices_and_dtypes(suite: Suite) -> None:
             raise refuse(complaint, *(("models", k, "dtype") if entry.dtype else ("dtype",)))
 
 
+def _second(suite: Suite, at: Path_, values: list[Any], duplicate: Any) -> tuple[int, ...]:
+    """Where in the list at ``at`` the second ``duplicate`` is written (its index in the suite file's list,
+    which names optional entries that are not installed too), so that the error's line is its own; () when
+    the list's values are not its entries (budget labels, input sizes)."""
+    second = [i for i, v in enumerate(values) if v == duplicate][1]
+    if at in (("planners",), ("executors",), ("allocators",)):
+        entry = suite.present(at[0])[second]
+        return (next(i for i, e in enumerate(getattr(suite.spec, at[0])) if e is entry),)
+    if at == ("seeds",) or at[-1:] == ("batch_sizes",):
+        return (second,)
+    return ()
+
+
 def check_unique(suite: Suite, cases: list[Case]) -> None:
     """Refuse a value listed twice: its cases (``cases``: the grid) would share a case id."""
     spec, budgets = suite.spec, suite.budgets()
@@ -271,7 +284,7 @@ def check_unique(suite: Suite, cases: list[Case]) -> None:
     for at, values, hint in lists:
         duplicate = next((v for v in values if values.count(v) > 1), None)
         if duplicate is not None:
-            source, line = suite.line_of(*at)
+            source, line = suite.line_of(*at, *_second(suite, at, values, duplicate))
             raise SuiteError(f"{source}:{line}: {field_name(at)}: {duplicate!r} is listed twice{hint}",
                              source=source, line=line, field=field_name(at))
     seen: set[str] = set()

@@ -1163,6 +1163,9 @@ def test_an_option_in_scientific_notation_is_the_number_it_writes():
                      "h=4GiB", "i=0x1e5"]) == {
         "time_limit": 1e-9, "a": -200.0, "b": 1500.0, "c": "1e", "d": "e5", "e": 2, "f": "1e5", "g": "._e5",
         "h": "4GiB", "i": 0x1E5}
+    # QA: YAML 1.1 read slots=0200 as octal 128 (a suite ran dynprog[slots=128]) and 08 as text
+    assert _options(["slots=0200", "a=08", "b=-007", "c=0", "d='0200'"]) == {"slots": 200, "a": 8, "b": -7, "c": 0,
+                                                                           "d": "0200"}
 
 
 def test_a_bad_option_value_names_the_planner_once(capsys, profile_file):

@@ -127,21 +127,26 @@ def option_value_refusal(planner: Any, options: dict[str, Any]) -> str | None:
 
     tiny = replace(tiny_chain(), batch_size=1024)
     budget = (min_memory(tiny) + peak_memory(tiny)) // 2
+    refused = refused_for_its_options(lambda **opts: planner.plan(tiny, budget, **opts), options, OptionValueError)
+    return None if refused is None else str(refused)
 
-    def refusal(opts: dict[str, Any]) -> BaseException | None:
+
+def refused_for_its_options(call: Any, options: dict[str, Any], refusal: type[BaseException]) -> BaseException | None:
+    """The ``refusal`` that ``call(**options)`` raises where ``call()`` raises none (None otherwise): a plugin
+    refusing its options' values, told apart from one that fails on the toy input either way. Any other
+    failure is the case's to report; an interrupt is re-raised."""
+    def raised(opts: dict[str, Any]) -> BaseException | None:
         try:
-            planner.plan(tiny, budget, **opts)
-        except OptionValueError as exc:
+            call(**opts)
+        except refusal as exc:
             return exc
         except BaseException as exc:
             if is_interrupt(exc):
                 raise KeyboardInterrupt from exc
         return None
 
-    refused = refusal(options)
-    if refused is None or refusal({}) is not None:
-        return None
-    return str(refused)
+    refused = raised(options)
+    return refused if refused is not None and raised({}) is None else None
 
 
 def seed_everything(seed: int) -> None:

@@ -136,25 +136,14 @@ def _check_allocator_option_values(suite: Suite, k: int, entry: Any, allocator: 
     in every case, after each had planned and run: refused here, with its line, as ``membudget place
     --option`` refuses it. Two overlapping blocks placed with the options raise a ``ValueError`` where
     they are placed without them."""
-    from harness.case import is_interrupt
+    from harness.case import refused_for_its_options
     from harness.lazy import resolve
     from harness.model import MemoryBlock
 
     blocks = (MemoryBlock(0, "a", 256, 0.0, 2.0), MemoryBlock(1, "b", 512, 1.0, 3.0))
     allocator = resolve(allocator)
-
-    def refusal(options: dict[str, Any]) -> BaseException | None:
-        try:
-            allocator.place(blocks, **options)
-        except ValueError as exc:
-            return exc
-        except BaseException as exc:  # another failure is the case's to report
-            if is_interrupt(exc):
-                raise KeyboardInterrupt from exc
-        return None
-
-    refused = refusal(dict(entry.options))
-    if refused is not None and refusal({}) is None:
+    refused = refused_for_its_options(lambda **opts: allocator.place(blocks, **opts), dict(entry.options), ValueError)
+    if refused is not None:
         source, line = suite.line_of("allocators", k)
         raise SuiteError(f"{source}:{line}: allocators[{k}]: allocator {entry.name!r} refuses its options "
                          f"{dict(entry.options)}: {refused}", source=source, line=line, field=f"allocators[{k}]")

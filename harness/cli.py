@@ -660,15 +660,21 @@ def _run_status(counts: dict[str, int], where: str = "above and in rows.csv") ->
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """Turn result folders into Markdown and HTML pages with tables and plots."""
-    from harness.publish import publish
+    from harness.publish import publish, site_suites
 
     _output_folder(args.output, "-o", create=False)  # publish makes it once the runs are known to be good
+    earlier = site_suites(args.output)
     written = publish(args.results, args.output)
+    kept = [folder for folder in site_suites(args.output) if folder in earlier
+            and Path(args.output, folder, "index.html") not in written]
     if args.json:
-        _json({"output": args.output, "files": [str(p) for p in written]})
+        _json({"output": args.output, "files": [str(p) for p in written], "kept_in_index": kept})
     else:
         for path in written:
             _out(str(path))
+        if kept:
+            print(f"the index also lists {len(kept)} suite{'s' if len(kept) > 1 else ''} published into "
+                  f"{args.output} before: {', '.join(kept)}", file=sys.stderr)
     return 0
 
 
@@ -687,6 +693,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     console = Console(width=200, markup=False)  # case ids hold labels such as dynprog[slots=500]
     console.print(f"A: {result['a']}\nB: {result['b']}")
+    for note in result["unlike"]:
+        console.print(f"note: {note}; a difference below may come from that, not from a change of code",
+                      highlight=False)
     table = compare_table(result, show_all=args.all)
     if table.row_count:  # no header over nothing
         console.print(table)

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from harness.cli import main
 from harness.model import save
 from harness.results import STATUSES, read_rows_csv
 from tests import test_suite_support as support
+
+XHTML = "{http://www.w3.org/1999/xhtml}"
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("plan_time_s", "place_time_s", "run_time_s", "finished_at", "run_id")
@@ -671,6 +674,58 @@ def test_argument_types_say_what_they_want_in_words(capsys, argv, needle):
         main(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and needle in err and "_positive_int" not in err and "_non_negative" not in err
+
+
+def test_publishing_into_a_site_keeps_the_suites_published_there_before(capsys, tmp_path):
+    """QA: publishing one suite into the committed site rewrote its index with that suite alone."""
+    for name in ("first", "second"):
+        assert _run(capsys, "run", str(support.write_suite(tmp_path, name=name, filename=f"{name}.yaml")),
+                    "-o", str(tmp_path / "r"), "--run-id", "x")[0] == 0
+    site = tmp_path / "site"
+
+    def listed() -> list[str]:
+        return [line.split("](")[1].split("/")[0] for line in (site / "index.md").read_text().splitlines()
+                if line.startswith("- [")]
+
+    assert _run(capsys, "publish", str(tmp_path / "r" / "first"), "-o", str(site))[0] == 0
+    code, _, err = _run(capsys, "publish", str(tmp_path / "r" / "second"), "-o", str(site))
+    assert code == 0 and listed() == ["first", "second"]
+    assert f"the index also lists 1 suite published into {site} before: first" in err
+    code, out, _ = _run(capsys, "publish", str(tmp_path / "r" / "first"), "-o", str(site), "--json")
+    assert code == 0 and listed() == ["first", "second"] and json.loads(out)["kept_in_index"] == ["second"]
+    html_links = [a.get("href") for a in ET.fromstring((site / "index.html").read_text()).iter(f"{XHTML}a")]
+    assert html_links == ["first/index.html", "second/index.html"]
+    shutil.rmtree(site / "first")  # a page removed by hand leaves the index
+    assert _run(capsys, "publish", str(tmp_path / "r" / "second"), "-o", str(site))[0] == 0
+    assert listed() == ["second"]
+    (site / "suites.json").write_text("[1, 2]")
+    before = (site / "index.md").read_text()
+    code, _, err = _run(capsys, "publish", str(tmp_path / "r" / "first"), "-o", str(site))
+    assert code == 2 and f"{site / 'suites.json'}: not a membudget site index" in err
+    assert (site / "index.md").read_text() == before and not (site / "first").exists()
+
+
+def test_compare_says_what_two_runs_do_not_share(capsys, tmp_path):
+    """QA: two runs of different suites, devices or profilers were compared without a word, and
+    ``--json`` wrote byte counts as floats (rows.csv holds whole numbers)."""
+    first = support.write_suite(tmp_path, name="first", filename="first.yaml")
+    text = first.read_text()
+    second = support.write_suite(tmp_path, text.replace("name: first", "name: second")
+                                 .replace("device: synthetic", "device: V100-PCIe"), filename="second.yaml")
+    for suite in (first, second):
+        assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "x")[0] == 0
+    a, b = str(tmp_path / "r" / "first" / "x"), str(tmp_path / "r" / "second" / "x")
+    code, out, _ = _run(capsys, "compare", a, b, "--json")
+    result = json.loads(out)
+    assert result["unlike"] == ["A is a run of suite first, B of suite second",
+                                "A is for the device synthetic, B for V100-PCIe (the suites' device: budgets and "
+                                "analytic times)"]
+    peaks = [c["peak_bytes_a"] for c in result["cases"] if c["peak_bytes_a"] is not None]
+    assert peaks and all(type(v) is int for v in peaks)
+    code, out, _ = _run(capsys, "compare", a, b)
+    assert "note: A is a run of suite first, B of suite second; a difference below may come from that" in out
+    code, out, _ = _run(capsys, "compare", a, a, "--json")
+    assert code == 0 and json.loads(out)["unlike"] == []
 
 
 def test_an_input_size_with_a_zero_dimension_is_refused(capsys, tmp_path):

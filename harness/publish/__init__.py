@@ -10,7 +10,8 @@
   memory limit (papers/004 Figure 5), throughput against memory (papers/004 Figures 13-19),
   iteration time against the budget (papers/000 Figure 8), and a timeline of compute and
   copies for one case (from the run's ``timelines/``);
-- ``<out>/index.md`` and ``index.html`` linking the suites.
+- ``<out>/index.md`` and ``index.html`` linking the suites, those published into ``<out>`` before
+  included (``<out>/suites.json`` keeps the list).
 
 ``compare(a, b)`` lines up the rows of two runs by case id and reports what changed.
 
@@ -33,7 +34,7 @@ from harness.publish.comparison import compare, compare_table
 from harness.publish.document import Doc
 from harness.publish.figures import time_figure
 from harness.publish.formats import fmt_bytes, fmt_ms
-from harness.publish.page import fill_common_columns, publish, publish_run
+from harness.publish.page import fill_common_columns, publish, publish_run, site_suites
 from harness.publish.runs import device_budget_of, statistic_of
 from harness.publish.sentences import UNVALIDATED
 from harness.publish.tables import (ARENA_FLAG, FASTEST, GRAD_FLAG, SPLIT_MARK, claims_table, grid,
@@ -43,6 +44,6 @@ __all__ = [
     "ARENA_FLAG", "FASTEST", "GRAD_FLAG", "GRAD_TOLERANCE", "SPLIT_MARK", "UNVALIDATED", "Cell", "Doc",
     "ExecutorTable", "Group", "budget_order", "central", "claims_table", "compare", "compare_table",
     "device_budget_of", "executors", "fastest", "fill_common_columns", "fmt_bytes", "fmt_ms", "grid", "kind_of",
-    "model_groups", "publish", "publish_run", "statistic_of", "strategy_table", "summarise", "time_figure",
-    "time_table",
+    "model_groups", "publish", "publish_run", "site_suites", "statistic_of", "strategy_table", "summarise",
+    "time_figure", "time_table",
 ]

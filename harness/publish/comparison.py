@@ -8,12 +8,14 @@ from typing import Any
 
 import pandas as pd
 
+from harness.publish.cells import kind_of
 from harness.publish.formats import fmt_bytes, fmt_ms, number
 from harness.publish.runs import checked_run
 from harness.results import ResultsError, RunFolder, find_runs
 
 
 COMPARED = ("makespan_s", "ratio_to_lb", "peak_bytes", "moved_bytes", "arena_bytes")
+BYTES = ("peak_bytes", "moved_bytes", "arena_bytes")  # whole numbers in the result, as in rows.csv
 
 
 def _close(a: Any, b: Any, rtol: float) -> bool:
@@ -43,8 +45,29 @@ def _one_run(path: str | Path) -> RunFolder:
     return runs[0]
 
 
-def _rows_by_case(run: RunFolder) -> pd.DataFrame:
-    return checked_run(run)[1].set_index("case_id")
+def _value(col: str, value: Any) -> float | int | None:
+    f = number(value)
+    return int(f) if f is not None and col in BYTES else f
+
+
+def _unlike(meta_a: dict[str, Any], rows_a: pd.DataFrame, meta_b: dict[str, Any], rows_b: pd.DataFrame) -> list[str]:
+    """What the two runs did not share, each a sentence: the suite, the device its budgets and
+    analytic times are for, the profiler, measured or simulated times, and for measured times the
+    CUDA device. One case id may then stand for different work: their differences are no regression."""
+    def cuda(meta: dict[str, Any]) -> Any:
+        return (meta.get("environment") or {}).get("cuda_device") or "none"
+
+    said = (("suite", "A is a run of suite {a}, B of suite {b}"),
+            ("device", "A is for the device {a}, B for {b} (the suites' device: budgets and analytic times)"),
+            ("profiler", "A was profiled by {a}, B by {b}"))
+    notes = [words.format(a=meta_a[key], b=meta_b[key]) for key, words in said
+             if key in meta_a and key in meta_b and meta_a[key] != meta_b[key]]
+    kind_a, kind_b = kind_of(rows_a), kind_of(rows_b)
+    if kind_a != kind_b:
+        notes.append(f"A's times are {kind_a}, B's {kind_b}")
+    if "measured" in (kind_a, kind_b) and cuda(meta_a) != cuda(meta_b):
+        notes.append(f"A ran on the CUDA device {cuda(meta_a)}, B on {cuda(meta_b)}")
+    return notes
 
 
 def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float | None = None) -> dict[str, Any]:
@@ -54,11 +77,13 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     ``rtol``. It is ``beyond_tolerance`` when its status changed, or its makespan, peak or
     moved bytes changed by more than ``tolerance`` (relative, either way; default
     ``rtol``); a case in one run only is beyond any tolerance. ``beyond_tolerance`` lists
-    those case ids (``membudget compare`` exits 1 when it is not empty).
+    those case ids (``membudget compare`` exits 1 when it is not empty). ``unlike`` says, a
+    sentence each, what the runs do not share (suite, device, profiler, CUDA device).
     """
     tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = _one_run(a), _one_run(b)
-    fa, fb = _rows_by_case(run_a), _rows_by_case(run_b)
+    (meta_a, fa), (meta_b, fb) = checked_run(run_a), checked_run(run_b)
+    fa, fb = fa.set_index("case_id"), fb.set_index("case_id")
     common = [c for c in fa.index if c in fb.index]
     cases, same, status_changed, beyond = [], 0, 0, []
     for case_id in common:
@@ -67,7 +92,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
         changed = ra["status"] != rb["status"]
         status_changed += changed
         for col in (*COMPARED, "plan_time_s"):
-            entry[f"{col}_a"], entry[f"{col}_b"] = number(ra[col]), number(rb[col])
+            entry[f"{col}_a"], entry[f"{col}_b"] = _value(col, ra[col]), _value(col, rb[col])
             if col in COMPARED and not _close(ra[col], rb[col], rtol):
                 changed = True
         ma, mb = number(ra["makespan_s"]), number(rb["makespan_s"])
@@ -82,6 +107,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     only_in_b = [c for c in fb.index if c not in fa.index]
     return {
         "a": str(run_a.path), "b": str(run_b.path),
+        "unlike": _unlike(meta_a, fa, meta_b, fb),
         "summary": {"common": len(common), "same": same, "changed": len(common) - same,
                     "status_changed": int(status_changed)},
         "cases": cases,

@@ -19,7 +19,7 @@ from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FI
                                        more_memory_note, oom_note, plugins_line, sessions_line, what_ran)
 from harness.publish.tables import (ARENA_FLAG, FASTEST, FIT_HEADER, SPLIT_MARK, bound_table, claims_table,
                                     does_what, placement_table, strategy_table, time_table)
-from harness.results import RunFolder, RunProfiles, find_runs, read_notes, write_frame_csv
+from harness.results import ResultsError, RunFolder, RunProfiles, find_runs, read_notes, write_frame_csv
 
 
 def fill_common_columns(frame: pd.DataFrame, run_path: Path) -> pd.DataFrame:
@@ -184,15 +184,43 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     return written
 
 
+SITE_INDEX = "suites.json"  # the index's links, so that a later publish into the same folder keeps them
+SITE_INDEX_FORMAT = 1
+
+
+def site_suites(out_dir: str | Path) -> dict[str, str]:
+    """The suites an earlier ``publish`` listed in ``out_dir``'s index: page folder -> link text.
+
+    A folder whose page is gone is left out. An index file that is not one of ours is an error
+    (before anything is written), so that nothing it listed is dropped silently.
+    """
+    path = Path(out_dir) / SITE_INDEX
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if data["format"] != SITE_INDEX_FORMAT:
+            raise ValueError(f"format {data['format']!r}")
+        entries = {str(e["folder"]): str(e["text"]) for e in data["suites"]}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ResultsError(f"{path}: not a membudget site index (format {SITE_INDEX_FORMAT}); "
+                           f"remove it or publish into another folder") from exc
+    return {folder: text for folder, text in entries.items() if (Path(out_dir) / folder / "index.html").is_file()}
+
+
 def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
-    """Publish the runs found in ``results`` into ``out_dir``; return every file written."""
+    """Publish the runs found in ``results`` into ``out_dir``; return every file written.
+
+    The index lists these runs and every suite an earlier ``publish`` put into ``out_dir``
+    (a suite published again takes its old place in the list).
+    """
     out = Path(out_dir)
     runs = list({run.path.resolve(): run for run in find_runs(results)}.values())  # a run given twice: once
     # a folder that is not one run's rows is an error before anything is written
     loaded = [(run, *checked_run(run)) for run in runs]
+    links = site_suites(out)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    links = []
     used: set[str] = set()
     for run, meta, rows in loaded:
         name = suite_name(run, meta, rows)
@@ -203,14 +231,16 @@ def publish(results: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
         kind = kind_of(rows)
         about = meta.get("spec", {}).get("description", "")
         noted = "; read the notes on its page" if notes else ""
-        links.append((f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}",
-                      f"{folder}/index.html"))
+        links[folder] = f"{name} ({kind}, run {run.run_id}{noted}){': ' + about if about else ''}"
     index = Doc("membudget results")
     index.para("Published by membudget publish; one page per suite. A measured page's times were taken on the "
                "device its first line names; a simulated page's are the event simulator's, on measured or analytic "
                "profiles.")
-    index.link_list(links)
+    index.link_list([(text, f"{folder}/index.html") for folder, text in links.items()])
     written += index.write(out)
     md_index = out / "index.md"
     md_index.write_text(md_index.read_text().replace("/index.html)", "/index.md)"))
-    return written
+    site_index = out / SITE_INDEX
+    site_index.write_text(json.dumps({"format": SITE_INDEX_FORMAT,
+                                      "suites": [{"folder": f, "text": t} for f, t in links.items()]}, indent=1) + "\n")
+    return [*written, site_index]

@@ -451,7 +451,10 @@ RunStatus = Literal["ok", "infeasible", "oom", "error"]
 
 @dataclass(frozen=True)
 class Run:
-    """The outcome of executing a schedule: times, memory, and what happened when."""
+    """The outcome of executing a schedule: times, memory, and what happened when.
+
+    ``metrics``: the executor's other figures by name, numbers (counts and bytes as ints); those
+    named as rows.csv columns fill them, the others go to its ``metrics`` column as JSON."""
 
     executor: str
     planner: str
@@ -463,7 +466,7 @@ class Run:
     moved_bytes: int
     timeline: tuple[TimelineEvent, ...] = ()
     trace: tuple[MemoryBlock, ...] = ()
-    metrics: dict[str, float] = field(default_factory=dict, hash=False)
+    metrics: dict[str, float | int] = field(default_factory=dict, hash=False)
 
     @property
     def feasible(self) -> bool:

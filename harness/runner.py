@@ -685,7 +685,7 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
                      "earlier_specs")
     meta.update(
         format_version=FORMAT_VERSION, suite=suite.name, run_id=run_dir.name, source=suite.source, spec=suite.raw, status="running",
-        cases=len(cases), skipped_plugins=[*suite.skipped, *registry().problems], environment=env,
+        cases=len(ids | finished), skipped_plugins=[*suite.skipped, *registry().problems], environment=env,
         device=suite.spec.device, profiler=suite.spec.profiler,
     )
     meta.setdefault("sessions", []).append(session)

@@ -377,6 +377,8 @@ def test_the_planned_executor_on_the_cpu_emulates_the_arena():
     assert m["departures"] == 0 and m["planned_requests"] > 0
     assert m["plan_max_live_bytes"] <= m["arena_bytes"] <= m["caching_reserved_bytes"]
     assert m["grad_error"] < 1e-5
+    counts = ("departures", "planned_requests", "requests", "arena_bytes", "caching_reserved_bytes", "iterations")
+    assert all(type(m[k]) is int for k in counts), {k: m[k] for k in counts}  # QA: rows.csv's JSON said 120.0
 
 
 def test_a_planned_run_is_judged_by_its_gradients_departures_and_arena():

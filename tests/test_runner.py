@@ -426,6 +426,7 @@ def test_resuming_with_another_suite_counts_only_its_cases_and_keeps_the_earlier
     assert meta["spec"]["planners"] == ["prefix", {"name": "prefix", "label": "prefix-again"}]
     assert meta["earlier_specs"] == [{"source": str(first.source), "spec": first.raw}]
     assert meta["sessions"][-1]["cases_run"] == outcome.ran
+    assert meta["cases"] == len(rows)  # QA: it counted the second suite's cases alone
 
 
 def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(tmp_path):

@@ -286,21 +286,21 @@ class RealAddressAllocator:
         with self._exclusive():
             self.release_arena()
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, int]:
         """The figures an executor reports (``Run.metrics`` keys)."""
         s, st = self.stats, self.session.stats
         return {
-            "arena_bytes": float(self.arena_capacity),
-            "plan_bytes": float(self.plan_bytes),
-            "plan_max_live_bytes": float(self.session.plan.max_live_bytes if self.session.plan else 0),
-            "fallback_peak_bytes": float(s.fallback_peak_bytes),
-            "planned_reserved_bytes": float(self.reserved_bytes),
-            "requests": float(s.requests),
-            "planned_requests": float(st.planned),
-            "departures": float(s.departures),
-            "unmonitored_requests": float(st.unmonitored),
-            "reoptimizations": float(st.reoptimizations),
-            "arena_allocations": float(s.arena_allocations),
+            "arena_bytes": int(self.arena_capacity),
+            "plan_bytes": int(self.plan_bytes),
+            "plan_max_live_bytes": int(self.session.plan.max_live_bytes if self.session.plan else 0),
+            "fallback_peak_bytes": int(s.fallback_peak_bytes),
+            "planned_reserved_bytes": int(self.reserved_bytes),
+            "requests": int(s.requests),
+            "planned_requests": int(st.planned),
+            "departures": int(s.departures),
+            "unmonitored_requests": int(st.unmonitored),
+            "reoptimizations": int(st.reoptimizations),
+            "arena_allocations": int(s.arena_allocations),
         }
 
 

@@ -131,9 +131,9 @@ class TorchPlannedExecutor:
         before = real.stats.departures
         for _ in range(self.iterations):
             replay(real, events)
-        metrics = {**run.metrics, **real.summary(), "departures": float(real.stats.departures - before),
-                   "caching_reserved_bytes": float(CachingAllocator().place(blocks).arena_bytes),
-                   "emulated": 1.0}
+        metrics = {**run.metrics, **real.summary(), "departures": real.stats.departures - before,
+                   "caching_reserved_bytes": int(CachingAllocator().place(blocks).arena_bytes),
+                   "emulated": 1}
         return replace(run, executor=self.name, metrics=metrics)
 
     # -- CUDA: the planned run in its own process, the caching run here
@@ -268,7 +268,7 @@ def _planned_execution_class():
             finally:
                 self.cuda = True
             metrics = {**run.metrics, **self.real.summary(),
-                       "departures": float(self.real.stats.departures - self.departures_before)}
+                       "departures": self.real.stats.departures - self.departures_before}
             return replace(run, executor=TorchPlannedExecutor.name,
                            peak_bytes=int(self.real.reserved_bytes), metrics=metrics)
 
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise  # after a NULL handed to torch every CUDA call fails; the oom row says why
     if hook.errors or real.stats.errors:
         errors = hook.errors + real.stats.errors
-        run = replace(run, metrics={**run.metrics, "allocator_errors": float(len(errors))},
+        run = replace(run, metrics={**run.metrics, "allocator_errors": len(errors)},
                       message=(run.message + " " if run.message else "") + f"allocator: {errors[0]}")
     if run.status == "ok":  # the caching run's gradients are compared with these
         grads = {n: p.grad.detach().cpu() for n, p in chain.model.named_parameters() if p.grad is not None}

@@ -602,18 +602,18 @@ class _Execution:
             "time_min_s": min(times) if times else float("nan"),
             "time_max_s": max(times) if times else float("nan"),
             "time_iqr_s": _iqr(times),
-            "iterations": float(len(times)),
-            "warmup": float(self.ex.warmup),
+            "iterations": len(times),
+            "warmup": int(self.ex.warmup),
             "stall_s": stall,
-            "moved_bytes": float(moved),
-            "host_pool_bytes": float(self.pool.allocated_bytes),
-            "algorithms_applied": float(len(self.record.algorithms)),
+            "moved_bytes": int(moved),
+            "host_pool_bytes": int(self.pool.allocated_bytes),
+            "algorithms_applied": len(self.record.algorithms),
         }
         if self._counts_held(self.ex.record):
-            metrics["held_max_bytes"] = float(self.held_max)
+            metrics["held_max_bytes"] = int(self.held_max)
         if self.cuda:
-            metrics["max_memory_allocated"] = float(torch.cuda.max_memory_allocated(self.chain.device))
-            metrics["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(self.chain.device))
+            metrics["max_memory_allocated"] = int(torch.cuda.max_memory_allocated(self.chain.device))
+            metrics["max_memory_reserved"] = int(torch.cuda.max_memory_reserved(self.chain.device))
             if self.cap is not None:
                 metrics["memory_fraction"] = self.cap
             peak = int(metrics["max_memory_allocated"])
@@ -622,9 +622,9 @@ class _Execution:
         compute = sum(p.compute_time for p in self.passes)
         if prediction is not None:
             compute = prediction.compute_time
-            metrics["predicted_peak_bytes"] = float(prediction.peak_bytes)
+            metrics["predicted_peak_bytes"] = int(prediction.peak_bytes)
             if self.cuda:  # what the device held beyond the chain model (workspaces, handles' buffers)
-                metrics["unmodelled_bytes"] = metrics["max_memory_allocated"] - float(prediction.peak_bytes)
+                metrics["unmodelled_bytes"] = metrics["max_memory_allocated"] - int(prediction.peak_bytes)
             if prediction.feasible:
                 metrics["predicted_s"] = prediction.makespan
                 metrics["prediction_error"] = median / prediction.makespan - 1 if prediction.makespan > 0 else math.nan
@@ -640,7 +640,7 @@ class _Execution:
         peak = self.resident_max
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.chain.device)
-            metrics["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(self.chain.device))
+            metrics["max_memory_reserved"] = int(torch.cuda.max_memory_reserved(self.chain.device))
         if prediction is not None and prediction.feasible:
             metrics["predicted_s"] = prediction.makespan
         return Run(

@@ -669,6 +669,14 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     todo_units = [[c for c in unit if c.case_id not in done] for unit in iter_units(cases)]
     todo_units = [u for u in todo_units if u]
     n_todo = sum(len(u) for u in todo_units)
+    if resuming and not n_todo:
+        notes.append(f"every case of the suite has its row in {run_dir} already: nothing to run (--retry STATUS runs "
+                     "the cases of a status again)")
+    cores = _usable_cores()
+    if backend == "local" and jobs > cores and len(todo_units) > cores:
+        notes.append(f"--jobs {jobs} is more than the {cores} CPU core{'s' if cores > 1 else ''} this process may use: "
+                     "the cases share cores, "
+                     "and the times they measure (plan_time_s, a torch executor's iterations) are slower for it")
 
     from harness.environment import environment
     from harness.plugins import registry
@@ -726,6 +734,14 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
                     raise
                 # else the error that stopped the run (rows.csv's full disk) is the one to report
     return RunOutcome(run_dir, load_rows(run_dir), ran, len(done), notes)
+
+
+def _usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
 
 
 def _save_timeline(run_dir: Path, timeline: dict[str, Any]) -> None:

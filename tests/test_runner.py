@@ -429,6 +429,27 @@ def test_resuming_with_another_suite_counts_only_its_cases_and_keeps_the_earlier
     assert meta["cases"] == len(rows)  # QA: it counted the second suite's cases alone
 
 
+def test_a_run_says_before_its_cases_when_nothing_is_left_to_run_or_jobs_outnumber_the_cores(tmp_path, monkeypatch):
+    """QA: resuming a finished run said nothing until its end, and ``--jobs 3`` on 2 cores said
+    nothing of the times it slows down. Both are notes, heard before any case runs."""
+    import harness.runner as runner
+
+    suite = _suite(tmp_path)
+    heard: list[str] = []
+    run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    again = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False, on_note=heard.append)
+    assert again.ran == 0 and heard == [f"every case of the suite has its row in {again.run_dir} already: nothing "
+                                        "to run (--retry STATUS runs the cases of a status again)"]
+    monkeypatch.setattr(runner, "_usable_cores", lambda: 1)
+    heard.clear()
+    run_suite(suite, tmp_path / "r", run_id="y", jobs=2, progress=False, on_note=heard.append)
+    assert heard == ["--jobs 2 is more than the 1 CPU core this process may use: the cases share cores, and the "
+                     "times they measure (plan_time_s, a torch executor's iterations) are slower for it"]
+    heard.clear()
+    run_suite(suite, tmp_path / "r", run_id="z", jobs=1, progress=False, on_note=heard.append)
+    assert heard == []
+
+
 def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(tmp_path):
     """Rows recorded as errors by an interrupt (before interrupts were recognised) are run again."""
     suite = _suite(tmp_path)

@@ -248,7 +248,10 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
     from harness.bounds import lower_bound
 
     duplex = copy_layout(executor, options)
-    fields: dict[str, Any] = {"n_stages": profile.n_stages}
+    # what the profile says whatever the planner does: a refused budget's row has it too
+    fields: dict[str, Any] = {"n_stages": profile.n_stages, "weight_bytes": profile.weight_bytes}
+    if device_budget:
+        fields["runtime_bytes"] = profile.runtime_bytes
     try:
         # the budget's bound (the tables' common column) is the row's even when no plan comes of it
         fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
@@ -259,6 +262,8 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         fields["status"], fields["message"] = classify(exc, f"planner {getattr(planner, 'name', planner)!r}")
         if isinstance(exc, InvalidSchedule):
             fields["valid"] = False
+        if isinstance(exc, InfeasibleBudget):
+            fields["needed_bytes"] = exc.needed_bytes
         return CaseOutcome(fields)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate,
                         budget_lb=fields["budget_lower_bound_s"])

@@ -55,6 +55,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "placement_optimal", "placement_lower_bound_bytes",
     # what the schedule does with the iteration's saved data (harness.memory.saved_data), and the weights
     "kept_bytes", "offloaded_bytes", "recomputed_bytes", "recompute_s", "weight_bytes",
+    # on a refused budget's row: the bytes the planner said it would need (InfeasibleBudget.needed_bytes)
+    "needed_bytes",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")
@@ -71,7 +73,7 @@ _INT_COLUMNS = ("batch_size", "budget_bytes", "peak_bytes", "moved_bytes", "min_
                 "offloaded_stages", "sub_batches", "max_memory_allocated", "max_memory_reserved",
                 "predicted_peak_bytes", "placement_lower_bound_bytes", "planning_budget_bytes", "runtime_bytes",
                 "fragmentation_bytes", "reserved_predicted_bytes", "kept_bytes", "offloaded_bytes", "recomputed_bytes",
-                "weight_bytes", "iterations", "held_max_bytes")
+                "weight_bytes", "iterations", "held_max_bytes", "needed_bytes")
 _FLOAT_COLUMNS = ("makespan_s", "ideal_s", "lower_bound_s", "ratio_to_lb", "throughput", "plan_time_s",
                   "budget_fraction", "idle_s", "fragmentation", "place_time_s", "run_time_s", "time_min_s",
                   "time_max_s", "time_iqr_s", "stall_s", "predicted_s", "prediction_error", "memory_fraction",

@@ -55,9 +55,12 @@ def test_rows_carry_metrics_and_bounds(tmp_path):
         assert int(row["min_memory_bytes"]) == lo and int(row["peak_memory_bytes"]) == hi
         lb = lower_bound(profile, budget, m_peak=hi)
         assert float(row["budget_lower_bound_s"]) == pytest.approx(lb)  # every row, run or not
+        assert int(row["weight_bytes"]) == profile.weight_bytes  # an infeasible row's too (QA: it was empty)
         if row["planner"] == "keep-all" and budget < hi:
             assert row["status"] == "infeasible" and f"needs at least {hi} bytes" in row["message"]
+            assert int(row["needed_bytes"]) == hi  # keep-all needs the peak (papers/004 sec. 3.1)
             continue
+        assert row["needed_bytes"] == ""
         assert row["status"] == "ok", row["message"]
         makespan = float(row["makespan_s"])
         assert makespan >= lb * (1 - 1e-9)  # papers/004 Prop. 3

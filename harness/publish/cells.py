@@ -134,7 +134,8 @@ class Cell:
     repeats; ``over_allocators`` names the allocator models of the suite whose arena for the
     schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts);
     ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check);
-    ``sub_batches``, how many parts the schedule splits the batch into (1: it does not).
+    ``sub_batches``, how many parts the schedule splits the batch into (1: it does not);
+    ``needed_bytes``, on a refused budget, the most its planner said it would need (NaN: not said).
     """
 
     status: str
@@ -147,6 +148,7 @@ class Cell:
     over_allocators: tuple[str, ...] = ()
     grad_error: float = math.nan
     sub_batches: int = 1
+    needed_bytes: float = math.nan
 
     @property
     def ok(self) -> bool:
@@ -178,7 +180,9 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         failed = planned[planned["status"] != "ok"]
         names = tuple(dict.fromkeys(over_budget_rows(cell)["allocator"]))
         if not failed.empty:
-            out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed))
+            needed = pd.to_numeric(failed["needed_bytes"], errors="coerce").dropna()
+            out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed),
+                                        needed_bytes=float(needed.max()) if len(needed) else math.nan)
             continue
         time_s, kept = central(planned["makespan_s"], statistic)
         if len(planned) > 1:

@@ -44,8 +44,12 @@ def _marks(cell: Cell) -> str:
 
 
 def _failure(cell: Cell) -> str:
+    """A cell that did not run: its status, how many repeats failed, and the bytes its planner said it needs."""
     mark = STATUS_MARK.get(cell.status, cell.status)
-    return f"{mark} ({cell.failed}/{cell.repeats})" if cell.repeats > 1 else mark
+    parts = [f"{cell.failed}/{cell.repeats}"] if cell.repeats > 1 else []
+    if cell.status == "infeasible" and not math.isnan(cell.needed_bytes):
+        parts.append(f"needs {fmt_bytes(cell.needed_bytes)}")
+    return f"{mark} ({'; '.join(parts)})" if parts else mark
 
 
 def grid(table: ExecutorTable, text: Callable[[str, str, Cell], str]) -> tuple[list[list[str]], set[tuple[int, int]]]:

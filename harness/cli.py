@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import json
 import os
 import math
@@ -28,6 +29,7 @@ from harness.options import check_planner_options
 from harness.profilers.devices import DEFAULT_DEVICE
 
 EXIT_USAGE = 2
+EXIT_STDOUT_CLOSED = 128 + 13  # as a shell reports a process SIGPIPE killed
 
 
 # --------------------------------------------------------------------------- helpers
@@ -71,6 +73,19 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
         if saved is not None:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def _console(**options: Any) -> Any:
+    """A rich Console on stdout whose closed pipe reaches ``main`` as ``BrokenPipeError`` (rich's own
+    answer is ``SystemExit(1)``: a negative verdict's status, with no word)."""
+    from rich.console import Console
+
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return StdoutConsole(**options)
 
 
 def _json(data: Any) -> None:
@@ -255,7 +270,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         _json(entries)
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     columns = ("kind", "name", "factory", "plugin", "version") if args.kind == "model" else \
@@ -263,7 +277,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(*columns, box=None, show_edge=False)
     for e in entries:
         table.add_row(*(e[c] for c in columns))
-    Console(width=160, markup=False).print(table)  # markup off: names and labels hold [ ]
+    _console(width=160, markup=False).print(table)  # markup off: names and labels hold [ ]
     return 0
 
 
@@ -628,9 +642,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                "status_counts": {k: int(v) for k, v in counts.items()},
                "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
         return _run_status(counts, where="in the JSON rows and in rows.csv")
-    from rich.console import Console
-
-    console = Console(width=200)
+    console = _console(width=200)
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     allocators, lines = _allocators_and_lines(frame)
@@ -689,9 +701,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _json(result)
         return status
-    from rich.console import Console
-
-    console = Console(width=200, markup=False)  # case ids hold labels such as dynprog[slots=500]
+    console = _console(width=200, markup=False)  # case ids hold labels such as dynprog[slots=500]
     console.print(f"A: {result['a']}\nB: {result['b']}")
     for note in result["unlike"]:
         console.print(f"note: {note}; a difference below may come from that, not from a change of code",
@@ -961,13 +971,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = _stop_on_sigterm()
     try:
         with _json_stdout(bool(getattr(args, "json", False))):
-            return args.func(args)
+            status = args.func(args)
+        sys.stdout.flush()  # a reader gone is found here, not by the interpreter's exit (which says 1 or 120)
+        return status
     except KeyboardInterrupt as exc:
         # the flag too: compiled code (Numba) can re-raise the handler's Terminated as another exception
         terminated = isinstance(exc, Terminated) or Terminated.received
         how = "terminated" if terminated else "interrupted"
         print(f"membudget: {how}{_what_an_interrupted_run_left(args, exc)}", file=sys.stderr)
         return 143 if terminated else 130
+    except BrokenPipeError as exc:
+        if not _stdout_gone():
+            print(f"membudget: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        # the reader of stdout went away (`membudget list | head -3`): end as quietly as a process that
+        # SIGPIPE kills, with its status, not a negative verdict's 1 or an error's 2
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the interpreter's last flush would complain too
+        return EXIT_STDOUT_CLOSED
     except _user_errors() as exc:
         message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
         print(f"membudget: error: {message}", file=sys.stderr)
@@ -975,6 +995,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stdout_gone() -> bool:
+    """True when nobody reads the process's stdout any more (a pipe whose reader closed it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows): assume it was stdout
+        return True
 
 
 def _what_an_interrupted_run_left(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:

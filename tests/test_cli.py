@@ -391,6 +391,17 @@ def test_an_unknown_option_before_the_command_is_the_top_level_s(capsys):
         in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"]], ids=["rich-table", "json"])
+def test_a_reader_that_closes_stdout_ends_the_command_quietly_with_sigpipes_status(argv):
+    """QA: ``membudget simulate ... | head -4`` said "error: [Errno 32] Broken pipe" and exited 2, or
+    (rich's table) 1, a negative verdict's status. Here the reader is gone before the first line is written."""
+    child = subprocess.Popen([sys.executable, "-m", "harness.cli", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=ROOT)
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=300) == 141 and err == ""
+
+
 def test_console_script_exits_2_without_a_traceback(tmp_path):
     bad = tmp_path / "suite.yaml"
     bad.write_text("name: x\nprofiler: file\ndevice: cpu\nmodels: [{model: p.json, batch_sizes: [one]}]\n")

@@ -29,9 +29,11 @@ It trains with exactly the schedule's decisions, operation by operation in
 
 The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
 an out-of-memory is a Run with status ``oom``. On the CPU the same code runs with host
-memory standing in for device memory; ``emulate_budget`` then checks the bytes held
-(weights + saved data, measured on the storages) against the budget after every
-operation.
+memory standing in for device memory: a prefetch waits, in issue order, until the weights,
+the saved data held and its own bytes fit the budget (as it waits for the allocator on the
+device, and in the simulator), and is forced when its backward needs it; ``emulate_budget``
+then checks the bytes held (weights + saved data, measured on the storages) against the
+budget after every operation.
 
 Measured per run (``Run.metrics``): iteration time (median, min, max, interquartile
 range) over ``iterations`` timed iterations after ``warmup`` ones, bytes moved, stall
@@ -485,6 +487,8 @@ class _Execution:
                     self._offload(j)
                 else:
                     self.pending_offloads.setdefault(group, []).append(j)
+            elif not self.cuda and self.pending_prefetches:
+                self.pending_prefetches[group] = j  # behind the one waiting for memory: copies go in order
             else:
                 self._prefetch(j)
 
@@ -519,12 +523,17 @@ class _Execution:
             return nbytes
         return int(round(nbytes * actual / planned))
 
-    def _prefetch(self, j: int) -> bool:
+    def _prefetch(self, j: int, force: bool = False) -> bool:
+        """Bring a group's moved bytes back, or (False) leave it waiting for memory: on CUDA when the
+        allocator refuses it, on the CPU when it would not fit the budget (``_room_on_cpu``) unless ``force``."""
         tr = self.schedule.transfers[j]
         group = (tr.sub_batch, tr.stage)
         blocks = [b for b in self.store.blocks(group) if b.moved]
         if not blocks:
             return True
+        if not (self.cuda or force or self._room_on_cpu(group)):
+            self.pending_prefetches[group] = j
+            return False
         try:
             self.handles[j] = self.copies.prefetch(blocks, f"prefetch {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
         except torch.OutOfMemoryError:
@@ -535,8 +544,22 @@ class _Execution:
 
     def _retry_prefetches(self) -> None:
         for group, j in list(self.pending_prefetches.items()):
-            if self._may_fit(group):
-                self._prefetch(j)
+            if self.cuda:
+                if self._may_fit(group):
+                    self._prefetch(j)
+            elif self._prefetch(j):
+                self.pending_prefetches.pop(group, None)
+            else:
+                break  # the CPU's copies go in issue order, as on the simulator's copy engine
+
+    def _room_on_cpu(self, group: GroupKey) -> bool:
+        """On the CPU, where nothing runs out: whether the weights, the saved bytes held and the group's
+        moved bytes fit the budget. A prefetch waits for memory on the device (the simulator's rule,
+        and the CUDA allocator's refusal); without this every prefetch issued at the start of the
+        backward ran at once, and the CPU's held bytes were keep-all's whatever was offloaded."""
+        need = sum(b.moved for b in self.store.blocks(group))
+        held = sum(self.store.device_bytes().values())
+        return self.chain.weight_bytes() + held + need <= self.schedule.budget_bytes
 
     def _may_fit(self, group: GroupKey) -> bool:
         """False when a waiting prefetch cannot fit under the cap: the bytes allocated now plus its
@@ -553,7 +576,9 @@ class _Execution:
     def _resident(self, group: GroupKey) -> None:
         """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that waited for memory), then wait for it."""
         j = self.pending_prefetches.get(group)
-        if j is not None and not self._prefetch(j):
+        if j is not None and not self.cuda:  # needed now: over the budget if it must (the peak says so,
+            self._prefetch(j, force=True)   # and emulate_budget refuses it)
+        elif j is not None and not self._prefetch(j):
             self.copies.synchronize()  # every offload done: all the memory they free is free
             gc.collect()
             if not self._prefetch(j):

@@ -995,6 +995,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if argv is None:  # the console script: what is left is the interpreter's teardown (seconds once torch is
+            # loaded), after everything was written and said; a signal then made a finished run's status 130
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, signal.SIG_IGN)
 
 
 def _stdout_gone() -> bool:

@@ -402,6 +402,19 @@ def test_a_reader_that_closes_stdout_ends_the_command_quietly_with_sigpipes_stat
     assert child.wait(timeout=300) == 141 and err == ""
 
 
+def test_the_console_script_is_not_interrupted_once_its_command_has_returned():
+    """QA: Ctrl-C in the seconds of the interpreter's teardown after a complete run (torch loaded) made
+    its status 130 with no word, though everything was written and said."""
+    code = ("import signal, sys; sys.argv = ['membudget', 'list', '--kind', 'executor']; "
+            "from harness.cli import main; status = main(); "
+            "print(status, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "
+            "signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.stdout.splitlines()[-1] == "0 True True", done.stdout + done.stderr
+    assert main(["list", "--kind", "executor"]) == 0  # called with arguments (a test, a program): nothing changes
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
 def test_console_script_exits_2_without_a_traceback(tmp_path):
     bad = tmp_path / "suite.yaml"
     bad.write_text("name: x\nprofiler: file\ndevice: cpu\nmodels: [{model: p.json, batch_sizes: [one]}]\n")

@@ -568,6 +568,8 @@ def run_table(frame) -> Any:
     from rich.markup import escape
     from rich.table import Column, Table
 
+    from harness.publish.formats import below_the_weights
+
     allocators, lines = _allocators_and_lines(frame)
     arenas = {a: {tuple(r[k] for k in UNIT_KEY): r for r in frame[frame["allocator"] == a].to_dict("records")}
               for a in allocators}
@@ -581,8 +583,14 @@ def run_table(frame) -> Any:
     # fold, never cut: a label cut to "torch-checkpoint[ever…" names no case (QA)
     table = Table(*[Column(t, overflow="fold") for t, _ in columns],
                   *[Column(escape(f"arena {a}"), overflow="fold") for a in allocators], box=None, show_edge=False)
+    budget = [col for _, col in columns].index("budget_label")
+    bound = [col for _, col in columns].index("budget_lower_bound_s")
     for row in lines.to_dict("records"):
         cells = [escape(_cell(col, row.get(col))) for _, col in columns]  # a run from before a column existed lacks it
+        if _clean(row.get("budget_bytes")) is not None and not cells[budget].upper().endswith("B"):
+            cells[budget] += f" ({_cell('budget_bytes', row['budget_bytes'])})"  # f0.25 says no size of its own
+        if below_the_weights(row.get("budget_bytes"), row.get("weight_bytes")):
+            cells[bound] = "-"  # no schedule runs below the weights: a finite bound would read as reachable
         if row["status"] != "ok":
             cells[status] = f"[red]{cells[status]}[/red]"
         key = tuple(row[k] for k in UNIT_KEY)
@@ -642,7 +650,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                "status_counts": {k: int(v) for k, v in counts.items()},
                "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
         return _run_status(counts, where="in the JSON rows and in rows.csv")
-    console = _console(width=200)
+    console = _console(width=230)  # the budget column gives each fraction its bytes
     console.print(run_table(frame))
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     allocators, lines = _allocators_and_lines(frame)

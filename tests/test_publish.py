@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import html.parser
 import shutil
 import xml.etree.ElementTree as ET
@@ -952,3 +953,29 @@ def test_a_lead_within_the_timings_spreads_is_said_not_to_tell_the_two_apart(res
     assert "1.050x (within the spreads)" in pages[0.2]
     assert "Within the spreads" not in pages[0.01] and "(within the spreads)" not in pages[0.01]
     assert "1.050x" in pages[0.01]
+
+
+def test_a_budget_below_the_weights_shows_no_bound_that_reads_as_reachable(tmp_path, capsys):
+    """QA: a budget below the weights alone (mlp6: 352 MiB against 671 MiB of weights) was headed
+    "LB 60.46 ms", as if some schedule could come near it; none runs there. The headers say so, and
+    the every-case list and ``membudget run``'s table show no bound; the others keep theirs."""
+    from harness.cli import main
+
+    weights = support.chain("synthetic:chain4", 2).weight_bytes
+    text = support.SUITE.format(name="tiny").replace("budgets: {fractions: [0, 0.5, 1.0]}",
+                                                     f"budgets: {{fractions: [0.5], bytes: [{weights // 2}]}}")
+    suite = support.write_suite(tmp_path, text)
+    assert main(["run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "x"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    below = [line.split() for line in printed if f" {weights // 2} " in f" {line} "]
+    assert below and all(cells[cells.index("infeasible") + 3] == "-" for cells in below), printed
+    fraction = [line for line in printed if "f0.5 (" in line]  # a fraction's label gets its bytes
+    assert fraction and all(re.search(r"f0\.5 \([0-9.]+ (KiB|MiB|B)\)", line) for line in fraction), printed
+    publish([tmp_path / "r" / "tiny" / "x"], tmp_path / "site")
+    page = (tmp_path / "site" / "tiny" / "index.md").read_text()
+    headers = [line for line in page.splitlines() if line.startswith("| planner |")]
+    assert headers and all(f"{weights // 2} (" in h and "below the weights: no schedule runs" in h for h in headers)
+    assert all("f0.5 (" in h and "below the weights" not in h.split("f0.5")[1] for h in headers)
+    assert any("LB " in h.split("f0.5")[1] for h in headers)  # the bound table's header keeps f0.5's bound
+    listed = [line.split(" | ") for line in page.splitlines() if f"/{weights // 2}/simulate" in line]
+    assert listed and all(cells[4] == "-" for cells in listed), listed

@@ -21,6 +21,13 @@ def number(value: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+def below_the_weights(budget_bytes: Any, weight_bytes: Any) -> bool:
+    """True when a budget is below the weights alone: no schedule runs there (none moves weights), so the
+    budget's lower bound (papers/004 Prop. 3, finite at any budget) is not shown as if it could be reached."""
+    budget, weights = number(budget_bytes), number(weight_bytes)
+    return budget is not None and weights is not None and budget < weights
+
+
 def fmt_ms(value: Any) -> str:
     """Seconds as milliseconds, or ``-``."""
     f = number(value)

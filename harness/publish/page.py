@@ -11,7 +11,7 @@ import pandas as pd
 from harness.publish.cells import ExecutorTable, executors, kind_of, model_groups, ordered, plan_rows
 from harness.publish.document import Doc
 from harness.publish.figures import pick_timeline, plot_ratio, plot_throughput, plot_time, plot_timeline
-from harness.publish.formats import fmt_bytes, fmt_error, fmt_ms, fmt_ratio, slug
+from harness.publish.formats import below_the_weights, fmt_bytes, fmt_error, fmt_ms, fmt_ratio, slug
 from harness.publish.runs import checked_run, device_budget_of, statistic_of, suite_name
 from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FIT_COLUMN, HOW_TO_READ, SPLIT_NOTE,
                                        SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, arena_summary, budget_words,
@@ -167,7 +167,8 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
     rows, bad = [], set()
     for i, (_, r) in enumerate(ordered(frame).iterrows()):
         rows.append([r["case_id"], r["status"], fmt_ms(r["makespan_s"]), fmt_ratio(r["slowdown"]),
-                     fmt_ms(r["budget_lower_bound_s"]), fmt_ratio(r["ratio_to_budget_lb"]),
+                     "-" if below_the_weights(r["budget_bytes"], r["weight_bytes"]) else fmt_ms(r["budget_lower_bound_s"]),
+                     fmt_ratio(r["ratio_to_budget_lb"]),
                      fmt_ms(r["lower_bound_s"]), fmt_ratio(r["ratio_to_lb"]), fmt_bytes(r["peak_bytes"]),
                      fmt_bytes(r["moved_bytes"]), fmt_bytes(r["arena_bytes"]), fmt_error(r["grad_error"]),
                      fmt_ms(r["plan_time_s"]),

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.publish.cells import (Cell, ExecutorTable, budget_order, executors, fastest, is_measured, plan_rows,
                                    planner_order)
-from harness.publish.formats import fmt_bytes, fmt_ms, fmt_ratio, number
+from harness.publish.formats import below_the_weights, fmt_bytes, fmt_ms, fmt_ratio, number
 
 
 STATUS_MARK = {"infeasible": "infeasible", "oom": "oom", "error": "error"}
@@ -30,7 +30,10 @@ def _budget_headers(rows: pd.DataFrame, budgets: list[str], with_lb: bool = Fals
         size = at["budget_bytes"].dropna()
         parts = [fmt_bytes(size.iloc[0])] if len(size) else []
         lb = at["budget_lower_bound_s"].dropna()
-        if with_lb and len(lb):
+        weights = at["weight_bytes"].dropna()
+        if len(size) and len(weights) and below_the_weights(size.iloc[0], weights.iloc[0]):
+            parts.append("below the weights: no schedule runs")
+        elif with_lb and len(lb):
             parts.append(f"LB {fmt_ms(lb.iloc[0])} ms")
         headers.append(f"{label} ({'; '.join(parts)})" if parts else label)
     return headers

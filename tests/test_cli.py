@@ -170,6 +170,14 @@ def test_simulate_reports_times_bounds_and_memory_and_feeds_place(capsys, profil
     placed = json.loads(out)
     assert code == 0 and placed["valid"] and placed["arena_bytes"] >= placed["max_live_bytes"] > 0
     assert placed["max_live_bytes"] <= report["peak_bytes"]
+    # QA: a reservation predicted above the budget went without a word (a suite's page marks it †)
+    reserved = report["reserved_predicted_bytes"]
+    assert ("reservation_note" in report) == (reserved > report["budget_bytes"])
+    if reserved > report["budget_bytes"]:
+        from harness.units import format_bytes
+
+        assert f"predicts {format_bytes(reserved)} reserved, above {format_bytes(report['budget_bytes'])}" in \
+            report["reservation_note"]
 
 
 @pytest.mark.parametrize("argv,needle", [

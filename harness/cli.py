@@ -653,9 +653,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     order = {c.case_id: k for k, c in enumerate(suite.cases())}
     frame = outcome.rows.sort_values("case_id", key=lambda ids: ids.map(order).fillna(len(order)), kind="stable")
     counts = frame["status"].value_counts().to_dict()
+    above = _above_device(frame, outcome.run_dir)
     if args.json:
         _json({"suite": suite.name, "run_dir": str(outcome.run_dir), "ran": outcome.ran,
-               "already_done": outcome.skipped, "notes": outcome.notes,
+               "already_done": outcome.skipped, "notes": [*outcome.notes, *above],
                "status_counts": {k: int(v) for k, v in counts.items()},
                "rows": [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict("records")]})
         return _run_status(counts, where="in the JSON rows and in rows.csv")
@@ -667,11 +668,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"{len(frame)} rows{per_line} ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
     for line in failure_lines(frame):
         console.print(line, markup=False, highlight=False)
-    for note in outcome.notes:
+    for note in [*outcome.notes, *above]:
         if note not in told:
             console.print(f"note: {note}", markup=False, highlight=False)
     console.print(f"rows: {outcome.run_dir / 'rows.csv'}")
     return _run_status(counts)
+
+
+def _above_device(frame, run_dir: Path) -> list[str]:
+    """Per model, the budgets of the run above its profile's device memory (``plan`` warns of one)."""
+    from harness.publish.cells import model_groups
+    from harness.publish.sentences import above_device_note
+    from harness.results import RunProfiles
+
+    profiles = RunProfiles(run_dir)
+    notes = [(group.title, above_device_note(group.rows, profiles.of(group.rows.iloc[0])))
+             for group in model_groups(frame, profiles)]
+    return [f"{title}: {note[0].lower()}{note[1:]}" for title, note in notes if note]
 
 
 def _run_status(counts: dict[str, int], where: str = "above and in rows.csv") -> int:

@@ -760,6 +760,25 @@ def test_compare_says_what_two_runs_do_not_share(capsys, tmp_path):
     assert code == 0 and json.loads(out)["unlike"] == []
 
 
+def test_a_suite_budget_above_the_devices_memory_is_said_by_the_run_and_its_page(capsys, tmp_path):
+    """QA: ``plan --budget 20GiB`` on a 16 GiB device warns "no such card can train it"; a suite with that
+    budget ran and published a winner there without a word."""
+    text = support.SUITE.format(name="big").replace("budgets: {fractions: [0, 0.5, 1.0]}",
+                                                    "budgets: {fractions: [1.0], bytes: [20GiB]}")
+    suite = support.write_suite(tmp_path, text)
+    memory = support.chain("synthetic:chain4", 2).device_memory
+    assert memory < 20 * 2**30
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "x")
+    said = [line for line in out.splitlines() if line.startswith("note: ") and "20GiB (20.00 GiB)" in line]
+    assert code == 0 and len(said) == 3, out  # one per model group
+    assert all("budgets above the memory of the profile's device, synthetic (16.00 GiB)" in line for line in said)
+    assert "f1 (" not in " ".join(said)  # the peak is well within the device
+    assert _run(capsys, "publish", str(tmp_path / "r"), "-o", str(tmp_path / "site"))[0] == 0
+    page = (tmp_path / "site" / "big" / "index.md").read_text()
+    assert page.count("Budgets above the memory of the profile's device, synthetic (16.00 GiB): 20GiB (20.00 GiB); "
+                      "no such card can train at them.") == 3
+
+
 def test_an_input_size_with_a_zero_dimension_is_refused(capsys, tmp_path):
     code, _, err = _run(capsys, "profile", "synthetic:chain8", "--batch", "2", "--input-size", "3,0,32",
                         "-o", str(tmp_path / "p.json"))

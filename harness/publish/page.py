@@ -14,9 +14,10 @@ from harness.publish.figures import pick_timeline, plot_ratio, plot_throughput, 
 from harness.publish.formats import below_the_weights, fmt_bytes, fmt_error, fmt_ms, fmt_ratio, slug
 from harness.publish.runs import checked_run, device_budget_of, statistic_of, suite_name
 from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FIT_COLUMN, HOW_TO_READ, SPLIT_NOTE,
-                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, arena_note, arena_summary, budget_words,
-                                       close_call_note, grad_note, has_spread, labels_line, layout_notes, meta_lines,
-                                       more_memory_note, oom_note, plugins_line, sessions_line, what_ran)
+                                       SPREAD, STRATEGY_TABLE, UNVALIDATED, above_device_note, arena_note,
+                                       arena_summary, budget_words, close_call_note, grad_note, has_spread,
+                                       labels_line, layout_notes, meta_lines, more_memory_note, oom_note,
+                                       plugins_line, sessions_line, what_ran)
 from harness.publish.tables import (ARENA_FLAG, FASTEST, FIT_HEADER, SPLIT_MARK, bound_table, claims_table,
                                     does_what, placement_table, strategy_table, time_table)
 from harness.results import ResultsError, RunFolder, RunProfiles, find_runs, read_notes, write_frame_csv
@@ -115,6 +116,9 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
         doc.para(f"ideal iteration {fmt_ms(first['ideal_s'])} ms; minimum memory "
                  f"{fmt_bytes(first['min_memory_bytes'])}{leaner_minimum(profiles.of(first), first)}; keep-all peak "
                  f"{fmt_bytes(first['peak_memory_bytes'])}.", small=True)
+        above = above_device_note(plan, profiles.of(first))
+        if above:
+            doc.para(above)
         for executor in executors(group.rows):
             table = by_group[group.key, executor]
             kind = kind_of(table.rows)

@@ -367,3 +367,18 @@ def layout_notes(frame: pd.DataFrame) -> list[str]:
                      "recomputed_bytes) existed, so the page has no 'fastest strategy per budget' table; the "
                      "time tables rank them the same way.")
     return notes
+
+
+def above_device_note(rows: pd.DataFrame, profile: Any) -> str | None:
+    """The budgets of one model's rows above the memory of its profile's device (``membudget plan`` warns
+    of one): no card of that device can train at them, whatever the page ranks there."""
+    memory = getattr(profile, "device_memory", 0) or 0
+    if memory <= 0:
+        return None
+    above = rows[pd.to_numeric(rows["budget_bytes"], errors="coerce") > memory]
+    if above.empty:
+        return None
+    budgets = ", ".join(f"{label} ({fmt_bytes(size)})" for label, size in
+                        above.groupby("budget_label", sort=False)["budget_bytes"].first().items())
+    return (f"Budgets above the memory of the profile's device, {profile.device} ({fmt_bytes(memory)}): {budgets}; "
+            "no such card can train at them.")

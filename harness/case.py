@@ -284,7 +284,7 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
     duplex = schedule.duplex
     who = f"executor {getattr(executor, 'name', executor)!r}"
     fields: dict[str, Any] = {"n_stages": profile.n_stages, **planned.fields, "plan_time_s": planned.plan_time_s,
-                              "sub_batches": schedule.sub_batches,
+                              "sub_batches": schedule.sub_batches, "schedule_fingerprint": schedule.fingerprint(),
                               "offloaded_stages": len(schedule.offloaded_stages)}
     out = CaseOutcome(fields, schedule)
     try:

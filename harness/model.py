@@ -378,6 +378,16 @@ class Schedule:
         """The algorithm index of ``stage`` (-1: the stage default)."""
         return self.algorithms[stage] if self.algorithms else -1
 
+    def fingerprint(self) -> str:
+        """A short hash of what an executor runs: the operations, transfers, algorithms, sub-batches
+        and copy layout (not the planner, its options, notes or budget). Two planners' schedules with
+        one fingerprint run the same iteration, so their measured times differ by noise alone."""
+        import hashlib
+
+        algorithms = self.algorithms if any(a >= 0 for a in self.algorithms) else ()
+        what = repr((self.ops, self.transfers, algorithms, self.sub_batches, self.duplex))
+        return hashlib.sha1(what.encode()).hexdigest()[:12]
+
     @property
     def recomputed_stages(self) -> tuple[int, ...]:
         """Stages this schedule recomputes (in any sub-batch)."""

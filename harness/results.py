@@ -57,6 +57,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "kept_bytes", "offloaded_bytes", "recomputed_bytes", "recompute_s", "weight_bytes",
     # on a refused budget's row: the bytes the planner said it would need (InfeasibleBudget.needed_bytes)
     "needed_bytes",
+    # what the executor ran, hashed (Schedule.fingerprint): rows that share it ran the same iteration
+    "schedule_fingerprint",
 )
 COLUMNS: tuple[str, ...] = STABLE_COLUMNS + EXTRA_COLUMNS
 STATUSES: tuple[str, ...] = ("ok", "infeasible", "oom", "error")

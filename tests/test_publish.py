@@ -940,6 +940,7 @@ def test_a_lead_within_the_timings_spreads_is_said_not_to_tell_the_two_apart(res
                 base = float(frame.loc[rows & (frame["planner"] == "keep-all"), "makespan_s"].iloc[0])
                 frame.loc[rows & (frame["planner"] == "prefix"), "makespan_s"] = repr(base * 1.05)
                 frame.loc[rows, "time_iqr_s"] = repr(base * spread)
+            frame["schedule_fingerprint"] = ""  # two schedules, as far as the page knows (see the next test)
             return frame
         return edit
 
@@ -953,6 +954,43 @@ def test_a_lead_within_the_timings_spreads_is_said_not_to_tell_the_two_apart(res
     assert "1.050x (within the spreads)" in pages[0.2]
     assert "Within the spreads" not in pages[0.01] and "(within the spreads)" not in pages[0.01]
     assert "1.050x" in pages[0.01]
+
+
+def test_strategies_that_ran_one_schedule_and_were_timed_apart_are_said_to_differ_by_noise(results, tmp_path):
+    """QA: on a CPU page, keep-all, dynprog, recompute and hybrid all ran keep-all's schedule at the peak,
+    yet hybrid was starred 3.3x ahead of dynprog. Rows carry the schedule's fingerprint; where strategies
+    of one fingerprint were timed apart, a note says it is noise and the strategy table's lead says so."""
+    _, _, _, run_b = results
+    rows = read_rows_csv(run_b / "rows.csv")
+
+    def prints(label):
+        return {(r["model"], r["batch_size"], r["planner"]): r["schedule_fingerprint"] for r in rows
+                if r["budget_label"] == label}
+
+    at_peak, lower = prints("f1"), prints("f0.5")
+    assert all(len(v) == 12 for v in at_peak.values() if v)
+    same = [(m, b) for (m, b, p), v in at_peak.items() if p == "prefix" and v == at_peak[m, b, "keep-all"]]
+    assert len(same) == 3, at_peak  # the prefix planner offloads nothing at the peak: keep-all's schedule
+    assert all(lower[m, b, "prefix"] != lower[m, b, "keep-all"] for m, b in same if lower[m, b, "keep-all"])
+
+    def slower_prefix(frame):
+        chosen = (frame["budget_label"] == "f1") & (frame["planner"] == "prefix")
+        frame.loc[chosen, "makespan_s"] = (frame.loc[chosen, "makespan_s"].astype(float) * 3).map(repr)
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "noisy", slower_prefix)
+    publish([run], tmp_path / "site")
+    page = (tmp_path / "site" / "pub" / "index.md").read_text()
+    notes = [line for line in page.splitlines() if line.startswith("One schedule, timed apart: at f1, keep-all and "
+                                                                   "prefix (")]
+    assert len(notes) == len(same), notes
+    # keep-all wins, prefix (3x slower) is the runner-up: the lead says what it is
+    leads = [line for line in page.splitlines() if line.startswith("| f1 (")]
+    assert len(leads) == len(same) and all("| prefix † | 3.000x (the same schedule: noise) |" in line
+                                           for line in leads), leads
+    untouched = tmp_path / "site-b"
+    publish([run_b], untouched)  # the same schedules timed alike (simulated): no note
+    assert "One schedule, timed apart" not in (untouched / "pub" / "index.md").read_text()
 
 
 def test_a_budget_below_the_weights_shows_no_bound_that_reads_as_reachable(tmp_path, capsys):

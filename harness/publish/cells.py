@@ -135,7 +135,9 @@ class Cell:
     schedule's trace exceeds the budget (empty when all fit; ``arena_note`` gives the amounts);
     ``grad_error`` is the largest gradient error of its torch rows (NaN without a gradient check);
     ``sub_batches``, how many parts the schedule splits the batch into (1: it does not);
-    ``needed_bytes``, on a refused budget, the most its planner said it would need (NaN: not said).
+    ``needed_bytes``, on a refused budget, the most its planner said it would need (NaN: not said);
+    ``schedule``, the fingerprint of what it ran (``Schedule.fingerprint``; empty: rows older than
+    the column, or repeats that ran different schedules).
     """
 
     status: str
@@ -149,6 +151,7 @@ class Cell:
     grad_error: float = math.nan
     sub_batches: int = 1
     needed_bytes: float = math.nan
+    schedule: str = ""
 
     @property
     def ok(self) -> bool:
@@ -193,12 +196,13 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         ideal = planned["ideal_s"].dropna()
         grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
         parts = planned["sub_batches"].dropna()
+        prints = set(planned["schedule_fingerprint"])
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
             time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
             repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
-            sub_batches=int(parts.max()) if len(parts) else 1,
+            sub_batches=int(parts.max()) if len(parts) else 1, schedule=prints.pop() if len(prints) == 1 else "",
         )
     return out
 
@@ -275,6 +279,24 @@ class ExecutorTable:
             spreads = [0.0 if math.isnan(c.spread_s) else c.spread_s for c in (first, second)]
             if sum(spreads) > 0 and second.time_s - spreads[1] <= first.time_s + spreads[0]:
                 out[budget] = (winner, ranked[0][1])
+        return out
+
+    @cached_property
+    def same_schedules(self) -> dict[str, list[list[str]]]:
+        """budget -> the groups of strategies (each in the suite's order) that ran one and the same schedule
+        (``Cell.schedule``) and got times further apart than ``fastest`` calls a tie: measured noise alone."""
+        out: dict[str, list[list[str]]] = {}
+        for budget in budget_order(self.rows):
+            by_print: dict[str, list[str]] = {}
+            for planner in planner_order(self.rows):
+                cell = self.cells.get((planner, budget))
+                if cell is not None and cell.ranked and cell.schedule:
+                    by_print.setdefault(cell.schedule, []).append(planner)
+            groups = [ps for ps in by_print.values() if len(ps) > 1
+                      and max(self.cells[p, budget].time_s for p in ps) > min(self.cells[p, budget].time_s for p in ps)
+                      * (1 + 1e-9)]
+            if groups:
+                out[budget] = groups
         return out
 
     @property

@@ -17,7 +17,7 @@ from harness.publish.sentences import (CHAIN_BUDGETS, CLAIMS, DEVICE_BUDGETS, FI
                                        SPREAD, STRATEGY_TABLE, UNVALIDATED, above_device_note, arena_note,
                                        arena_summary, budget_words, close_call_note, grad_note, has_spread,
                                        labels_line, layout_notes, meta_lines, more_memory_note, oom_note,
-                                       plugins_line, sessions_line, what_ran)
+                                       plugins_line, same_schedule_note, sessions_line, what_ran)
 from harness.publish.tables import (ARENA_FLAG, FASTEST, FIT_HEADER, SPLIT_MARK, bound_table, claims_table,
                                     does_what, placement_table, strategy_table, time_table)
 from harness.results import ResultsError, RunFolder, RunProfiles, find_runs, read_notes, write_frame_csv
@@ -127,7 +127,7 @@ def publish_run(run: RunFolder, out: Path, meta: Mapping[str, Any], frame: pd.Da
             split = any(c.ok and c.sub_batches > 1 for c in table.cells.values())
             for note in (arena_note(table, device_budget), grad_note(table),
                          SPLIT_NOTE.format(mark=SPLIT_MARK) if split else None, more_memory_note(table),
-                         oom_note(table), close_call_note(table)):
+                         oom_note(table), close_call_note(table), same_schedule_note(table)):
                 if note:
                     doc.para(note, small=True)
             if does_what(table.rows):

@@ -338,6 +338,23 @@ def close_call_note(table: ExecutorTable) -> str | None:
             "repeats, on a quieter machine, may).")
 
 
+def same_schedule_note(table: ExecutorTable) -> str | None:
+    """The note on a time table's budgets where strategies ran one and the same schedule and were timed
+    apart (``ExecutorTable.same_schedules``; None when there are none): the difference is noise."""
+    parts = []
+    for budget, groups in table.same_schedules.items():
+        for planners in groups:
+            times = [table.cells[p, budget].time_s * 1e3 for p in planners]
+            names = ", ".join(planners[:-1]) + f" and {planners[-1]}"
+            parts.append(f"at {budget}, {names} ({min(times):.2f} to {max(times):.2f} ms)")
+    if not parts:
+        return None
+    return (f"One schedule, timed apart: {'; '.join(parts)} ran the same schedule (one fingerprint: the same "
+            f"operations, copies, algorithms and sub-batches), so their times differ by measurement noise alone "
+            f"and no {FASTEST} or lead among them is a result (more timed iterations or repeats, on a quieter "
+            "machine, bring them together).")
+
+
 def grad_note(table: ExecutorTable) -> str | None:
     """What the gradient check says about a time table's strategies (None when its rows have none):
     the largest error, and the ``GRAD_FLAG`` cells that trained a different network."""

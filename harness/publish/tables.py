@@ -162,7 +162,9 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
         names = ", ".join(p + _marks(table.cells[p, budget]) for p in tied)
         line += [names + (" (tie)" if len(tied) > 1 else ""), f"{time_s * 1e3:.2f}", f"{cell.slowdown:.2f}x"]
         if others:
-            noise = " (within the spreads)" if budget in table.close_calls else ""
+            same = cell.schedule and table.cells[others[0][1], budget].schedule == cell.schedule
+            noise = " (the same schedule: noise)" if same else \
+                " (within the spreads)" if budget in table.close_calls else ""
             line += [others[0][1] + _marks(table.cells[others[0][1], budget]), _lead(others[0][0], time_s) + noise]
         else:
             line += ["-", "-"]

@@ -325,7 +325,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     report = {"model": profile.model, "batch_size": profile.batch_size,
               "input_shape": "x".join(map(str, profile.input_shape)), "device": profile.device,
-              "profiler": profile.profiler, "stages": profile.n_stages, "compute_time_s": profile.compute_time,
+              "profiler": profile.profiler, "stages": profile.n_stages,
+              # how the model was cut: a skip connection's whole span is one stage (docs/architecture.md)
+              "stage_names": [stage.name for stage in profile.stages], "compute_time_s": profile.compute_time,
               "weight_bytes": profile.weight_bytes, "min_memory_bytes": min_memory(profile),
               "peak_memory_bytes": peak_memory(profile), "output": args.output}
     _json(report) if args.json else _print_report(report)

@@ -1248,6 +1248,21 @@ def test_the_misspelling_hint_leaves_abbreviations_alone_and_reads_only_its_own_
     assert "required: --planner, --budget" in err and "did you mean" not in err
 
 
+def test_profile_names_the_stages_the_model_was_cut_into(capsys, tmp_path):
+    """QA: ``profile`` said only "stages 5"; how a skip connection was cut (its whole span one stage) was
+    in the profile JSON alone. The stage names come in the stages' order, as the planners see them."""
+    from harness.model import Profile, load
+
+    code, out, _ = _run(capsys, "profile", "torchvision:resnet18", "--batch", "2", "-o", str(tmp_path / "p.json"),
+                        "--json")
+    report = json.loads(out)
+    names = [stage.name for stage in load(Profile, tmp_path / "p.json").stages]
+    assert code == 0 and report["stage_names"] == names and len(names) == report["stages"]
+    assert any("layer1" in name for name in names)  # a residual block is one stage, named by its module
+    code, out, _ = _run(capsys, "profile", "torchvision:resnet18", "--batch", "2", "-o", str(tmp_path / "q.json"))
+    assert "stage_names" in out and ", ".join(names[:3]) in out
+
+
 def test_a_model_that_fails_at_an_input_size_not_its_own_asks_whether_the_size_is_right(capsys, tmp_path):
     """QA: ``--input-size 1,224,224`` on ResNet-18 said only "RuntimeError: Invalid channel dimensions"."""
     from harness.commands import default_input_size

@@ -129,7 +129,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
 
     One line per budget, ascending: the fastest strategy by iteration time (the quantity common
     to the budget; every strategy of a tie, the first listed describing the line), its time and
-    slowdown over the ideal iteration, the fastest of the others and how many times faster the
+    slowdown over the ideal iteration, the fastest of the others (every one of a tie) and how many times faster the
     winner is (its time over the winner's), and the winner's saved data
     of one iteration kept on the device, offloaded and recomputed. Names carry ``_marks``. When a
     winner's arena exceeds the budget (†), a last column names the fastest whose arena fits in every
@@ -165,7 +165,9 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
             same = cell.schedule and table.cells[others[0][1], budget].schedule == cell.schedule
             noise = " (the same schedule: noise)" if same else \
                 " (within the spreads)" if budget in table.close_calls else ""
-            line += [others[0][1] + _marks(table.cells[others[0][1], budget]), _lead(others[0][0], time_s) + noise]
+            runners_up = [p for t, p in others if t <= others[0][0] * (1 + 1e-9)]  # a tie, as ``fastest`` has it
+            line += [", ".join(p + _marks(table.cells[p, budget]) for p in runners_up)
+                     + (" (tie)" if len(runners_up) > 1 else ""), _lead(others[0][0], time_s) + noise]
         else:
             line += ["-", "-"]
         plan = plan_rows(at[at["planner_label"] == winner]).iloc[0]

@@ -62,7 +62,7 @@ def test_throughput_is_keep_all_measured_time_over_each_planners(run_dir):
     real = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")]
     keep_all = float(real[real["planner"] == "keep-all"]["makespan_s"].min())
     assert basis.startswith("keep-all measured") and f"{keep_all * 1e3:.2f} ms" in basis
-    assert table.loc["keep-all", "f0"] == "infeasible"
+    assert table.loc["keep-all", "f0"].startswith("infeasible (needs ")  # what the planner said it needs
     for _, row in real.iterrows():  # every measured cell, from the rows themselves
         assert table.loc[row["planner_label"], row["budget_label"]] == f"{keep_all / row['makespan_s']:.2f}"
     assert table.loc["greedy", "1GiB"] == ""  # not run there (excluded)

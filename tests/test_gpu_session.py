@@ -134,8 +134,9 @@ def test_a_job_that_finishes_no_case_in_a_whole_call_is_skipped_by_the_calls_aft
     env["SESSION_JOBS"] = "suite:a.yaml suite:a.yaml:r1"  # the first word has no run id: refused, not run
     run_a = work / "results" / "cpu-a" / "r1"
 
-    # every case sleeps longer than the suite's share of the call: nothing finishes
-    first = _call(work, env, SESSION_SECONDS="200", SESSION_STALL_SECONDS="60", SLICE_TEST_CASE_SLEEP="150")
+    # every case sleeps longer than the suite's share of the call: nothing finishes (the call leaves 200 s
+    # for its jobs, so that a loaded machine's slow start still leaves the 150 s a job needs to begin)
+    first = _call(work, env, SESSION_SECONDS="230", SESSION_STALL_SECONDS="60", SLICE_TEST_CASE_SLEEP="200")
     assert "suite:a.yaml: not a job (suite:SUITE.yaml:RUN_ID)" in first.stdout
     assert "suite:a.yaml:r1: no case finished in this call: later calls skip it" in first.stdout, first.stdout
     assert "no case finished in" in (run_a / "no-progress").read_text()

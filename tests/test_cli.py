@@ -414,13 +414,15 @@ def test_the_console_script_is_not_interrupted_once_its_command_has_returned():
     """QA: Ctrl-C in the seconds of the interpreter's teardown after a complete run (torch loaded) made
     its status 130 with no word, though everything was written and said."""
     code = ("import signal, sys; sys.argv = ['membudget', 'list', '--kind', 'executor']; "
+            "signal.signal(signal.SIGINT, signal.default_int_handler); signal.signal(signal.SIGTERM, signal.SIG_DFL); "
             "from harness.cli import main; status = main(); "
             "print(status, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "
             "signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.stdout.splitlines()[-1] == "0 True True", done.stdout + done.stderr
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["list", "--kind", "executor"]) == 0  # called with arguments (a test, a program): nothing changes
-    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_console_script_exits_2_without_a_traceback(tmp_path):

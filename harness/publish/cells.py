@@ -183,7 +183,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         failed = planned[planned["status"] != "ok"]
         names = tuple(dict.fromkeys(over_budget_rows(cell)["allocator"]))
         if not failed.empty:
-            needed = pd.to_numeric(failed["needed_bytes"], errors="coerce").dropna()
+            needed = pd.to_numeric(failed.get("needed_bytes", pd.Series(dtype=float)), errors="coerce").dropna()
             out[planner, budget] = Cell(str(failed["status"].iloc[0]), repeats=len(planned), failed=len(failed),
                                         needed_bytes=float(needed.max()) if len(needed) else math.nan)
             continue
@@ -196,7 +196,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         ideal = planned["ideal_s"].dropna()
         grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
         parts = planned["sub_batches"].dropna()
-        prints = set(planned["schedule_fingerprint"])
+        prints = set(planned.get("schedule_fingerprint", ()))  # a frame built by hand may not have it
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,

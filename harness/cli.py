@@ -521,11 +521,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if run.feasible and reserved is not None and reserved > budget:  # the † of a suite's page, said here
         from harness.units import format_bytes
 
-        report["reservation_note"] = (f"the budget counts the chain model's bytes; for this schedule's memory trace the caching "
-                          f"allocator model (uncapped) predicts {format_bytes(reserved)} reserved, above "
-                          f"{format_bytes(budget)}: a CUDA process held to the budget may run out of memory (a "
-                          "suite's budget_model: device plans within what the GPU gives; docs/cli.md, 'What a "
-                          "budget means')")
+        report["reservation_note"] = (
+            f"the budget counts the chain model's bytes; for this schedule's memory trace the caching allocator "
+            f"model (uncapped) predicts {format_bytes(reserved)} reserved, above {format_bytes(budget)}: a CUDA "
+            "process held to the budget may run out of memory (a suite's budget_model: device plans within what the "
+            "GPU gives; docs/cli.md, 'What a budget means')")
     report = {k: _clean(v) for k, v in report.items()}
     _json(report) if args.json else _print_report(report)
     return 0 if run.feasible and fields.get("valid") is not False else 1

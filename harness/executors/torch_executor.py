@@ -610,7 +610,7 @@ class _Execution:
             if self.ex.emulate_budget and resident > self.schedule.budget_bytes:
                 raise BudgetExceeded(
                     f"emulated out of memory: {resident} bytes held (weights and saved data) after "
-                    f"{len(self.record.held) if record else 'an'} operation(s), above the budget of "
+                    f"{f'operation {len(self.record.held)}' if record else 'an operation'}, above the budget of "
                     f"{self.schedule.budget_bytes}")
 
     def _timeline(self) -> None:

@@ -530,6 +530,7 @@ class _Execution:
         group = (tr.sub_batch, tr.stage)
         blocks = [b for b in self.store.blocks(group) if b.moved]
         if not blocks:
+            self.pending_prefetches.pop(group, None)
             return True
         if not (self.cuda or force or self._room_on_cpu(group)):
             self.pending_prefetches[group] = j
@@ -547,9 +548,7 @@ class _Execution:
             if self.cuda:
                 if self._may_fit(group):
                     self._prefetch(j)
-            elif self._prefetch(j):
-                self.pending_prefetches.pop(group, None)
-            else:
+            elif not self._prefetch(j):
                 break  # the CPU's copies go in issue order, as on the simulator's copy engine
 
     def _room_on_cpu(self, group: GroupKey) -> bool:

@@ -709,8 +709,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     _output_folder(args.output, "-o", create=False)  # publish makes it once the runs are known to be good
     earlier = site_suites(args.output)
     written = publish(args.results, args.output)
-    kept = [folder for folder in site_suites(args.output) if folder in earlier
-            and Path(args.output, folder, "index.html") not in written]
+    kept = [folder for folder in earlier if Path(args.output, folder, "index.html") not in written]
     if args.json:
         _json({"output": args.output, "files": [str(p) for p in written], "kept_in_index": kept})
     else:

@@ -175,6 +175,14 @@ def over_budget_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[(rows["allocator"] != "") & rows["arena_fits_budget"].eq(False).fillna(False)]
 
 
+TIE = 1e-9  # times within this relative difference are a tie (``fastest``)
+
+
+def _apart(times: list[float]) -> bool:
+    """True when the times are further apart than ``fastest`` calls a tie (one time never is)."""
+    return max(times) > min(times) * (1 + TIE)
+
+
 def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple[str, str], Cell]:
     """(planner label, budget label) -> Cell, for the rows of one model group on one executor."""
     out: dict[tuple[str, str], Cell] = {}
@@ -207,7 +215,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
     return out
 
 
-def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = 1e-9) -> set[str]:
+def fastest(cells: dict[tuple[str, str], Cell], budget: str, rel: float = TIE) -> set[str]:
     """The planner labels with the smallest iteration time at ``budget`` (ties within ``rel``); empty
     when nothing ran. A strategy that trained a different network (``Cell.trained_differently``) is not
     a contender."""
@@ -292,9 +300,7 @@ class ExecutorTable:
                 cell = self.cells.get((planner, budget))
                 if cell is not None and cell.ranked and cell.schedule:
                     by_print.setdefault(cell.schedule, []).append(planner)
-            groups = [ps for ps in by_print.values() if len(ps) > 1
-                      and max(self.cells[p, budget].time_s for p in ps) > min(self.cells[p, budget].time_s for p in ps)
-                      * (1 + 1e-9)]
+            groups = [ps for ps in by_print.values() if _apart([self.cells[p, budget].time_s for p in ps])]
             if groups:
                 out[budget] = groups
         return out

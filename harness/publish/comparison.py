@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ from harness.results import ResultsError, RunFolder, find_runs
 
 
 COMPARED = ("makespan_s", "ratio_to_lb", "peak_bytes", "moved_bytes", "arena_bytes")
-BYTES = ("peak_bytes", "moved_bytes", "arena_bytes")  # whole numbers in the result, as in rows.csv
 
 
 def _close(a: Any, b: Any, rtol: float) -> bool:
@@ -45,9 +45,10 @@ def _one_run(path: str | Path) -> RunFolder:
     return runs[0]
 
 
-def _value(col: str, value: Any) -> float | int | None:
+def _value(value: Any) -> float | int | None:
+    """A cell of the typed rows (``harness.results.to_frame``) for the result: an int column's cell stays whole."""
     f = number(value)
-    return int(f) if f is not None and col in BYTES else f
+    return int(value) if f is not None and isinstance(value, numbers.Integral) else f
 
 
 def _unlike(meta_a: dict[str, Any], rows_a: pd.DataFrame, meta_b: dict[str, Any], rows_b: pd.DataFrame) -> list[str]:
@@ -78,7 +79,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     moved bytes changed by more than ``tolerance`` (relative, either way; default
     ``rtol``); a case in one run only is beyond any tolerance. ``beyond_tolerance`` lists
     those case ids (``membudget compare`` exits 1 when it is not empty). ``unlike`` says, a
-    sentence each, what the runs do not share (suite, device, profiler, CUDA device).
+    sentence each, what the runs do not share (suite, device, profiler, kind of times, CUDA device).
     """
     tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = _one_run(a), _one_run(b)
@@ -92,7 +93,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
         changed = ra["status"] != rb["status"]
         status_changed += changed
         for col in (*COMPARED, "plan_time_s"):
-            entry[f"{col}_a"], entry[f"{col}_b"] = _value(col, ra[col]), _value(col, rb[col])
+            entry[f"{col}_a"], entry[f"{col}_b"] = _value(ra[col]), _value(rb[col])
             if col in COMPARED and not _close(ra[col], rb[col], rtol):
                 changed = True
         ma, mb = number(ra["makespan_s"]), number(rb["makespan_s"])

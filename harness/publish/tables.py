@@ -9,8 +9,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from harness.publish.cells import (Cell, ExecutorTable, budget_order, executors, fastest, is_measured, plan_rows,
-                                   planner_order)
+from harness.publish.cells import (TIE, Cell, ExecutorTable, budget_order, executors, fastest, is_measured,
+                                   plan_rows, planner_order)
 from harness.publish.formats import below_the_weights, fmt_bytes, fmt_ms, fmt_ratio, number
 
 
@@ -165,7 +165,7 @@ def strategy_table(table: ExecutorTable) -> tuple[list[str], list[list[str]], se
             same = cell.schedule and table.cells[others[0][1], budget].schedule == cell.schedule
             noise = " (the same schedule: noise)" if same else \
                 " (within the spreads)" if budget in table.close_calls else ""
-            runners_up = [p for t, p in others if t <= others[0][0] * (1 + 1e-9)]  # a tie, as ``fastest`` has it
+            runners_up = [p for t, p in others if t <= others[0][0] * (1 + TIE)]  # a tie, as ``fastest`` has it
             line += [", ".join(p + _marks(table.cells[p, budget]) for p in runners_up)
                      + (" (tie)" if len(runners_up) > 1 else ""), _lead(others[0][0], time_s) + noise]
         else:

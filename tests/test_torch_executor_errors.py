@@ -324,30 +324,80 @@ def test_the_chain_is_built_once_for_the_cases_of_one_workload_on_cuda(monkeypat
     assert executor.chain(workload, torch.device("cuda:0")) is first and len(built) == 1
 
 
-def test_a_waiting_prefetch_is_not_asked_of_the_allocator_while_it_cannot_fit(monkeypatch):
-    """Under a cap, a refused allocation makes PyTorch's caching allocator free every cached block
-    and synchronise the device first: a prefetch waiting for memory is tried again only once the
-    bytes allocated leave room for it under the cap."""
+def _waiting_execution(monkeypatch, held: int, schedule: Schedule | None = None):
+    """An execution of ``schedule`` (greedy's by default), as on CUDA, whose group (0, 1) has 400
+    bytes away and whose store holds ``held`` bytes on the device; 600 bytes are allocated."""
+    from types import SimpleNamespace
+
     from harness.executors import torch_executor
 
     chain, profile = setup()
-    schedule = registry().planner("greedy").plan(profile, (min_memory(profile) + peak_memory(profile)) // 2)
+    if schedule is None:
+        schedule = registry().planner("greedy").plan(profile, (min_memory(profile) + peak_memory(profile)) // 2)
     execution = torch_executor._Execution(TorchExecutor(), schedule, profile, chain)
-    tried = []
-    monkeypatch.setattr(execution, "_prefetch", lambda j: tried.append(j) or False)
-    from types import SimpleNamespace
-
     away = [SimpleNamespace(moved=300), SimpleNamespace(moved=0), SimpleNamespace(moved=100)]
     monkeypatch.setattr(execution.store, "blocks", lambda group: away if group == (0, 1) else [])
-    execution.pending_prefetches = {(0, 1): 3}
-    execution.cuda, execution.limit_bytes = True, 1000
-    allocated = {"now": 601}  # 601 + the 400 bytes away: one over the cap
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    monkeypatch.setattr(execution.store, "device_bytes", lambda: {(0, 2): held})
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 600)
+    execution.cuda, execution.limit_bytes = True, 10**15
+    return execution
+
+
+def test_a_prefetch_waits_for_the_chain_budget_where_the_cap_has_room(monkeypatch):
+    """H200, 2026-11-29: on CUDA a waiting prefetch went as soon as the allocator took it, under the
+    cap of the device budget, so it took the margin the planner had left for the runtime and the
+    allocator, and the backward after it ran out of memory (13 oom rows). Its room is now the
+    simulator's on CUDA too: the weights, the saved bytes held, the allocation of the operation
+    about to run and its own bytes within the chain's budget."""
+    chain, _ = setup()
+    execution = _waiting_execution(monkeypatch, 0)
+    budget = execution.schedule.budget_bytes
+    execution.next_op = 3
+    upcoming = int(execution.op_alloc[3])
+    assert upcoming > 0
+    held = budget - chain.weight_bytes() - upcoming - 400
+    execution = _waiting_execution(monkeypatch, held)
+    execution.next_op = 3
+    assert execution._room((0, 1))
+    execution = _waiting_execution(monkeypatch, held + 1)
+    execution.next_op = 3
+    assert not execution._room((0, 1))
+    execution.next_op = len(execution.schedule.ops)  # after the last operation: nothing about to run
+    assert execution._room((0, 1))
+
+
+def test_a_waiting_prefetch_is_not_asked_of_the_allocator_while_it_cannot_fit(monkeypatch):
+    """Under a cap, a refused allocation makes PyTorch's caching allocator free every cached block
+    and synchronise the device first: a prefetch is asked of it only once the bytes allocated
+    leave room for it under the cap, even where the chain's budget has room."""
+    execution = _waiting_execution(monkeypatch, 0)
+    execution.next_op = len(execution.schedule.ops)
+    execution.limit_bytes = 999  # 600 allocated + the 400 bytes away: one over the cap
+    assert not execution._room((0, 1))
+    execution.limit_bytes = 1000
+    assert execution._room((0, 1))
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_prefetches_go_in_issue_order_behind_one_waiting_for_memory(monkeypatch, cuda):
+    """The simulator's copy engine serves its transfers in list order: a prefetch waiting for
+    memory holds back the ones issued after it. On CUDA a later prefetch that fitted went first
+    and took the memory the waiting one was to have."""
+    _, profile = setup()
+    n = profile.n_stages
+    transfers = (tuple(Transfer(i, "offload", i) for i in range(n - 1))
+                 + tuple(Transfer(i, "prefetch", n) for i in reversed(range(n - 1))))
+    execution = _waiting_execution(monkeypatch, 0, Schedule("all-at-the-backward", 10**12, training_ops(n), transfers))
+    execution.cuda = cuda
+    first, later = n - 1, n  # the prefetches of stages n - 2 and n - 3
+    tried = []
+    monkeypatch.setattr(execution, "_prefetch", lambda j, force=False: tried.append(j) or False)
+    execution.pending_prefetches = {(0, 1): first}
+    execution.issued = {(0, "start"): [later]}
+    execution._issue(0, "start")
+    assert tried == []  # queued behind the waiting one
     execution._retry_prefetches()
-    assert tried == []
-    allocated["now"] = 600
-    execution._retry_prefetches()
-    assert tried == [3]
+    assert tried == [first]  # the first still does not fit: the later one is not asked
 
 
 @pytest.mark.parametrize("text, status", [

@@ -132,6 +132,41 @@ def test_the_prediction_is_reported_beside_the_measurement():
     assert run.metrics["time_min_s"] <= run.makespan <= run.metrics["time_max_s"]
 
 
+def _segment_stream(ptr: int) -> int:
+    """The stream of the caching allocator's segment that holds address ``ptr``."""
+    for segment in torch.cuda.memory_snapshot():
+        if segment["address"] <= ptr < segment["address"] + segment["total_size"]:
+            return segment["stream"]
+    raise AssertionError(f"no segment holds {ptr:#x}")
+
+
+@pytest.mark.parametrize("keep", [0, 1 << 20])
+def test_a_prefetched_block_comes_back_intact_into_the_compute_streams_pool(keep):
+    """H200, 2026-11-29: prefetches allocated on the copy stream, so the blocks their backwards
+    freed were cached for that stream only; the compute stream's reserve grew to the cap, where
+    the allocator synchronises the device, and fragmentation ran ResNet-50 out of memory with
+    2.28 GiB reserved unused. A prefetch now allocates on the compute stream; its copy waits for
+    the compute issued before it, so it never writes memory an earlier kernel still reads."""
+    from harness.executors._torch_copies import Clock, CudaCopies, HostPool
+    from harness.executors._torch_store import Block, flat_bytes
+
+    nbytes = 8 << 20
+    data = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    expected = data.clone()
+    block = Block(data.untyped_storage(), nbytes, (0, 0))
+    copies = CudaCopies(torch.device("cuda"), HostPool(pinned=True), Clock(True), duplex=True)
+    copies.offload([(block, nbytes - keep)], "offload 0")
+    del data
+    assert block.device_bytes == keep
+    torch.cuda.synchronize()
+    copies.prefetch([block], "prefetch 0")
+    copies.compute.wait_event(block.ready)
+    torch.cuda.synchronize()
+    back = flat_bytes(block.storage)
+    assert torch.equal(back, expected)
+    assert _segment_stream(back.data_ptr()) == copies.compute.cuda_stream
+
+
 # --------------------------------------------------------------------------- torch-planned (issue #18)
 # ResNet-50 training at planned addresses: each planned run is its own process (the
 # pluggable allocator is installed before CUDA starts there), the caching allocator's run

@@ -204,33 +204,43 @@ class CudaCopies:
         return done
 
     def prefetch(self, blocks: list[Block], label: str) -> torch.cuda.Event:
-        """Allocate each block again and copy its tail in; may raise ``torch.OutOfMemoryError``."""
-        with torch.cuda.stream(self.h2d):
+        """Allocate each block again on the compute stream, then copy its tail in on the side stream
+        once the compute issued so far is over; may raise ``torch.OutOfMemoryError``.
+
+        The compute stream allocates, so that a prefetched block returns to the pool the rest of
+        the chain's memory comes from when its backward frees it (the caching allocator keeps a
+        pool per stream; allocated on the side stream, the blocks it freed were of no use to the
+        compute stream, whose reserve then grew to the cap, where the allocator synchronises the
+        device). The copy may write memory the compute stream freed but has not finished using:
+        so it starts after the compute issued so far, which is when the schedule issues it (the
+        start or end of an operation) or, for one that waited for memory, when an operation ends."""
+        resized: list[Block] = []
+        try:
             for block in blocks:
-                if block.moved and isinstance(block.ready, torch.cuda.Event):
-                    self.h2d.wait_event(block.ready)  # the offload must be over (duplex streams)
-            start = self.clock.mark(self.h2d)
-            done = torch.cuda.Event()
-            copied: list[Block] = []
-            try:
-                for block in blocks:
-                    if not block.moved:
-                        continue
-                    keep = block.nbytes - block.moved
-                    if keep:  # the regrowth copies the kept head on this stream, then frees the old block:
-                        flat_bytes(block.storage).record_stream(self.h2d)  # not reusable until that copy is over
-                    block.storage.resize_(block.nbytes)
-                    copied.append(block)
+                if not block.moved:
+                    continue
+                block.storage.resize_(block.nbytes)  # the kept head, if any, copied on the compute stream
+                resized.append(block)
+        finally:
+            issued = torch.cuda.Event()
+            issued.record(self.compute)
+            with torch.cuda.stream(self.h2d):
+                self.h2d.wait_event(issued)
+                for block in resized:
+                    if isinstance(block.ready, torch.cuda.Event):
+                        self.h2d.wait_event(block.ready)  # the offload must be over (duplex streams)
+                start = self.clock.mark(self.h2d)
+                for block in resized:
                     flat = flat_bytes(block.storage)
-                    flat[keep:].copy_(block.host, non_blocking=True)
-                    flat.record_stream(self.compute)  # the backward reads it on the compute stream
-            finally:
+                    flat[block.nbytes - block.moved:].copy_(block.host, non_blocking=True)
+                    flat.record_stream(self.h2d)  # the copy writes it on this stream
+                done = torch.cuda.Event()
                 done.record(self.h2d)
-                for block in copied:
-                    self.pool.give(block.host, done)
-                    self.moved_bytes += block.moved
-                    block.host, block.moved, block.ready = None, 0, done
                 self.clock.span(label, "h2d" if self.duplex else "copy", start, self.clock.mark(self.h2d))
+            for block in resized:
+                self.pool.give(block.host, done)
+                self.moved_bytes += block.moved
+                block.host, block.moved, block.ready = None, 0, done
         return done
 
     def wait(self, handle: Any) -> None:

@@ -28,12 +28,12 @@ It trains with exactly the schedule's decisions, operation by operation in
   transfers then do not run: PyTorch's hooks copy everything).
 
 The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
-an out-of-memory is a Run with status ``oom``. On the CPU the same code runs with host
-memory standing in for device memory: a prefetch waits, in issue order, until the weights,
-the saved data held and its own bytes fit the budget (as it waits for the allocator on the
-device, and in the simulator), and is forced when its backward needs it; ``emulate_budget``
-then checks the bytes held (weights + saved data, measured on the storages) against the
-budget after every operation.
+an out-of-memory is a Run with status ``oom``. On both devices a prefetch waits, in issue
+order, until the weights, the saved data held, the allocation of the operation about to run
+and its own bytes fit the schedule's (chain) budget, the simulator's rule, and is forced when
+its backward needs it. On the CPU the same code runs with host memory standing in for device
+memory; ``emulate_budget`` then checks the bytes held (weights + saved data, measured on the
+storages) against the budget after every operation.
 
 Measured per run (``Run.metrics``): iteration time (median, min, max, interquartile
 range) over ``iterations`` timed iterations after ``warmup`` ones, bytes moved, stall
@@ -52,6 +52,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Iterator
 
+import numpy as np
 import torch
 
 from harness.errors import MembudgetError
@@ -63,7 +64,7 @@ from harness.executors.grad_check import gradient_error
 from harness.memory import movable_bytes, stage_memory
 from harness.model import Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
 from harness.protocols import Workload
-from harness.simulate.lowering import pass_profiles, stage_profile
+from harness.simulate.lowering import lower, pass_profiles, stage_profile
 
 
 class ScheduleMismatch(MembudgetError):
@@ -275,6 +276,15 @@ def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | N
         return None
 
 
+def _op_allocations(schedule: Schedule, profile: Profile) -> np.ndarray:
+    """The bytes each operation allocates at its start, as the simulator lowers them (none when
+    the schedule cannot be lowered on the profile: the executor runs it all the same)."""
+    try:
+        return lower(schedule, profile).op_alloc
+    except (NotImplementedError, ValueError):
+        return np.zeros(len(schedule.ops), dtype=np.int64)
+
+
 class _Execution:
     """One ``execute`` call: the state shared by its iterations."""
 
@@ -312,6 +322,8 @@ class _Execution:
         # the checkpoints the schedule moves: their Fc_i keeps x_i in the store, from Fc_i to R_i
         self.moved_checkpoints = {(tr.sub_batch, tr.stage) for tr in schedule.transfers
                                   if kinds.get((tr.sub_batch, tr.stage)) == "Fc"}
+        self.op_alloc = _op_allocations(schedule, profile)
+        self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
     # -- setup
     def _algorithms(self) -> dict[int, Callable[[], ContextManager | None]]:
@@ -426,6 +438,7 @@ class _Execution:
                                on_constant=self.store.note_constant)
         try:
             for k, op in enumerate(schedule.ops):
+                self.next_op = k
                 self._issue(k, "start")
                 for j in self.waits.get(k, ()):
                     self.copies.wait(self.handles.get(j))
@@ -451,6 +464,7 @@ class _Execution:
                     elif op.kind == "F":
                         self._after_forward(op.sub_batch, op.stage)
                 self.clock.span(op.label, "compute", start, self.clock.mark(stream))
+                self.next_op = k + 1
                 self._issue(k, "end")
                 self._retry_prefetches()
                 self._account(record)
@@ -487,7 +501,7 @@ class _Execution:
                     self._offload(j)
                 else:
                     self.pending_offloads.setdefault(group, []).append(j)
-            elif not self.cuda and self.pending_prefetches:
+            elif self.pending_prefetches:
                 self.pending_prefetches[group] = j  # behind the one waiting for memory: copies go in order
             else:
                 self._prefetch(j)
@@ -524,15 +538,15 @@ class _Execution:
         return int(round(nbytes * actual / planned))
 
     def _prefetch(self, j: int, force: bool = False) -> bool:
-        """Bring a group's moved bytes back, or (False) leave it waiting for memory: on CUDA when the
-        allocator refuses it, on the CPU when it would not fit the budget (``_room_on_cpu``) unless ``force``."""
+        """Bring a group's moved bytes back, or (False) leave it waiting for memory: when it would
+        not fit the budget (``_room``) unless ``force``, and on CUDA when the allocator refuses it."""
         tr = self.schedule.transfers[j]
         group = (tr.sub_batch, tr.stage)
         blocks = [b for b in self.store.blocks(group) if b.moved]
         if not blocks:
             self.pending_prefetches.pop(group, None)
             return True
-        if not (self.cuda or force or self._room_on_cpu(group)):
+        if not (force or self._room(group)):
             self.pending_prefetches[group] = j
             return False
         try:
@@ -544,43 +558,46 @@ class _Execution:
         return True
 
     def _retry_prefetches(self) -> None:
-        for group, j in list(self.pending_prefetches.items()):
-            if self.cuda:
-                if self._may_fit(group):
-                    self._prefetch(j)
-            elif not self._prefetch(j):
-                break  # the CPU's copies go in issue order, as on the simulator's copy engine
+        for j in list(self.pending_prefetches.values()):
+            if not self._prefetch(j):
+                break  # the copies go in issue order, as on the simulator's copy engine
 
-    def _room_on_cpu(self, group: GroupKey) -> bool:
-        """On the CPU, where nothing runs out: whether the weights, the saved bytes held and the group's
-        moved bytes fit the budget. A prefetch waits for memory on the device (the simulator's rule,
-        and the CUDA allocator's refusal); without this every prefetch issued at the start of the
-        backward ran at once, and the CPU's held bytes were keep-all's whatever was offloaded."""
+    def _room(self, group: GroupKey) -> bool:
+        """The simulator's rule for a prefetch (``harness.simulate.reference``): it starts when the
+        weights, the saved bytes held, the allocation of the operation about to run (the compute
+        stream is served first) and its own moved bytes fit the schedule's budget.
+
+        The budget is the chain's (``Schedule.budget_bytes``), on CUDA too, where the allocator's cap
+        is the device budget above it (the runtime's bytes and the allocator's fragmentation):
+        a prefetch let in whenever the allocator accepted it took that margin, and the backward
+        after it ran out of memory (13 oom rows of the 2026-11-29 H200 run, each allocating 0.3 to
+        1.5 GiB more than its chain budget and runtime). On the CPU, where nothing runs out,
+        every prefetch issued at the start of the backward ran at once without this."""
         need = sum(b.moved for b in self.store.blocks(group))
         held = sum(self.store.device_bytes().values())
-        return self.chain.weight_bytes() + held + need <= self.schedule.budget_bytes
+        upcoming = int(self.op_alloc[self.next_op]) if self.next_op < len(self.op_alloc) else 0
+        fits = self.chain.weight_bytes() + held + upcoming + need <= self.schedule.budget_bytes
+        return fits and self._may_fit(need)
 
-    def _may_fit(self, group: GroupKey) -> bool:
-        """False when a waiting prefetch cannot fit under the cap: the bytes allocated now plus its
-        own are above it (a necessary condition: no prefetch that fits whole is held back).
-        Asked anyway, the caching allocator would free every cached block and synchronise the
-        device before refusing (its release_cached_blocks), after every operation while the
-        prefetch waits: time the simulator does not see. A prefetch that could copy part of its
-        group meanwhile now waits until all of it fits."""
+    def _may_fit(self, need: int) -> bool:
+        """On CUDA under a cap, False when the bytes allocated now plus ``need`` are above it (a
+        necessary condition). Asked anyway, the caching allocator would free every cached block
+        and synchronise the device before refusing (its release_cached_blocks): time the
+        simulator does not see."""
         if not self.cuda or self.limit_bytes is None:
             return True
-        need = sum(b.moved for b in self.store.blocks(group))
         return torch.cuda.memory_allocated(self.chain.device) + need <= self.limit_bytes
 
     def _resident(self, group: GroupKey) -> None:
-        """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that waited for memory), then wait for it."""
+        """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that
+        waited for memory: on the CPU over the budget if it must, where the peak says so and
+        ``emulate_budget`` refuses it; on CUDA after a device synchronisation, or out of memory),
+        then wait for it."""
         j = self.pending_prefetches.get(group)
-        if j is not None and not self.cuda:  # needed now: over the budget if it must (the peak says so,
-            self._prefetch(j, force=True)   # and emulate_budget refuses it)
-        elif j is not None and not self._prefetch(j):
+        if j is not None and not self._prefetch(j, force=True):
             self.copies.synchronize()  # every offload done: all the memory they free is free
             gc.collect()
-            if not self._prefetch(j):
+            if not self._prefetch(j, force=True):
                 raise torch.OutOfMemoryError(
                     f"the prefetch of stage {group[1]} (sub-batch {group[0]}) does not fit in the budget before its backward")
         waited: set[int] = set()

@@ -473,3 +473,42 @@ def test_the_output_gradient_goes_to_the_device_before_the_transfers_of_its_stag
         first = next(k for k, op in enumerate(schedule.ops) if op.stage == n - 1 and op.sub_batch == sb)
         assert events.index(("grad", sb)) == events.index((first, "start")) - 1
     assert gradient_error(chain, 2, 0) < 1e-5
+
+
+class _Copying:
+    """An offload's CUDA event, as far as the executor asks it: done or not, and waited for."""
+
+    def __init__(self, log: list, name: str, done: bool = False):
+        self.log, self.name, self.done = log, name, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.log.append(self.name)
+        self.done = True
+
+
+def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
+    """H200, 2026-11-29: a forward ran ahead of the offloads freeing its memory (their storages are
+    shrunk at once, but the allocator reuses the bytes only when the copy is over), the reserve
+    grew to the cap, and there the allocator synchronised with every copy. An operation now waits
+    as in the simulator: for the oldest offloads still copying, until its allocation fits beside
+    the weights, the saved bytes held and the offloads left; a prefetch counts them too."""
+    chain, _ = setup()
+    execution = _waiting_execution(monkeypatch, 0)
+    budget, weights = execution.schedule.budget_bytes, chain.weight_bytes()
+    k = 2
+    alloc = int(execution.op_alloc[k])
+    room = budget - weights - alloc  # what the offloads in flight may hold while op k runs
+    log = []
+    execution.releasing = [(_Copying(log, "a"), room // 2), (_Copying(log, "b"), room // 2), (_Copying(log, "c"), 10)]
+    execution._make_room(k)
+    assert log == ["a"]  # one wait is enough: b and c fit beside op k
+    execution._make_room(k)
+    assert log == ["a"]
+    execution.next_op = len(execution.schedule.ops)
+    execution.store.device_bytes = lambda: {(0, 2): budget - weights - 400 - room // 2 - 10 + 1}
+    assert not execution._room((0, 1))  # one byte over, counting the bytes still copying out
+    execution.releasing[0][0].done = True  # b's copy is over: its memory is free
+    assert execution._room((0, 1)) and len(execution.releasing) == 1

@@ -29,9 +29,10 @@ It trains with exactly the schedule's decisions, operation by operation in
 
 The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
 an out-of-memory is a Run with status ``oom``. On both devices a prefetch waits, in issue
-order, until the weights, the saved data held, the allocation of the operation about to run
-and its own bytes fit the schedule's (chain) budget, the simulator's rule, and is forced when
-its backward needs it. On the CPU the same code runs with host memory standing in for device
+order, until the weights, the saved data held, the offloads still copying, the allocation of
+the operation about to run and its own bytes fit the schedule's (chain) budget, the
+simulator's rule, and is forced when its backward needs it; on CUDA an operation likewise
+waits for the oldest offloads still copying until its allocation fits. On the CPU the same code runs with host memory standing in for device
 memory; ``emulate_budget`` then checks the bytes held (weights + saved data, measured on the
 storages) against the budget after every operation.
 
@@ -329,6 +330,7 @@ class _Execution:
             if op.stage == profile.n_stages - 1 and op.sub_batch not in self.grad_at.values():
                 self.grad_at[k] = op.sub_batch
         self.staged_grads: dict[int, torch.Tensor] = {}
+        self.releasing: list[tuple[Any, int]] = []
         self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
     # -- setup
@@ -431,6 +433,7 @@ class _Execution:
             p.grad = None
         self.store.clear()
         self.staged_grads.clear()
+        self.releasing = []  # offloads in flight on CUDA: (their event, bytes)
         self.pending_offloads: dict[GroupKey, list[int]] = {}
         self.pending_prefetches: dict[GroupKey, int] = {}
         self.forwarded: set[GroupKey] = set()
@@ -448,6 +451,7 @@ class _Execution:
                 self.next_op = k
                 if k in self.grad_at:
                     self._stage_grad(self.grad_at[k])
+                self._make_room(k)
                 self._issue(k, "start")
                 for j in self.waits.get(k, ()):
                     self.copies.wait(self.handles.get(j))
@@ -545,7 +549,29 @@ class _Execution:
         plan = split_offload(blocks, self._amount(tr.nbytes, group))
         if plan:
             self.handles[j] = self.copies.offload(plan, f"offload {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
+            if self.handles[j] is not None:
+                self.releasing.append((self.handles[j], sum(take for _, take in plan)))
 
+    def _releasing_bytes(self) -> int:
+        """The bytes of the offloads still copying (CUDA): their storages are shrunk already, but the
+        allocator reuses the memory only once the copy is over (``record_stream``), as the simulator
+        releases an offload's bytes at its end (papers/004 assumption E)."""
+        while self.releasing and self.releasing[0][0].query():
+            self.releasing.pop(0)
+        return sum(nbytes for _, nbytes in self.releasing)
+
+    def _make_room(self, k: int) -> None:
+        """The simulator's rule for an operation: it starts once its allocation fits the budget
+        beside the weights, the saved bytes held and the offloads still copying; so wait (on the
+        host, where the allocator decides) for the oldest offloads until it fits. Without this a
+        forward ran ahead of the copies freeing its memory, the allocator's reserve grew to the
+        cap, and there it synchronised with every copy at once (the H200's vDNN++, capacity and
+        moDNN forwards, 2026-11-29: 5-35 ms each, up to 160 ms in a stage)."""
+        if not self.releasing:
+            return
+        base = self.chain.weight_bytes() + sum(self.store.device_bytes().values()) + int(self.op_alloc[k])
+        while self.releasing and base + self._releasing_bytes() > self.schedule.budget_bytes:
+            self.releasing.pop(0)[0].synchronize()
     def _amount(self, nbytes: int | None, group: GroupKey) -> int | None:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
         if nbytes is None:
@@ -594,7 +620,7 @@ class _Execution:
         1.5 GiB more than its chain budget and runtime). On the CPU, where nothing runs out,
         every prefetch issued at the start of the backward ran at once without this."""
         need = sum(b.moved for b in self.store.blocks(group))
-        held = sum(self.store.device_bytes().values())
+        held = sum(self.store.device_bytes().values()) + self._releasing_bytes()
         upcoming = int(self.op_alloc[self.next_op]) if self.next_op < len(self.op_alloc) else 0
         fits = self.chain.weight_bytes() + held + upcoming + need <= self.schedule.budget_bytes
         return fits and self._may_fit(need)

@@ -108,6 +108,12 @@ class RealAddressStats:
     fallback); ``departures_by_iteration`` the same per iteration; ``recorded`` the requests
     of profiling iterations (before any plan); ``errors`` the frees of unknown addresses
     (ignored, never raised through a C callback).
+
+    ``held_bytes`` is what the device memory holds for this allocator now (the arena plus the
+    fallback's live blocks: the fallback gives each block back when it is freed);
+    ``held_peak_bytes`` and ``fallback_peak_bytes`` are high-water marks since the last
+    :meth:`RealAddressAllocator.reset_peaks` (the torch executor resets them before its timed
+    iterations, as it resets the caching allocator's); ``process_peak_bytes`` is never reset.
     """
 
     requests: int = 0
@@ -116,6 +122,9 @@ class RealAddressStats:
     departures_by_iteration: list[int] = field(default_factory=list)
     fallback_live_bytes: int = 0
     fallback_peak_bytes: int = 0
+    held_bytes: int = 0
+    held_peak_bytes: int = 0
+    process_peak_bytes: int = 0
     arena_allocations: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -142,6 +151,7 @@ class RealAddressAllocator:
         self._depth = 0  # calls of this thread under way: a free inside one is deferred
         self._deferred: list[int] = []
         self._iteration_departures = 0
+        self.live_bytes = 0  # bytes of the requests alive now (planned and fallback), alignment-rounded
 
     # ------------------------------------------------------------------ figures
     @property
@@ -151,8 +161,23 @@ class RealAddressAllocator:
 
     @property
     def reserved_bytes(self) -> int:
-        """The arena held plus the fallback's high-water mark: what this allocator took from the device."""
-        return self.arena_capacity + self.stats.fallback_peak_bytes
+        """The most this allocator held from the device at once (arena plus live fallback blocks) since
+        the last :meth:`reset_peaks`. Not arena + fallback peak: the fallback's peak is the profiling
+        iteration's, whose blocks were given back before the arena was obtained."""
+        return self.stats.held_peak_bytes
+
+    def _held_changed(self) -> None:
+        s = self.stats
+        s.held_bytes = self.arena_capacity + s.fallback_live_bytes
+        s.held_peak_bytes = max(s.held_peak_bytes, s.held_bytes)
+        s.process_peak_bytes = max(s.process_peak_bytes, s.held_bytes)
+
+    def reset_peaks(self) -> None:
+        """Start the high-water marks again from what is held now (``torch.cuda.reset_peak_memory_stats``)."""
+        with self._lock:
+            s = self.stats
+            s.fallback_peak_bytes = s.fallback_live_bytes
+            s.held_peak_bytes = s.held_bytes = self.arena_capacity + s.fallback_live_bytes
 
     def in_arena(self, ptr: int) -> bool:
         """Whether ``ptr`` lies in the arena."""
@@ -164,13 +189,13 @@ class RealAddressAllocator:
         with self._exclusive():
             a = self.session.malloc(max(int(size), 1))
             self.stats.requests += 1
+            rounded = round_up(a.size, self.alignment)
             if a.region == "plan" and self.arena_base is None:  # cannot happen with capacity 0; be safe
                 self.session.free(a)
                 raise RuntimeError("a planned request with no arena")
             if a.region == "plan":
                 ptr = self.arena_base + a.offset
             else:
-                rounded = round_up(a.size, self.alignment)
                 try:
                     ptr = self.fallback.malloc(rounded)
                 except BaseException:
@@ -178,6 +203,7 @@ class RealAddressAllocator:
                     raise
                 self.stats.fallback_live_bytes += rounded
                 self.stats.fallback_peak_bytes = max(self.stats.fallback_peak_bytes, self.stats.fallback_live_bytes)
+                self._held_changed()
                 if a.index is None:
                     pass  # unmonitored (the session counts it)
                 elif self.session.plan is None:
@@ -186,6 +212,7 @@ class RealAddressAllocator:
                     self.stats.departures += 1
                     self._iteration_departures += 1
             self._by_ptr[ptr] = a
+            self.live_bytes += rounded
             return ptr
 
     def free(self, ptr: int, size: int = 0, device: int = 0, stream: int = 0) -> None:
@@ -203,10 +230,12 @@ class RealAddressAllocator:
             self.stats.errors.append(f"free of {ptr:#x}, which this allocator did not serve")
             return
         self.session.free(a)
+        rounded = round_up(a.size, self.alignment)
+        self.live_bytes -= rounded
         if a.region == "pool":
-            rounded = round_up(a.size, self.alignment)
             self.fallback.free(ptr, rounded)
             self.stats.fallback_live_bytes -= rounded
+            self._held_changed()
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -271,6 +300,7 @@ class RealAddressAllocator:
         self.arena_capacity = 0
         self.arena_base = self.memory.malloc(capacity)
         self.arena_capacity = capacity
+        self._held_changed()
         self.stats.arena_allocations += 1
         self.session.capacity = capacity
 
@@ -280,6 +310,7 @@ class RealAddressAllocator:
             self.memory.free(self.arena_base, self.arena_capacity)
             self.arena_base, self.arena_capacity = None, 0
             self.session.capacity = 0
+            self._held_changed()
 
     def close(self) -> None:
         """Give back the arena; the fallback's live blocks stay with their owners."""
@@ -295,6 +326,7 @@ class RealAddressAllocator:
             "plan_max_live_bytes": int(self.session.plan.max_live_bytes if self.session.plan else 0),
             "fallback_peak_bytes": int(s.fallback_peak_bytes),
             "planned_reserved_bytes": int(self.reserved_bytes),
+            "planned_process_peak_bytes": int(s.process_peak_bytes),
             "requests": int(s.requests),
             "planned_requests": int(st.planned),
             "departures": int(s.departures),

@@ -16,9 +16,13 @@ On CUDA, :meth:`TorchPlannedExecutor.run`
    equal).
 
 Metrics: ``arena_bytes`` (the arena held), ``plan_bytes`` and ``plan_max_live_bytes`` (the
-plan's arena and the trace's max-live bytes), ``fallback_peak_bytes`` (weights, the
-profiling iteration and departures), ``planned_reserved_bytes`` (arena + fallback peak:
-what the planned process took from the device), ``departures`` (requests of the timed
+plan's arena and the trace's max-live bytes), ``fallback_peak_bytes`` (the fallback's
+high-water mark in the timed iterations: weights, gradients and departures),
+``planned_reserved_bytes`` (the most the allocator held at once in the timed iterations,
+arena plus live fallback blocks: what ``caching_reserved_bytes``, the caching allocator's
+``max_memory_reserved`` after the same reset, is compared with), ``planned_process_peak_bytes``
+(the same over the whole process: the warm-up and profiling iterations, served by the
+fallback before the arena exists, included), ``departures`` (requests of the timed
 iterations that left the plan), ``caching_reserved_bytes``, the timing metrics of the
 torch executor. Options: ``allocator`` (a registered allocator's name, default
 ``bestfit``), ``warmup`` (at least 2), ``iterations``, ``alignment``, ``seed``, ``duplex`` (default: the schedule's layout),
@@ -50,14 +54,17 @@ __all__ = ["GRAD_TOLERANCE", "TorchPlannedExecutor", "main", "planned_run_proble
 
 
 GRAD_TOLERANCE = 1e-2  # the largest relative gradient error that counts as the caching run's gradients
+PEAK_TOLERANCE = 1.05  # how far the profiled trace's max-live bytes may exceed the schedule's predicted peak
 
 
 def planned_run_problems(metrics: dict[str, float]) -> list[str]:
     """What is wrong with an ``ok`` planned run, by its metrics (empty: nothing): gradients not the
     caching run's (``grad_error_vs_caching`` at most ``GRAD_TOLERANCE``), timed requests that left the
-    plan (``departures``), no request served from the plan, or an arena smaller than the plan or a plan
-    smaller than its trace's max-live bytes. The GPU test and ``benchmarks/gpu/planned_placement.py``
-    judge a run by it."""
+    plan (``departures``), no request served from the plan, an arena smaller than the plan or a plan
+    smaller than its trace's max-live bytes, or a trace whose max-live bytes exceed the schedule's
+    predicted peak by more than ``PEAK_TOLERANCE`` (the run did not keep the schedule's memory: e.g.
+    every prefetch let in at once). The GPU test and ``benchmarks/gpu/planned_placement.py`` judge a
+    run by it."""
     m, problems = metrics, []
     error = m.get("grad_error_vs_caching", math.nan)
     if not error <= GRAD_TOLERANCE:  # NaN (no caching run to compare with) is a problem too
@@ -69,6 +76,9 @@ def planned_run_problems(metrics: dict[str, float]) -> list[str]:
     live, plan, arena = (m.get(k, math.nan) for k in ("plan_max_live_bytes", "plan_bytes", "arena_bytes"))
     if not live <= plan <= arena:
         problems.append(f"not max-live {live:.0f} <= plan {plan:.0f} <= arena {arena:.0f}")
+    predicted = m.get("predicted_peak_bytes")
+    if predicted is not None and not live <= PEAK_TOLERANCE * predicted:
+        problems.append(f"plan max-live {live:.0f} above the schedule's predicted peak {predicted:.0f}")
     if "allocator_errors" in m:
         problems.append(f"allocator_errors {m['allocator_errors']}")
     return problems
@@ -219,6 +229,7 @@ def _planned_execution_class():
             self.held_max = self.resident_max = 0
             torch.cuda.synchronize(self.chain.device)
             self.departures_before = self.real.stats.departures
+            self.real.reset_peaks()  # as the caching run resets its peaks before the timed iterations
 
         def _iteration(self, record: bool, timeline: bool = False) -> float:
             import torch

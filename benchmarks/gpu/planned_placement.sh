@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu/planned_placement.sh
 # builds the offline gpu-suite environment, runs the planned path's GPU tests, then
 # benchmarks/gpu/planned_placement.py: rows.csv and summary.json under PLANNED_DIR (default $OUT;
-# benchmarks/gpu/session.sh: results/gpu-planned/published), written after every run; a second
+# benchmarks/gpu/session.sh: results/gpu-planned/published-2), written after every run; a second
 # call on the same folder runs only the schedules without a row. Arena vs the caching
 # allocator's reserved bytes is printed for each schedule. The logs go to $OUT (env.txt,
 # planned-tests.txt, planned.txt); their tails are printed. Everything ends within

@@ -5,9 +5,9 @@
 # SESSION_SECONDS (default 540) have passed since the start. Set it below the call's own limit:
 # the device tool stops a command at 600 s, or sooner when less device time is left (a
 # session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start).
-#   planned:results/gpu-planned/published        issue #18 (benchmarks/gpu/planned_placement.sh),
+#   planned:results/gpu-planned/published-2      issue #18 (benchmarks/gpu/planned_placement.sh),
 #                                                at most SESSION_PLANNED_SECONDS (180) of the call
-#   suite:suites/gpu-smoke.yaml:published-2      issues #16 and #17 (benchmarks/gpu/slice.sh)
+#   suite:suites/gpu-smoke.yaml:published-3      issues #16 and #17 (benchmarks/gpu/slice.sh)
 #   suite:suites/gpu/part1-resnet50.yaml:published, then parts 2-4: the full GPU table
 # SESSION_JOBS replaces the list (the same words, separated by spaces). A suite job is done when
 # its run folder holds every case (benchmarks/gpu/pending.py), the planned job when its
@@ -35,7 +35,7 @@ out=${OUT:-/tmp/session-out}
 deadline=$((SECONDS + ${SESSION_SECONDS:-540} - 30))  # 30 s kept to pack what came out
 stall_after=${SESSION_STALL_SECONDS:-400}  # a job given this long that finishes no case is marked
 planned_cap=${SESSION_PLANNED_SECONDS:-180}
-jobs=${SESSION_JOBS:-"planned:results/gpu-planned/published suite:suites/gpu-smoke.yaml:published-2
+jobs=${SESSION_JOBS:-"planned:results/gpu-planned/published-2 suite:suites/gpu-smoke.yaml:published-3
     suite:suites/gpu/part1-resnet50.yaml:published suite:suites/gpu/part2-vgg16.yaml:published
     suite:suites/gpu/part3-densenet121.yaml:published suite:suites/gpu/part4-vit_b_16.yaml:published"}
 mkdir -p "$out"

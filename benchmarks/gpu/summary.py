@@ -1,6 +1,6 @@
 """What a GPU slice showed, against issue #16's and #17's done-when lines (docs/gpu.md).
 
-    python benchmarks/gpu/summary.py results/gpu-smoke/published-2 [OUT_FOLDER]
+    python benchmarks/gpu/summary.py results/gpu-smoke/published-3 [OUT_FOLDER]
 
 reads a run folder's rows and prints, and writes under OUT_FOLDER as ``summary.md`` and
 ``summary.json``:

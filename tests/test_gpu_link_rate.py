@@ -46,7 +46,7 @@ def run_dir(tmp_path_factory):
     for row in rows:
         if row["status"] != "ok":
             continue
-        options = link_rate._options(row)
+        options = link_rate.row_options(row)
         schedule = plan_case(registry().planner(row["planner"]), profile, int(row["budget_bytes"]), options).schedule
         row.update(executor="torch", predicted_s=row["makespan_s"],
                    makespan_s=repr(link_rate.time_at(schedule, profile, SLOWER * profile.d2h_bandwidth)))

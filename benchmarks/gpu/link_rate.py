@@ -70,7 +70,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     lines = []
     for _, r in measured.iterrows():
         profile = profiles.of(r)
-        schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), _options(r),
+        schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), row_options(r),
                              device_budget=device_budget).schedule  # as the run planned it
         predicted = simulate(schedule, profile, with_trace=False)
         replanned = predicted.makespan if predicted.feasible else None
@@ -87,7 +87,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def _options(row: pd.Series) -> dict:
+def row_options(row: pd.Series) -> dict:
     import json
 
     text = row.get("planner_options")

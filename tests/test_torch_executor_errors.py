@@ -501,14 +501,35 @@ def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
     k = 2
     alloc = int(execution.op_alloc[k])
     room = budget - weights - alloc  # what the offloads in flight may hold while op k runs
-    log = []
+    log, retried = [], []
+    execution._retry_prefetches = lambda: retried.append(k)
     execution.releasing = [(_Copying(log, "a"), room // 2), (_Copying(log, "b"), room // 2), (_Copying(log, "c"), 10)]
     execution._make_room(k)
     assert log == ["a"]  # one wait is enough: b and c fit beside op k
+    assert retried == [k]  # and the memory it freed may let a waiting prefetch start with op k
     execution._make_room(k)
-    assert log == ["a"]
+    assert log == ["a"] and retried == [k]
     execution.next_op = len(execution.schedule.ops)
     execution.store.device_bytes = lambda: {(0, 2): budget - weights - 400 - room // 2 - 10 + 1}
     assert not execution._room((0, 1))  # one byte over, counting the bytes still copying out
     execution.releasing[0][0].done = True  # b's copy is over: its memory is free
     assert execution._room((0, 1)) and len(execution.releasing) == 1
+
+
+def test_an_offload_counts_its_blocks_whole_until_its_copy_is_over(monkeypatch):
+    """What an offload frees comes free when its copy is over (the allocator reuses a storage's memory
+    then), so until that copy's event says so its blocks count, whole, beside what is held."""
+    from harness.executors._torch_store import Block
+
+    _, profile = setup()
+    n = profile.n_stages
+    schedule = Schedule("one-offload", 10**12, training_ops(n), (Transfer(1, "offload", 1), Transfer(1, "prefetch", n)))
+    execution = _waiting_execution(monkeypatch, 0, schedule)
+    blocks = [Block(torch.zeros(size, dtype=torch.uint8).untyped_storage(), size, (0, 1)) for size in (1000, 600)]
+    monkeypatch.setattr(execution.store, "blocks", lambda group: blocks if group == (0, 1) else [])
+    copying = _Copying([], "offload 1")
+    monkeypatch.setattr(execution.copies, "offload", lambda plan, label: copying)
+    execution._offload(0)
+    assert execution._releasing_bytes() == 1600
+    copying.done = True
+    assert execution._releasing_bytes() == 0 and execution.releasing == []

@@ -146,7 +146,10 @@ def test_a_prefetched_block_comes_back_intact_into_the_compute_streams_pool(keep
     freed were cached for that stream only; the compute stream's reserve grew to the cap, where
     the allocator synchronises the device, and fragmentation ran ResNet-50 out of memory with
     2.28 GiB reserved unused. A prefetch now allocates on the compute stream; its copy waits for
-    the compute issued before it, so it never writes memory an earlier kernel still reads."""
+    the compute issued before it, so it never writes memory an earlier kernel still reads; and a
+    block that kept its head is regrown (the head copied on the compute stream) only once the
+    offload that wrote that head is over: the prefetch is issued here while the offload, held
+    back on its stream, has not even started."""
     from harness.executors._torch_copies import Clock, CudaCopies, HostPool
     from harness.executors._torch_store import Block, flat_bytes
 
@@ -155,10 +158,12 @@ def test_a_prefetched_block_comes_back_intact_into_the_compute_streams_pool(keep
     expected = data.clone()
     block = Block(data.untyped_storage(), nbytes, (0, 0))
     copies = CudaCopies(torch.device("cuda"), HostPool(pinned=True), Clock(True), duplex=True)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(copies.d2h):
+        torch.cuda._sleep(200_000_000)  # some 0.1 s at GPU clocks: the offload waits behind it
     copies.offload([(block, nbytes - keep)], "offload 0")
     del data
     assert block.device_bytes == keep
-    torch.cuda.synchronize()
     copies.prefetch([block], "prefetch 0")
     copies.compute.wait_event(block.ready)
     torch.cuda.synchronize()

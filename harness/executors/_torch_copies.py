@@ -219,7 +219,11 @@ class CudaCopies:
             for block in blocks:
                 if not block.moved:
                     continue
-                block.storage.resize_(block.nbytes)  # the kept head, if any, copied on the compute stream
+                if block.moved < block.nbytes and isinstance(block.ready, torch.cuda.Event):
+                    # the regrowth copies the kept head on the compute stream: the offload's shrink
+                    # wrote that head on its own stream, after the tail's copy
+                    self.compute.wait_event(block.ready)
+                block.storage.resize_(block.nbytes)
                 resized.append(block)
         finally:
             issued = torch.cuda.Event()
@@ -231,9 +235,10 @@ class CudaCopies:
                         self.h2d.wait_event(block.ready)  # the offload must be over (duplex streams)
                 start = self.clock.mark(self.h2d)
                 for block in resized:
-                    flat = flat_bytes(block.storage)
-                    flat[block.nbytes - block.moved:].copy_(block.host, non_blocking=True)
-                    flat.record_stream(self.h2d)  # the copy writes it on this stream
+                    # no record_stream: the compute stream waits for this copy before the backward reads
+                    # the block (or frees it), and the executor synchronises before it drops the store;
+                    # marked, a freed block would wait for every prefetch queued behind this one
+                    flat_bytes(block.storage)[block.nbytes - block.moved:].copy_(block.host, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record(self.h2d)
                 self.clock.span(label, "h2d" if self.duplex else "copy", start, self.clock.mark(self.h2d))

@@ -49,6 +49,7 @@ from __future__ import annotations
 import gc
 import math
 import statistics
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Iterator
@@ -331,6 +332,8 @@ class _Execution:
                 self.grad_at[k] = op.sub_batch
         self.staged_grads: dict[int, torch.Tensor] = {}
         self.releasing: list[tuple[Any, int]] = []
+        self.pending_prefetches: dict[GroupKey, int] = {}  # waiting for memory, in issue order
+        self.room_waits, self.room_wait_s = 0, 0.0  # operations' host waits for offloads (_make_room)
         self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
     # -- setup
@@ -420,6 +423,7 @@ class _Execution:
 
     def _reset_stats(self) -> None:
         self.held_max = self.resident_max = 0
+        self.room_waits, self.room_wait_s = 0, 0.0
         if self.cuda:
             torch.cuda.synchronize(self.chain.device)
             torch.cuda.reset_peak_memory_stats(self.chain.device)
@@ -489,6 +493,13 @@ class _Execution:
             if timeline:
                 self._timeline()
             return seconds
+        except BaseException:
+            if self.cuda:  # the copies still writing prefetched blocks end before the blocks are dropped
+                try:
+                    self.copies.synchronize()
+                except RuntimeError:
+                    pass  # a device fault: the error being raised says more
+            raise
         finally:
             chain_pass.close()
             self.handles = {}
@@ -548,9 +559,12 @@ class _Execution:
         blocks = [b for b in self.store.blocks(group) if not b.moved]
         plan = split_offload(blocks, self._amount(tr.nbytes, group))
         if plan:
+            # the device bytes the copies free when they are over: each block whole (a block that keeps its
+            # head gets a new, smaller storage at once, counted as held; the old one goes with the copy)
+            freed = sum(block.device_bytes for block, _ in plan)
             self.handles[j] = self.copies.offload(plan, f"offload {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
             if self.handles[j] is not None:
-                self.releasing.append((self.handles[j], sum(take for _, take in plan)))
+                self.releasing.append((self.handles[j], freed))
 
     def _releasing_bytes(self) -> int:
         """The bytes of the offloads still copying (CUDA): their storages are shrunk already, but the
@@ -570,8 +584,16 @@ class _Execution:
         if not self.releasing:
             return
         base = self.chain.weight_bytes() + sum(self.store.device_bytes().values()) + int(self.op_alloc[k])
+        waited = False
         while self.releasing and base + self._releasing_bytes() > self.schedule.budget_bytes:
+            start = time.perf_counter()
             self.releasing.pop(0)[0].synchronize()
+            self.room_waits += 1
+            self.room_wait_s += time.perf_counter() - start
+            waited = True
+        if waited:
+            self._retry_prefetches()  # the memory freed may let a waiting prefetch start with the operation
+
     def _amount(self, nbytes: int | None, group: GroupKey) -> int | None:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
         if nbytes is None:
@@ -703,6 +725,9 @@ class _Execution:
             metrics["max_memory_reserved"] = int(torch.cuda.max_memory_reserved(self.chain.device))
             if self.cap is not None:
                 metrics["memory_fraction"] = self.cap
+            # the operations' host waits for offloads to free their memory, over the timed iterations
+            metrics["room_waits"] = int(self.room_waits)
+            metrics["room_wait_s"] = self.room_wait_s
             peak = int(metrics["max_memory_allocated"])
         else:
             peak = self.resident_max
@@ -743,7 +768,10 @@ class _Execution:
         return f"out of memory under the budget of {self.schedule.budget_bytes} bytes{cap}: {text}"
 
     def close(self) -> None:
-        """Release the store, the host buffers and (on CUDA) the cached memory."""
+        """Release the store, the host buffers and (on CUDA) the cached memory: every copy over first,
+        since a prefetched block is freed on the compute stream with no mark of the copy writing it."""
+        if self.cuda:
+            torch.cuda.synchronize(self.chain.device)
         self.store.clear()
         self.pool.clear()
         self.handles = {}

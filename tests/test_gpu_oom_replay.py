@@ -16,7 +16,6 @@ import pytest
 from tests.test_suite_support import run_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 spec = importlib.util.spec_from_file_location("oom_replay", ROOT / "benchmarks" / "gpu" / "oom_replay.py")
 oom_replay = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = oom_replay

@@ -351,16 +351,14 @@ def test_a_prefetch_waits_for_the_chain_budget_where_the_cap_has_room(monkeypatc
     about to run and its own bytes within the chain's budget."""
     chain, _ = setup()
     execution = _waiting_execution(monkeypatch, 0)
-    budget = execution.schedule.budget_bytes
+    assert execution.weights >= chain.weight_bytes()  # every gradient counted, made yet or not
     execution.next_op = 3
     upcoming = int(execution.op_alloc[3])
     assert upcoming > 0
-    held = budget - chain.weight_bytes() - upcoming - 400
-    execution = _waiting_execution(monkeypatch, held)
-    execution.next_op = 3
+    held = execution.schedule.budget_bytes - execution.weights - upcoming - 400
+    execution.store.device_bytes = lambda: {(0, 2): held}
     assert execution._room((0, 1))
-    execution = _waiting_execution(monkeypatch, held + 1)
-    execution.next_op = 3
+    execution.store.device_bytes = lambda: {(0, 2): held + 1}
     assert not execution._room((0, 1))
     execution.next_op = len(execution.schedule.ops)  # after the last operation: nothing about to run
     assert execution._room((0, 1))
@@ -495,9 +493,8 @@ def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
     grew to the cap, and there the allocator synchronised with every copy. An operation now waits
     as in the simulator: for the oldest offloads still copying, until its allocation fits beside
     the weights, the saved bytes held and the offloads left; a prefetch counts them too."""
-    chain, _ = setup()
     execution = _waiting_execution(monkeypatch, 0)
-    budget, weights = execution.schedule.budget_bytes, chain.weight_bytes()
+    budget, weights = execution.schedule.budget_bytes, execution.weights
     k = 2
     alloc = int(execution.op_alloc[k])
     room = budget - weights - alloc  # what the offloads in flight may hold while op k runs

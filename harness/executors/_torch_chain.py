@@ -82,6 +82,12 @@ class TorchChain:
         total += sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None)
         return total + sum(b.untyped_storage().nbytes() for b in self.graph.gm.buffers())
 
+    def trained_weight_bytes(self) -> int:
+        """Bytes of parameters, a gradient for each one that trains, and buffers: the weights as the chain
+        model counts them (``Profile.weight_bytes``), whether or not this iteration's gradients exist yet."""
+        params = sum(p.untyped_storage().nbytes() * (2 if p.requires_grad else 1) for p in self.graph.gm.parameters())
+        return params + sum(b.untyped_storage().nbytes() for b in self.graph.gm.buffers())
+
 
 def build_chain(workload: Workload, device: torch.device | str) -> TorchChain:
     """Build the workload's model on ``device`` and cut it as the profilers do."""

@@ -218,6 +218,10 @@ def _planned_execution_class():
     class PlannedExecution(_Execution):
         """The torch executor's iterations, each one monitored by the real-address allocator."""
 
+        # under the pluggable allocator a free synchronises the copy streams on the host, so an offload's
+        # memory is free once its storage shrinks; and asking the copies' events whether they are over
+        # would make the requests' order depend on timing, which the plan cannot follow
+        tracks_copies_in_flight = False
         real: Any = None
         hook: Any = None  # the PluggableAllocator: what it could not serve
         k = 0
@@ -226,20 +230,10 @@ def _planned_execution_class():
         def _reset_stats(self) -> None:  # the pluggable allocator keeps no statistics
             import torch
 
-            self.held_max = self.resident_max = 0
-            self.room_waits, self.room_wait_s = 0, 0.0
+            self._reset_counts()
             torch.cuda.synchronize(self.chain.device)
             self.departures_before = self.real.stats.departures
             self.real.reset_peaks()  # as the caching run resets its peaks before the timed iterations
-
-        def _releasing_bytes(self) -> int:
-            """None: under the pluggable allocator a free synchronises the copy streams on the host, so an
-            offload's memory is free once its storage shrinks; and asking the copies' events whether they
-            are over would make the requests' order depend on timing, which the plan cannot follow."""
-            return 0
-
-        def _make_room(self, k: int) -> None:
-            """Nothing to wait for: see ``_releasing_bytes``."""
 
         def _iteration(self, record: bool, timeline: bool = False) -> float:
             import torch

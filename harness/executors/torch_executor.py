@@ -290,6 +290,9 @@ def _op_allocations(schedule: Schedule, profile: Profile) -> np.ndarray:
 class _Execution:
     """One ``execute`` call: the state shared by its iterations."""
 
+    # whether an offload's memory counts as in use until its copy's event says it is over (``_releasing_bytes``)
+    tracks_copies_in_flight = True
+
     def __init__(self, executor: TorchExecutor, schedule: Schedule, profile: Profile, chain: TorchChain):
         self.ex, self.schedule, self.profile, self.chain = executor, schedule, profile, chain
         self.cuda = chain.device.type == "cuda"
@@ -314,8 +317,6 @@ class _Execution:
         inputs = list(torch.tensor_split(chain.example, schedule.sub_batches))
         self.inputs = inputs
         self.grads: list[torch.Tensor] | None = None
-        self.held_max = 0
-        self.resident_max = 0  # CPU: the most weights + saved bytes held after an operation
         self.cap: float | None = None
         self.limit_bytes: int | None = None  # the cap as set, in bytes (CUDA, budget enforced)
         self.handles: dict[int, Any] = {}
@@ -325,15 +326,17 @@ class _Execution:
         self.moved_checkpoints = {(tr.sub_batch, tr.stage) for tr in schedule.transfers
                                   if kinds.get((tr.sub_batch, tr.stage)) == "Fc"}
         self.op_alloc = _op_allocations(schedule, profile)
+        self.weights = chain.trained_weight_bytes()  # once: summing the storages costs a millisecond
         # the first operation of each sub-batch's last stage: its output gradient goes to the device there
-        self.grad_at: dict[int, int] = {}
+        first: dict[int, int] = {}
         for k, op in enumerate(schedule.ops):
-            if op.stage == profile.n_stages - 1 and op.sub_batch not in self.grad_at.values():
-                self.grad_at[k] = op.sub_batch
+            if op.stage == profile.n_stages - 1:
+                first.setdefault(op.sub_batch, k)
+        self.grad_at = {k: sb for sb, k in first.items()}
         self.staged_grads: dict[int, torch.Tensor] = {}
         self.releasing: list[tuple[Any, int]] = []
         self.pending_prefetches: dict[GroupKey, int] = {}  # waiting for memory, in issue order
-        self.room_waits, self.room_wait_s = 0, 0.0  # operations' host waits for offloads (_make_room)
+        self._reset_counts()  # room_waits, room_wait_s: operations' host waits for offloads (_make_room)
         self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
     # -- setup
@@ -421,9 +424,13 @@ class _Execution:
         if self.cap is not None:
             torch.cuda.set_per_process_memory_fraction(1.0, self.chain.device)
 
-    def _reset_stats(self) -> None:
-        self.held_max = self.resident_max = 0
+    def _reset_counts(self) -> None:
+        """Start the executor's own peaks and counts again (the timed iterations report theirs)."""
+        self.held_max = self.resident_max = 0  # resident_max, CPU: the most weights + saved bytes held after an op
         self.room_waits, self.room_wait_s = 0, 0.0
+
+    def _reset_stats(self) -> None:
+        self._reset_counts()
         if self.cuda:
             torch.cuda.synchronize(self.chain.device)
             torch.cuda.reset_peak_memory_stats(self.chain.device)
@@ -563,7 +570,7 @@ class _Execution:
             # head gets a new, smaller storage at once, counted as held; the old one goes with the copy)
             freed = sum(block.device_bytes for block, _ in plan)
             self.handles[j] = self.copies.offload(plan, f"offload {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
-            if self.handles[j] is not None:
+            if self.handles[j] is not None and self.tracks_copies_in_flight:
                 self.releasing.append((self.handles[j], freed))
 
     def _releasing_bytes(self) -> int:
@@ -583,7 +590,7 @@ class _Execution:
         moDNN forwards, 2026-11-29: 5-35 ms each, up to 160 ms in a stage)."""
         if not self.releasing:
             return
-        base = self.chain.weight_bytes() + sum(self.store.device_bytes().values()) + int(self.op_alloc[k])
+        base = self._in_use(k)
         waited = False
         while self.releasing and base + self._releasing_bytes() > self.schedule.budget_bytes:
             start = time.perf_counter()
@@ -638,14 +645,18 @@ class _Execution:
         The budget is the chain's (``Schedule.budget_bytes``), on CUDA too, where the allocator's cap
         is the device budget above it (the runtime's bytes and the allocator's fragmentation):
         a prefetch let in whenever the allocator accepted it took that margin, and the backward
-        after it ran out of memory (13 oom rows of the 2026-11-29 H200 run, each allocating 0.3 to
-        1.5 GiB more than its chain budget and runtime). On the CPU, where nothing runs out,
+        after it ran out of memory (11 of the 13 oom rows of the 2026-11-29 H200 run:
+        ``benchmarks/gpu/oom_replay.py``). On the CPU, where nothing runs out,
         every prefetch issued at the start of the backward ran at once without this."""
         need = sum(b.moved for b in self.store.blocks(group))
-        held = sum(self.store.device_bytes().values()) + self._releasing_bytes()
-        upcoming = int(self.op_alloc[self.next_op]) if self.next_op < len(self.op_alloc) else 0
-        fits = self.chain.weight_bytes() + held + upcoming + need <= self.schedule.budget_bytes
+        fits = self._in_use(self.next_op) + self._releasing_bytes() + need <= self.schedule.budget_bytes
         return fits and self._may_fit(need)
+
+    def _in_use(self, k: int) -> int:
+        """The simulator's memory as operation ``k`` starts, offloads in flight aside: the weights, the
+        saved bytes held and ``k``'s allocation (none past the last operation)."""
+        upcoming = int(self.op_alloc[k]) if k < len(self.op_alloc) else 0
+        return self.weights + sum(self.store.device_bytes().values()) + upcoming
 
     def _may_fit(self, need: int) -> bool:
         """On CUDA under a cap, False when the bytes allocated now plus ``need`` are above it (a
@@ -768,10 +779,8 @@ class _Execution:
         return f"out of memory under the budget of {self.schedule.budget_bytes} bytes{cap}: {text}"
 
     def close(self) -> None:
-        """Release the store, the host buffers and (on CUDA) the cached memory: every copy over first,
-        since a prefetched block is freed on the compute stream with no mark of the copy writing it."""
-        if self.cuda:
-            torch.cuda.synchronize(self.chain.device)
+        """Release the store, the host buffers and (on CUDA) the cached memory (every copy is over: an
+        iteration ends with them, or, when it fails, waits for them before it drops its blocks)."""
         self.store.clear()
         self.pool.clear()
         self.handles = {}

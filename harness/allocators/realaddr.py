@@ -109,9 +109,9 @@ class RealAddressStats:
     of profiling iterations (before any plan); ``errors`` the frees of unknown addresses
     (ignored, never raised through a C callback).
 
-    ``held_bytes`` is what the device memory holds for this allocator now (the arena plus the
-    fallback's live blocks: the fallback gives each block back when it is freed);
-    ``held_peak_bytes`` and ``fallback_peak_bytes`` are high-water marks since the last
+    ``held_peak_bytes`` is the most the device memory held for this allocator at once (the arena plus
+    the fallback's live blocks: the fallback gives each block back when it is freed);
+    it and ``fallback_peak_bytes`` are high-water marks since the last
     :meth:`RealAddressAllocator.reset_peaks` (the torch executor resets them before its timed
     iterations, as it resets the caching allocator's); ``process_peak_bytes`` is never reset.
     """
@@ -122,7 +122,6 @@ class RealAddressStats:
     departures_by_iteration: list[int] = field(default_factory=list)
     fallback_live_bytes: int = 0
     fallback_peak_bytes: int = 0
-    held_bytes: int = 0
     held_peak_bytes: int = 0
     process_peak_bytes: int = 0
     arena_allocations: int = 0
@@ -151,7 +150,6 @@ class RealAddressAllocator:
         self._depth = 0  # calls of this thread under way: a free inside one is deferred
         self._deferred: list[int] = []
         self._iteration_departures = 0
-        self.live_bytes = 0  # bytes of the requests alive now (planned and fallback), alignment-rounded
 
     # ------------------------------------------------------------------ figures
     @property
@@ -168,16 +166,16 @@ class RealAddressAllocator:
 
     def _held_changed(self) -> None:
         s = self.stats
-        s.held_bytes = self.arena_capacity + s.fallback_live_bytes
-        s.held_peak_bytes = max(s.held_peak_bytes, s.held_bytes)
-        s.process_peak_bytes = max(s.process_peak_bytes, s.held_bytes)
+        held = self.arena_capacity + s.fallback_live_bytes
+        s.held_peak_bytes = max(s.held_peak_bytes, held)
+        s.process_peak_bytes = max(s.process_peak_bytes, held)
 
     def reset_peaks(self) -> None:
         """Start the high-water marks again from what is held now (``torch.cuda.reset_peak_memory_stats``)."""
         with self._lock:
             s = self.stats
             s.fallback_peak_bytes = s.fallback_live_bytes
-            s.held_peak_bytes = s.held_bytes = self.arena_capacity + s.fallback_live_bytes
+            s.held_peak_bytes = self.arena_capacity + s.fallback_live_bytes
 
     def in_arena(self, ptr: int) -> bool:
         """Whether ``ptr`` lies in the arena."""
@@ -189,13 +187,13 @@ class RealAddressAllocator:
         with self._exclusive():
             a = self.session.malloc(max(int(size), 1))
             self.stats.requests += 1
-            rounded = round_up(a.size, self.alignment)
             if a.region == "plan" and self.arena_base is None:  # cannot happen with capacity 0; be safe
                 self.session.free(a)
                 raise RuntimeError("a planned request with no arena")
             if a.region == "plan":
                 ptr = self.arena_base + a.offset
             else:
+                rounded = round_up(a.size, self.alignment)
                 try:
                     ptr = self.fallback.malloc(rounded)
                 except BaseException:
@@ -212,7 +210,6 @@ class RealAddressAllocator:
                     self.stats.departures += 1
                     self._iteration_departures += 1
             self._by_ptr[ptr] = a
-            self.live_bytes += rounded
             return ptr
 
     def free(self, ptr: int, size: int = 0, device: int = 0, stream: int = 0) -> None:
@@ -230,9 +227,8 @@ class RealAddressAllocator:
             self.stats.errors.append(f"free of {ptr:#x}, which this allocator did not serve")
             return
         self.session.free(a)
-        rounded = round_up(a.size, self.alignment)
-        self.live_bytes -= rounded
         if a.region == "pool":
+            rounded = round_up(a.size, self.alignment)
             self.fallback.free(ptr, rounded)
             self.stats.fallback_live_bytes -= rounded
             self._held_changed()

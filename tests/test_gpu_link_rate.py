@@ -4,16 +4,14 @@ re-planning the case and bisecting the simulator's link rate (docs/gpu.md). Chec
 
 from __future__ import annotations
 
-import csv
 import math
 import importlib.util
-import io
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_suite_support import run_yaml
+from tests.test_suite_support import rewrite_rows, run_yaml
 
 from harness.case import plan_case
 from harness.model import Profile, load
@@ -40,23 +38,19 @@ def run_dir(tmp_path_factory):
         planners: [keep-all, vdnn-all, {name: dynprog, slots: 100}]
         executors: [simulate]
     """)
-    path = run / "rows.csv"
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
     profile = load(Profile, next((run / "profiles").iterdir()))
-    for row in rows:
+
+    def measured(row: dict) -> None:
         if row["status"] != "ok":
-            continue
+            return
         options = link_rate.row_options(row)
         schedule = plan_case(registry().planner(row["planner"]), profile, int(row["budget_bytes"]), options).schedule
         row.update(executor="torch", predicted_s=row["makespan_s"],
                    makespan_s=repr(link_rate.time_at(schedule, profile, SLOWER * profile.d2h_bandwidth)))
         if row["planner"] == "vdnn-all":  # as if PyTorch's hooks had copied more than the schedule moves
             row["moved_bytes"] = str(int(1.5 * float(row["moved_bytes"])))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (run / "rows.parquet").unlink(missing_ok=True)
+
+    rewrite_rows(run, measured)
     return run
 
 

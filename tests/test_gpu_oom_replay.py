@@ -5,15 +5,13 @@ its prefetches, all issued at the backward's start, hold more when nothing makes
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import io
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_suite_support import run_yaml
+from tests.test_suite_support import rewrite_rows, run_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("oom_replay", ROOT / "benchmarks" / "gpu" / "oom_replay.py")
@@ -37,16 +35,16 @@ def run_dir(tmp_path_factory):
         planners: [keep-all, greedy]
         executors: [simulate]
     """)
-    path = run / "rows.csv"
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
-    (greedy,) = [r for r in rows if r["planner"] == "greedy" and r["budget_label"] == "f0.5"]
-    assert greedy["status"] == "ok"
-    greedy.update(executor="torch", status="oom", peak_bytes=str(ALLOCATED))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (run / "rows.parquet").unlink(missing_ok=True)
+    relabelled = []
+
+    def measured_oom(row: dict) -> None:
+        if row["planner"] == "greedy" and row["budget_label"] == "f0.5":
+            assert row["status"] == "ok"
+            row.update(executor="torch", status="oom", peak_bytes=str(ALLOCATED))
+            relabelled.append(row["case_id"])
+
+    rewrite_rows(run, measured_oom)
+    assert len(relabelled) == 1
     return run
 
 

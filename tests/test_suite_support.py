@@ -463,3 +463,21 @@ def run_yaml(folder: Path, text: str) -> Path:
 
     suite = write_suite(folder, textwrap.dedent(text), filename="suite.yaml")
     return run_suite(load_suite(suite), Path(folder) / "results", progress=False).run_dir
+
+
+def rewrite_rows(run_dir: Path, change) -> None:
+    """Edit a finished run's rows in place, as if measured otherwise: ``change(row)`` updates each row
+    (a dict of the CSV's strings); ``rows.csv`` is written again and its parquet copy dropped, so that
+    readers see the edit."""
+    import csv
+    import io
+
+    path = Path(run_dir) / "rows.csv"
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    for row in rows:
+        change(row)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (Path(run_dir) / "rows.parquet").unlink(missing_ok=True)

@@ -13,7 +13,7 @@ import numbers
 import random
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -242,9 +242,12 @@ class CaseOutcome:
 
 def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workload: Any, *,
              options: dict[str, Any] | None = None, device_budget: bool = False, validate: bool = True,
-             seed: int = 0) -> CaseOutcome:
+             seed: int = 0, earlier: Callable[[Planned], dict[str, Any] | None] | None = None) -> CaseOutcome:
     """Plan, run and judge one case; a failure is the outcome's status and message, never an exception
-    (but an interrupt, which is re-raised)."""
+    (but an interrupt, which is re-raised).
+
+    ``earlier``, given the plan, may return the row figures of an earlier run of the same schedule
+    (``harness.same_schedule``): the case then takes them and does not run (the outcome has no run)."""
     from harness.bounds import lower_bound
 
     duplex = copy_layout(executor, options)
@@ -265,6 +268,9 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
         if isinstance(exc, InfeasibleBudget):
             fields["needed_bytes"] = exc.needed_bytes
         return CaseOutcome(fields)
+    taken = earlier(planned) if earlier is not None else None
+    if taken is not None:
+        return CaseOutcome({**fields, **taken}, planned.schedule)
     return execute_plan(planned, profile, budget, executor, workload, validate=validate,
                         budget_lb=fields["budget_lower_bound_s"])
 

@@ -379,13 +379,15 @@ class Schedule:
         return self.algorithms[stage] if self.algorithms else -1
 
     def fingerprint(self) -> str:
-        """A short hash of what an executor runs: the operations, transfers, algorithms, sub-batches
-        and copy layout (not the planner, its options, notes or budget). Two planners' schedules with
-        one fingerprint run the same iteration, so their measured times differ by noise alone."""
+        """A short hash of what an executor runs: the operations, transfers, algorithms, sub-batches,
+        copy layout and the chain budget the run holds it to (the torch executor's prefetches wait for
+        it); not the planner, its options, notes or the device budget (the row's budget column). Two
+        planners' schedules with one fingerprint at one budget run the same iteration, so their measured
+        times differ by noise alone."""
         import hashlib
 
         algorithms = self.algorithms if any(a >= 0 for a in self.algorithms) else ()
-        what = repr((self.ops, self.transfers, algorithms, self.sub_batches, self.duplex))
+        what = repr((self.ops, self.transfers, algorithms, self.sub_batches, self.duplex, self.budget_bytes))
         return hashlib.sha1(what.encode()).hexdigest()[:12]
 
     @property

@@ -137,11 +137,17 @@ def cut_message(message: str) -> str:
     return f"{message[:head]} [... {cut} characters cut ...] {message[-_MESSAGE_TAIL:]}"
 
 
-def format_row(row: Mapping[str, Any]) -> str:
-    """One CSV line (with its newline) of ``row`` in ``COLUMNS`` order; missing cells are empty, and the
-    message is cut to ``MESSAGE_LIMIT`` characters."""
+def row_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    """``row`` as the cells ``rows.csv`` holds, what ``read_rows_csv`` gives back: every column of
+    ``COLUMNS``, a missing one empty, the message cut to ``MESSAGE_LIMIT`` characters."""
     cells = {c: _cell(row.get(c)) for c in COLUMNS}
     cells["message"] = cut_message(cells["message"])
+    return cells
+
+
+def format_row(row: Mapping[str, Any]) -> str:
+    """One CSV line (with its newline) of ``row`` in ``COLUMNS`` order (``row_cells``)."""
+    cells = row_cells(row)
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(cells.values())
     return buf.getvalue()

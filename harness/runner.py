@@ -24,6 +24,7 @@ times a planner (docs/architecture.md, "Planning kernels").
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -50,6 +51,7 @@ from harness.results import (
     finished_case_ids, is_interrupt_row, load_rows, profile_file, read_meta, read_rows_csv, runs_of_suite, write_meta,
     write_parquet,
 )
+from harness.same_schedule import EarlierRuns
 from harness.suite import Case, Suite, iter_units
 from harness.workers import WORKER_DIED, Split, run_in_workers
 
@@ -98,6 +100,7 @@ class UnitTask:
     validate: bool
     run_id: str
     device_budget: bool = False  # the suite's budget_model is "device" (harness.device_memory)
+    earlier: EarlierRuns | None = None  # the suite's same_schedule is "reuse" (harness.same_schedule)
 
 
 @dataclass
@@ -146,8 +149,11 @@ def execute_unit(task: UnitTask) -> UnitResult:
     case, profile, bounds = task.cases[0], task.profile, task.bounds
     budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
     workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+    earlier = None
+    if task.earlier is not None and not any(c.allocator for c in task.cases):  # a placement needs a run's trace
+        earlier = functools.partial(task.earlier.taken_by, rows[0], want_timeline=task.want_timeline)
     outcome = run_case(task.planner, profile, budget, task.executor, workload, options=case.planner_options,
-                       device_budget=task.device_budget, validate=task.validate, seed=case.seed)
+                       device_budget=task.device_budget, validate=task.validate, seed=case.seed, earlier=earlier)
     common, run = outcome.fields, outcome.run
     if common["status"] != "ok" and budget < bounds.min_memory_optimal and "needs at least" not in common["message"]:
         common["message"] += (f" (the budget {budget} bytes is below the minimum: any schedule without "
@@ -329,7 +335,8 @@ class RunLock:
             self.fd = None
 
 
-def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: str) -> Iterator[UnitTask]:
+def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: str,
+           earlier: EarlierRuns | None) -> Iterator[UnitTask]:
     from harness.plugins import registry
 
     reg = registry()
@@ -341,7 +348,7 @@ def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: s
             planner=reg.planner(case.planner), executor=reg.executor(case.executor),
             allocators={c.allocator: reg.allocator(c.allocator_name) for c in unit if c.allocator},
             want_timeline=suite.wants_timeline(case), validate=suite.spec.validate_schedules, run_id=run_id,
-            device_budget=suite.spec.budget_model == "device",
+            device_budget=suite.spec.budget_model == "device", earlier=earlier,
         )
 
 
@@ -706,7 +713,13 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     try:  # from here on, whatever happens, meta.json stops saying "running"
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
-        tasks = _tasks(suite, todo_units, cache, run_dir.name)
+        # the runs so far, which later cases of the same schedule take (filled as rows arrive: with --jobs 1 a
+        # unit is made when the one before it has finished; a worker gets those finished when its unit was sent)
+        earlier = None
+        if suite.spec.same_schedule == "reuse":
+            earlier = EarlierRuns()
+            earlier.add(read_rows_csv(run_dir / ROWS_CSV, strict=False))
+        tasks = _tasks(suite, todo_units, cache, run_dir.name, earlier)
         results = (_run_ray(tasks, jobs, case_timeout, ray) if backend == "ray"
                    else _run_local(tasks, jobs, case_timeout))
         with _progress(progress, n_todo, suite.name) as advance:
@@ -714,6 +727,8 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
                 if result.timeline is not None:
                     _save_timeline(run_dir, result.timeline)
                 writer.append(result.rows)
+                if earlier is not None:
+                    earlier.add(result.rows)
                 if on_rows:
                     on_rows(result.rows)
                 advance(len(result.rows), result.rows[-1]["case_id"])

@@ -432,6 +432,85 @@ def test_resuming_with_another_suite_counts_only_its_cases_and_keeps_the_earlier
     assert meta["cases"] == len(rows)  # QA: it counted the second suite's cases alone
 
 
+SAME = support.SUITE.replace("[keep-all, prefix]", "[keep-all, {{name: keep-all, label: again}}, prefix]").replace(
+    "[simulate]", "[noisy]")
+
+
+def _runs_by_key(rows):
+    """key -> the rows of it that ran (not taken from an earlier run)."""
+    from harness.same_schedule import key
+
+    out = {}
+    for row in rows:
+        if row["schedule_fingerprint"]:
+            out.setdefault(key(row), []).append(row)
+    return out
+
+
+# a device budget: the planner gets what is left of it (its planning_budget_bytes, in the key); the caching
+# allocator reserves 2 MiB segments for small blocks, which these tiny chains need
+@pytest.mark.parametrize("budgets", ["chain", "device"])
+def test_under_reuse_a_schedule_runs_once_and_the_cases_that_share_it_take_its_figures(tmp_path, budgets):
+    support.NOISY_RUNS.clear()
+    text = SAME.format(name="same") + "same_schedule: reuse\n"
+    if budgets == "device":
+        text = text.replace("{fractions: [0, 0.5, 1.0]}", "{fractions: [0.5, 1.0], bytes: [4MiB]}")
+        text += "budget_model: device\n"
+    suite = _suite(tmp_path, text)
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    groups = _runs_by_key(rows)
+    # keep-all and its second label plan one schedule wherever keep-all fits (and prefix may too): one run each
+    assert len(support.NOISY_RUNS) == len(groups) < sum(len(g) for g in groups.values())
+    assert any(len(g) > 1 for g in groups.values())
+    for group in groups.values():
+        first, *others = group
+        assert "not run again" not in first["message"]
+        for row in others:  # in the grid's order: the first case of the key ran
+            assert row["makespan_s"] == first["makespan_s"] and row["status"] == first["status"]
+            assert row["peak_bytes"] == first["peak_bytes"] and row["valid"] == first["valid"]
+            assert (f"the same schedule as {first['planner_label']}'s (fingerprint {first['schedule_fingerprint']}; "
+                    f"case {first['case_id']}): that run's figures, not run again") in row["message"]
+            assert row["planner_label"] != first["planner_label"] and float(row["plan_time_s"]) >= 0
+            assert row["run_time_s"] == ""  # it did not run
+
+
+def test_by_default_every_case_runs_its_schedule(tmp_path):
+    support.NOISY_RUNS.clear()
+    rows = _rows(run_suite(_suite(tmp_path, SAME.format(name="apart")), tmp_path / "r", progress=False).run_dir)
+    ran = [r for r in rows if r["schedule_fingerprint"]]
+    assert len(support.NOISY_RUNS) == len(ran)
+    again = {(r["model"], r["batch_size"], r["budget_label"]): r["makespan_s"] for r in ran if r["planner_label"] == "again"}
+    assert again and all(r["makespan_s"] != again[r["model"], r["batch_size"], r["budget_label"]]
+                         for r in ran if r["planner_label"] == "keep-all")  # timed apart: its own noise
+
+
+def test_a_resumed_run_reuses_the_runs_its_folder_holds_but_not_an_error_nor_another_budget(tmp_path):
+    support.NOISY_RUNS.clear()
+    first = _suite(tmp_path, SAME.format(name="res").replace("{name: keep-all, label: again}, ", "")
+                   + "same_schedule: reuse\n")
+    run_dir = run_suite(first, tmp_path / "r", run_id="x", progress=False).run_dir
+    before = {r["case_id"]: r for r in _rows(run_dir)}
+    broken = "synthetic:chain8/b1/3x32x32/keep-all/f1/noisy"
+    support.rewrite_rows(run_dir, lambda row: row.update(status="error", message="a fault")
+                         if row["case_id"] == broken else None)
+    ran_first = len(support.NOISY_RUNS)
+    (tmp_path / "b").mkdir()
+    second = load_suite(support.write_suite(tmp_path / "b", SAME.format(name="res") + "same_schedule: reuse\n"))
+    rows = {r["case_id"]: r for r in _rows(run_suite(second, tmp_path / "r", run_id="x", resume=True,
+                                                      progress=False).run_dir)}
+    # the new cases took keep-all's runs from rows.csv ...
+    for case_id in ("synthetic:chain4/b2/3x32x32/keep-all/f1/noisy", "synthetic:chain8/b2/3x32x32/keep-all/f1/noisy"):
+        again = rows[case_id.replace("/keep-all/", "/again/")]
+        assert again["makespan_s"] == before[case_id]["makespan_s"] and f"case {case_id})" in again["message"]
+    # ... but not the error row's, nor prefix's there, which had taken that one's: that case alone ran
+    assert len(support.NOISY_RUNS) == ran_first + 1
+    again = rows[broken.replace("/keep-all/", "/again/")]
+    assert again["status"] == "ok" and again["message"] == "" and again["run_time_s"] != ""
+    # prefix's same operations and copies at two budgets ran at each: what a run is held to is part of it
+    f0, f05 = (before[f"synthetic:chain4/b2/3x32x32/prefix/{b}/noisy"] for b in ("f0", "f0.5"))
+    assert f0["run_time_s"] and f05["run_time_s"] and f0["makespan_s"] != f05["makespan_s"]
+
+
 def test_a_run_says_before_its_cases_when_nothing_is_left_to_run_or_jobs_outnumber_the_cores(tmp_path, monkeypatch):
     """QA: resuming a finished run said nothing until its end, and ``--jobs 3`` on 2 cores said
     nothing of the times it slows down. Both are notes, heard before any case runs."""

@@ -380,6 +380,27 @@ class Quirky:
         return run
 
 
+NOISY_RUNS: list[str] = []  # the fingerprints of the schedules Noisy ran, in order
+
+
+class Noisy:
+    """The simulator as a measured executor looks: each run's time a little longer than the last (noise),
+    and every run counted in ``NOISY_RUNS``."""
+
+    name = "noisy"
+    description = "the simulator with a time of its own on every run, counting its runs (test plugin)"
+
+    def run(self, schedule, profile, workload=None):
+        """Simulate ``schedule`` and add a microsecond per run before it to the time."""
+        import dataclasses
+
+        from harness.simulate.executor import simulate
+
+        NOISY_RUNS.append(schedule.fingerprint())
+        run = simulate(schedule, profile)
+        return dataclasses.replace(run, makespan=run.makespan + 1e-6 * len(NOISY_RUNS)) if run.feasible else run
+
+
 class Plugin:
     """The hook implementations of the test plugin."""
 
@@ -406,6 +427,7 @@ class Plugin:
     @hookimpl
     def membudget_register_executors(self, register):
         register(Quirky())
+        register(Noisy())
 
 
 PLUGIN = Plugin()

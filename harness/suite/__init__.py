@@ -18,6 +18,7 @@ A suite (docs/architecture.md, "Suites and results")::
     allocators: [caching]
     budget_model: chain                 # or device: budgets are what the GPU process may reserve
     repeats: 1
+    same_schedule: run                  # or reuse: a schedule that ran already at a budget is not run again
     statistic: trimmed-mean             # how published pages summarise repeats (or median, mean)
     seeds: [0]
     excludes: [{planner: keep-all, budget: 0}]    # drop matching cases

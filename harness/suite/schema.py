@@ -152,6 +152,9 @@ class SuiteSpec(_Strict):
     # "device", the bytes the process may reserve on the GPU (harness.device_memory)
     budget_model: Literal["chain", "device"] = "chain"
     repeats: PositiveInt = 1
+    # a case whose schedule ran already at its budget (another planner made the same one): "run" it again,
+    # or "reuse" that run's figures (harness.same_schedule): what the GPU suites say, device time being scarce
+    same_schedule: Literal["run", "reuse"] = "run"
     # how the published pages summarise a case's repeats (harness.publish.summarise);
     # trimmed-mean drops the fastest and the slowest when there are three or more (MLPerf)
     statistic: Literal["trimmed-mean", "median", "mean"] = "trimmed-mean"

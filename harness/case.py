@@ -301,9 +301,11 @@ def execute_plan(planned: Planned, profile: Profile, budget: int, executor: Any,
         fields["budget_lower_bound_s"] = budget_lb
         # judged against the bound of what it runs: its algorithms, passes, recomputation
         lb = fields["lower_bound_s"] = schedule_lower_bound(profile, schedule, planned.planning_budget)
-        with stopwatch() as watch:
-            run = executor.run(schedule, profile, workload)
-        fields["run_time_s"] = watch.seconds
+        try:  # set whenever the executor ran, also when it raised: a row without it did not run
+            with stopwatch() as watch:
+                run = executor.run(schedule, profile, workload)
+        finally:
+            fields["run_time_s"] = watch.seconds
         implausible = implausible_run(run)
         if implausible:  # its figures would reach the tables as measured: none of them is kept
             fields.update(status="error", message=f"{who} returned {implausible}")

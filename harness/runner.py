@@ -641,6 +641,9 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         known = f" (a misspelt id? the suite's runs are {shown})" if others else ""
         notes.append(f"{run_dir} does not exist yet: started it{known}")
     cases = suite.cases()
+    if suite.spec.same_schedule == "reuse" and any(c.allocator for c in cases):
+        notes.append("same_schedule: reuse leaves the cases with an allocator alone (a placement needs its own "
+                     "run's memory trace): they run their schedules")
     _check_same_gpu(cases, run_dir, meta)  # before a row is dropped or meta.json written
     if resuming:
         torn, tail = drop_malformed_rows(run_dir)
@@ -713,8 +716,9 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
     try:  # from here on, whatever happens, meta.json stops saying "running"
         writer = RowWriter(run_dir / ROWS_CSV)
         cache = ProfileCache(suite, run_dir / "profiles")
-        # the runs so far, which later cases of the same schedule take (filled as rows arrive: with --jobs 1 a
-        # unit is made when the one before it has finished; a worker gets those finished when its unit was sent)
+        # the runs so far, which later cases of the same schedule take (filled as rows arrive: with --jobs 1 and
+        # no time limit a unit is made when the one before it has finished; a worker pool's unit gets those
+        # finished when it was sent, a few units ahead; Ray's, those of rows.csv: it sends every unit at once)
         earlier = None
         if suite.spec.same_schedule == "reuse":
             earlier = EarlierRuns()

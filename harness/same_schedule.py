@@ -5,13 +5,19 @@ offload every layer): the same operations, copies, algorithms, sub-batches and c
 ``Schedule.fingerprint``. Run again on a GPU, such a schedule costs device time to measure noise
 alone. Under ``reuse``, a case whose schedule ran already, on the same workload, profiler,
 executor, budgets, repeat and seed (``key``), takes that run's row figures instead of running:
-its own columns (the case, its planner, its planning time) stay its own, and its message names
-the case whose run it took. The runs a resumed run folder holds count too; ``error`` rows do not
-(a fault of that moment), nor rows of an allocator (a placement is per allocator).
+its own columns (the case, its planner, its planning time) stay its own, its message names
+the case whose run it took, its ``run_time_s`` is empty (``took_earlier_run``) and its ``timeline``
+is that run's file. The runs a resumed run folder holds count too; ``error`` rows do not (a fault
+of that moment), nor rows of an allocator (a placement is per allocator).
+
+A case takes only the runs finished when its unit was made: with ``--jobs 1`` and no case time
+limit, every run before it; in a worker pool, those finished when its unit was sent; on Ray, those
+the run folder held when the run started.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -25,6 +31,18 @@ KEY_COLUMNS = ("model", "batch_size", "input_size", "dtype", "device", "profiler
 CASE_COLUMNS = ("suite", "case_id", "planner", "planner_label", "planner_options", "budget_label",
                 "budget_fraction", "allocator", "run_id", "finished_at", "plan_time_s", "run_time_s")
 REUSED_STATUSES = ("ok", "oom", "infeasible")  # what a schedule's run says of it; an error is that moment's
+
+
+def took_earlier_run(row: Mapping[str, Any]) -> bool:
+    """True for a row that took an earlier run's figures instead of running: a schedule's row (it has a
+    fingerprint) whose executor did not run (no ``run_time_s``, which a run always sets) and that is no
+    ``error``. ``row``: its cells, or a typed row (``harness.results.load_rows``)."""
+    return (_given(row.get("schedule_fingerprint")) and not _given(row.get("run_time_s"))
+            and row.get("status") in REUSED_STATUSES)
+
+
+def _given(value: Any) -> bool:
+    return not (value is None or value == "" or (isinstance(value, float) and math.isnan(value)))
 
 
 def key(cells: Mapping[str, str]) -> tuple[str, ...]:
@@ -55,6 +73,8 @@ class EarlierRuns:
         earlier = self.rows.get(key(row_cells({**row, **planned.fields, "schedule_fingerprint": fingerprint})))
         if earlier is None:
             return None
+        if want_timeline and not earlier["timeline"]:
+            return None  # the case asks for a timeline that run did not save: it runs, and saves its own
         fields: dict[str, Any] = {c: v for c, v in earlier.items() if c not in CASE_COLUMNS and v != ""}
         if not want_timeline:
             fields.pop("timeline", None)

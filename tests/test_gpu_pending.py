@@ -91,3 +91,19 @@ def test_asking_plans_nothing(tmp_path, monkeypatch):
     p1.write_text(textwrap.dedent(PART.format(batch=4)).replace("planners: [keep-all]",
                                                                 "planners: [keep-all, {name: torch-checkpoint, every: 2}]"))
     assert pending.pending(str(p1), "r1", str(tmp_path / "results"))[:2] == (8, 8)
+
+
+def test_a_row_that_took_an_earlier_run_was_sent_to_no_device(tmp_path):
+    """Under same_schedule: reuse a case may take an earlier run's row (a fingerprint, no run_time_s):
+    counted as sent, a call whose real runs all failed beside such rows would not stop (session.sh)."""
+    p1 = tmp_path / "p1.yaml"
+    p1.write_text(textwrap.dedent(PART.format(batch=4)))
+    run_dir = tmp_path / "results" / "parts" / "r1"
+    run_dir.mkdir(parents=True)
+    lines = []
+    for k, case in enumerate(load_suite(p1).cases()):
+        ran = case.executor == "simulate" or k == 0  # the second torch case took the first's run
+        lines.append(format_row({"suite": "parts", "case_id": case.case_id, "executor": case.executor,
+                                 "status": "ok", "schedule_fingerprint": "abc", "run_time_s": 1.0 if ran else None}))
+    (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
+    assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (0, 4, run_dir, 1, 0)

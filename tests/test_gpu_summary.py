@@ -9,6 +9,7 @@ import math
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.test_suite_support import run_yaml
@@ -99,6 +100,23 @@ def test_each_failed_check_is_reported(run_dir):
     assert passed["median |prediction_error| <= 10%"] and not passed["largest |prediction_error| <= 25%"]
     text, _ = summary.report(doctored)
     assert "- FAIL: zero oom among planned cases" in text and "- PASS: median" in text
+
+
+def test_a_row_that_took_an_earlier_run_is_that_run_counted_once(run_dir):
+    """Under same_schedule: reuse a planner whose schedule ran already takes that row (no run_time_s):
+    issue #16's checks count each run once, and the summary says how many rows took one."""
+    from harness.results import load_rows
+
+    rows = load_rows(run_dir)
+    real = rows[(rows["executor"] == "torch") & (rows["status"] == "ok")]
+    before = summary.checks(rows)
+    taken = real.iloc[[0]].assign(planner="twin", planner_label="twin", case_id="twin", run_time_s=float("nan"),
+                                  prediction_error=9.0)
+    after = summary.checks(pd.concat([rows, taken], ignore_index=True))
+    assert after.taken == 1 and after.status == before.status and after.error_max == before.error_max
+    text, _ = summary.report(pd.concat([rows, taken], ignore_index=True))
+    assert "(1 more took an earlier run of their schedule: same_schedule: reuse)" in text
+    assert "took an earlier run" not in summary.report(rows)[0]
 
 
 def test_without_keep_all_the_ideal_iteration_is_the_basis_and_says_so(run_dir):

@@ -17,6 +17,7 @@ import pytest
 from harness.bounds import lower_bound, min_memory, peak_memory
 from harness.results import COLUMNS, STABLE_COLUMNS, read_meta, read_rows_csv
 from harness.runner import run_suite
+from harness.same_schedule import key, took_earlier_run
 from harness.suite import load_suite
 from tests import test_suite_support as support
 
@@ -437,9 +438,7 @@ SAME = support.SUITE.replace("[keep-all, prefix]", "[keep-all, {{name: keep-all,
 
 
 def _runs_by_key(rows):
-    """key -> the rows of it that ran (not taken from an earlier run)."""
-    from harness.same_schedule import key
-
+    """key -> the rows of one schedule's run, in the grid's order (the first ran, the others took it)."""
     out = {}
     for row in rows:
         if row["schedule_fingerprint"]:
@@ -471,7 +470,34 @@ def test_under_reuse_a_schedule_runs_once_and_the_cases_that_share_it_take_its_f
             assert (f"the same schedule as {first['planner_label']}'s (fingerprint {first['schedule_fingerprint']}; "
                     f"case {first['case_id']}): that run's figures, not run again") in row["message"]
             assert row["planner_label"] != first["planner_label"] and float(row["plan_time_s"]) >= 0
-            assert row["run_time_s"] == ""  # it did not run
+            assert row["run_time_s"] == "" and took_earlier_run(row)  # it did not run
+        assert not took_earlier_run(first)
+
+
+def test_a_case_that_wants_a_timeline_takes_a_run_that_saved_one_or_runs(tmp_path):
+    """A taken row's timeline is the run's own file; where that run saved none and the case asks for one,
+    the case runs and saves its own (a review found it left without one)."""
+    support.NOISY_RUNS.clear()
+    text = SAME.format(name="tl") + "same_schedule: reuse\n"
+    rows = _rows(run_suite(_suite(tmp_path, text), tmp_path / "r", progress=False).run_dir)
+    taken = [r for r in rows if took_earlier_run(r)]
+    assert taken and all(r["timeline"] and r["timeline"] == _runs_by_key(rows)[key(r)][0]["timeline"] for r in taken)
+    (tmp_path / "b").mkdir()
+    support.NOISY_RUNS.clear()
+    only = load_suite(support.write_suite(tmp_path / "b", text + "timelines: [{planner: again}]\n"))
+    run_dir = run_suite(only, tmp_path / "r2", progress=False).run_dir
+    again = [r for r in _rows(run_dir) if r["planner_label"] == "again" and r["schedule_fingerprint"]]
+    assert again and all(not took_earlier_run(r) and (run_dir / r["timeline"]).is_file() for r in again)
+
+
+def test_reuse_leaves_the_cases_with_an_allocator_alone_and_says_so(tmp_path):
+    support.NOISY_RUNS.clear()
+    heard: list[str] = []
+    suite = _suite(tmp_path, SAME.format(name="alloc") + "same_schedule: reuse\nallocators: [caching]\n")
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False, on_note=heard.append).run_dir)
+    assert "same_schedule: reuse leaves the cases with an allocator alone" in " ".join(heard)
+    assert len(support.NOISY_RUNS) == len({r["case_id"].rsplit("/", 1)[0] for r in rows if r["schedule_fingerprint"]})
+    assert not any(took_earlier_run(r) for r in rows)
 
 
 def test_by_default_every_case_runs_its_schedule(tmp_path):

@@ -26,6 +26,7 @@ from harness.model import Profile
 from harness.plugins import registry
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
+from harness.same_schedule import took_earlier_run
 from harness.simulate.executor import makespan, simulate
 
 PREDICTED = "simulate"
@@ -66,6 +67,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     rows = load_rows(run_dir)
     device_budget = device_budget_of(read_meta(run_dir))
     measured = rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)]
+    measured = measured[~measured.apply(took_earlier_run, axis=1)] if len(measured) else measured  # each run once
     profiles = RunProfiles(run_dir)
     lines = []
     for _, r in measured.iterrows():

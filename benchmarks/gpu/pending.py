@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from harness.results import ROWS_CSV, drop_rows, finished_case_ids, is_interrupt_row, read_rows_csv
+from harness.same_schedule import took_earlier_run
 from harness.suite import load_suite
 
 
@@ -44,8 +45,10 @@ def pending(suite_path: str, run_id: str, root: str = "results",
               file=sys.stderr)
     done = finished_case_ids(run_dir) & ids
     # a torn row (a killed write) is no finished case: --resume drops it and runs its case, so it is pending
+    # a row that took an earlier run's figures (same_schedule: reuse) sent nothing to the device
     measured = {row["case_id"]: _is_error(row) for row in read_rows_csv(run_dir / ROWS_CSV, strict=False)
-                if row["case_id"] in done and row.get("executor") != PREDICTED and row.get("status") != "infeasible"}
+                if row["case_id"] in done and row.get("executor") != PREDICTED and row.get("status") != "infeasible"
+                and not took_earlier_run(row)}
     return len(ids - done), len(ids), run_dir, len(measured), sum(measured.values())
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.publish import Doc, ExecutorTable, budget_order, executors, grid, model_groups
+from harness.same_schedule import took_earlier_run
 
 MEDIAN_ERROR, MAX_ERROR = 0.10, 0.25  # issue #16: |prediction_error| median and largest
 PREDICTED = "simulate"  # every other executor's rows are measured on the device
@@ -51,6 +52,7 @@ class Checks:
     error_median: float
     error_max: float
     grad_error_max: float
+    taken: int = 0  # device rows that took an earlier run of their schedule (same_schedule: reuse): not counted
 
     @property
     def passed(self) -> dict[str, bool]:
@@ -68,13 +70,16 @@ class Checks:
 
 
 def measured(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows the device ran (every executor but the simulator)."""
-    return rows[rows["executor"] != PREDICTED]
+    """The rows the device ran (every executor but the simulator), each run once: a row that took an
+    earlier run of its schedule (``same_schedule: reuse``) is that run's, already counted."""
+    real = rows[rows["executor"] != PREDICTED]
+    return real[~real.apply(took_earlier_run, axis=1)] if len(real) else real
 
 
 def checks(rows: pd.DataFrame) -> Checks:
     """The done-when figures of ``rows`` (a run's rows, every executor)."""
     real = measured(rows)
+    device = rows[rows["executor"] != PREDICTED]
     ok = real[real["status"] == "ok"]
     prediction = pd.to_numeric(ok["prediction_error"], errors="coerce").abs().dropna()
     grads = pd.to_numeric(ok["grad_error"], errors="coerce").dropna()
@@ -89,6 +94,7 @@ def checks(rows: pd.DataFrame) -> Checks:
         error_median=float(prediction.median()) if len(prediction) else math.nan,
         error_max=float(prediction.max()) if len(prediction) else math.nan,
         grad_error_max=float(grads.max()) if len(grads) else math.nan,
+        taken=len(device) - len(real),
     )
 
 
@@ -157,7 +163,8 @@ def report(rows: pd.DataFrame, run_dir: Path | None = None, statistic: str = "tr
     found = checks(rows)
     doc = Doc(f"GPU slice summary: {run_dir}" if run_dir is not None else "GPU slice summary")
     doc.para("\n".join([
-        f"measured rows by status: {found.status}",
+        f"measured rows by status: {found.status}"
+        + (f" ({found.taken} more took an earlier run of their schedule: same_schedule: reuse)" if found.taken else ""),
         f"oom among the cases the harness planned: {found.oom_among_planned}",
         f"ok rows reserving more than their budget: {found.over_budget}",
         f"|prediction_error| over the ok rows: median {found.error_median:.3f}, largest {found.error_max:.3f}",

@@ -350,7 +350,7 @@ def same_schedule_note(table: ExecutorTable) -> str | None:
     if not parts:
         return None
     return (f"One schedule, timed apart: {'; '.join(parts)} ran the same schedule (one fingerprint: the same "
-            f"operations, copies, algorithms and sub-batches), so their times differ by measurement noise alone "
+            f"operations, copies, algorithms, sub-batches, copy layout and chain budget), so their times differ by measurement noise alone "
             f"and no {FASTEST} or lead among them is a result (more timed iterations or repeats, on a quieter "
             "machine, bring them together).")
 

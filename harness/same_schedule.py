@@ -1,8 +1,8 @@
 """One schedule, run once: a suite's ``same_schedule: reuse`` (docs/cli.md, "Suites").
 
 Planners often return one and the same schedule at a budget (vDNN's variants where all of them
-offload every layer): the same operations, copies, algorithms, sub-batches and copy layout,
-``Schedule.fingerprint``. Run again on a GPU, such a schedule costs device time to measure noise
+offload every layer): the same operations, copies, algorithms, sub-batches, copy layout and
+chain budget, ``Schedule.fingerprint``. Run again on a GPU, such a schedule costs device time to measure noise
 alone. Under ``reuse``, a case whose schedule ran already, on the same workload, profiler,
 executor, budgets, repeat and seed (``key``), takes that run's row figures instead of running:
 its own columns (the case, its planner, its planning time) stay its own, its message names
@@ -39,6 +39,11 @@ def took_earlier_run(row: Mapping[str, Any]) -> bool:
     ``error``. ``row``: its cells, or a typed row (``harness.results.load_rows``)."""
     return (_given(row.get("schedule_fingerprint")) and not _given(row.get("run_time_s"))
             and row.get("status") in REUSED_STATUSES)
+
+
+def own_runs(rows: Any) -> Any:
+    """A frame of rows (``harness.results.load_rows``) without those that took an earlier run: each run once."""
+    return rows[~rows.apply(took_earlier_run, axis=1)] if len(rows) else rows
 
 
 def _given(value: Any) -> bool:

@@ -26,7 +26,7 @@ from harness.model import Profile
 from harness.plugins import registry
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
-from harness.same_schedule import took_earlier_run
+from harness.same_schedule import own_runs
 from harness.simulate.executor import makespan, simulate
 
 PREDICTED = "simulate"
@@ -66,8 +66,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     the implied rate in GB/s (empty when the plan changed or the gap is not the link's)."""
     rows = load_rows(run_dir)
     device_budget = device_budget_of(read_meta(run_dir))
-    measured = rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)]
-    measured = measured[~measured.apply(took_earlier_run, axis=1)] if len(measured) else measured  # each run once
+    measured = own_runs(rows[(rows.executor != PREDICTED) & (rows.status == "ok") & (rows.moved_bytes > 0)])
     profiles = RunProfiles(run_dir)
     lines = []
     for _, r in measured.iterrows():

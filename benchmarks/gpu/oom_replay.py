@@ -28,7 +28,7 @@ from harness.case import plan_case
 from harness.plugins import registry
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
-from harness.same_schedule import took_earlier_run
+from harness.same_schedule import own_runs
 from harness.simulate.executor import simulate
 
 PREDICTED = "simulate"
@@ -41,9 +41,7 @@ def replay(run_dir: Path) -> pd.DataFrame:
     device_budget = device_budget_of(read_meta(run_dir))
     profiles = RunProfiles(run_dir)
     lines = []
-    for _, r in rows[(rows.executor != PREDICTED) & (rows.status == "oom")].iterrows():
-        if took_earlier_run(r):  # that run's own row is replayed
-            continue
+    for _, r in own_runs(rows[(rows.executor != PREDICTED) & (rows.status == "oom")]).iterrows():
         profile = profiles.of(r)
         schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), row_options(r),
                              device_budget=device_budget).schedule

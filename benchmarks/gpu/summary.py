@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.publish import Doc, ExecutorTable, budget_order, executors, grid, model_groups
-from harness.same_schedule import took_earlier_run
+from harness.same_schedule import own_runs
 
 MEDIAN_ERROR, MAX_ERROR = 0.10, 0.25  # issue #16: |prediction_error| median and largest
 PREDICTED = "simulate"  # every other executor's rows are measured on the device
@@ -72,14 +72,12 @@ class Checks:
 def measured(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows the device ran (every executor but the simulator), each run once: a row that took an
     earlier run of its schedule (``same_schedule: reuse``) is that run's, already counted."""
-    real = rows[rows["executor"] != PREDICTED]
-    return real[~real.apply(took_earlier_run, axis=1)] if len(real) else real
+    return own_runs(rows[rows["executor"] != PREDICTED])
 
 
 def checks(rows: pd.DataFrame) -> Checks:
     """The done-when figures of ``rows`` (a run's rows, every executor)."""
     real = measured(rows)
-    device = rows[rows["executor"] != PREDICTED]
     ok = real[real["status"] == "ok"]
     prediction = pd.to_numeric(ok["prediction_error"], errors="coerce").abs().dropna()
     grads = pd.to_numeric(ok["grad_error"], errors="coerce").dropna()
@@ -94,7 +92,7 @@ def checks(rows: pd.DataFrame) -> Checks:
         error_median=float(prediction.median()) if len(prediction) else math.nan,
         error_max=float(prediction.max()) if len(prediction) else math.nan,
         grad_error_max=float(grads.max()) if len(grads) else math.nan,
-        taken=len(device) - len(real),
+        taken=int((rows["executor"] != PREDICTED).sum()) - len(real),
     )
 
 

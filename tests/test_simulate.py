@@ -43,8 +43,10 @@ def random_schedule(rng: random.Random, profile: Profile) -> Schedule:
                             prefetch_window=rng.choice([None, 1, 2, 3]))
 
 
-def test_kernel_agrees_with_reference_on_random_chains() -> None:
-    """At least 200 random chains x budgets, duplex or not: identical timings, bit for bit."""
+@pytest.mark.parametrize("offload_start", ["forward-start", "forward-end"])
+def test_kernel_agrees_with_reference_on_random_chains(offload_start) -> None:
+    """At least 200 random chains x budgets, duplex or not, under either offload rule: identical
+    timings, bit for bit."""
     rng = random.Random(2024)
     compared = stuck = 0
     while compared < 240:
@@ -53,8 +55,8 @@ def test_kernel_agrees_with_reference_on_random_chains() -> None:
         lo, hi = min_memory(profile), peak_memory(profile)
         budget = rng.choice([lo, hi, rng.randint(min(lo, hi) // 2, hi), rng.randint(lo, hi)])
         duplex = rng.random() < 0.5
-        _, ref = timing(schedule, profile, budget=budget, duplex=duplex, engine="reference")
-        _, ker = timing(schedule, profile, budget=budget, duplex=duplex, engine="kernel")
+        _, ref = timing(schedule, profile, budget=budget, duplex=duplex, engine="reference", offload_start=offload_start)
+        _, ker = timing(schedule, profile, budget=budget, duplex=duplex, engine="kernel", offload_start=offload_start)
         assert ref.status == ker.status
         assert ref.blocked_op == ker.blocked_op
         for name in ("op_start", "op_end", "tr_start", "tr_end", "tr_release"):
@@ -96,6 +98,47 @@ def test_forward_waits_for_the_offload_to_free_memory() -> None:
     assert events["offload 0"].start == 0.0 and events["offload 0"].end == 1.0
     assert events["F1"].start == 1.0  # F1 needs x1 + nothing else; no wait beyond F0
     assert run.moved_bytes == 200
+
+
+def test_under_the_executors_rule_an_offload_waits_for_its_forward_to_end() -> None:
+    """offload_start="forward-end": x0's copy starts when F0 ends (1 s), not with it, so its device
+    bytes are released a second later; F1 needs only x1 and starts at once, and the prefetch
+    (2-3 s) still hides under B1, so the iteration takes the paper's 4 s."""
+    profile = two_stage_chain()
+    schedule = ordered_schedule(profile, 200, {0: None}, planner="t", prefetch_window=1)
+    paper = simulate(schedule, profile)
+    executor = simulate(schedule, profile, offload_start="forward-end")
+    events = {e.label: e for e in executor.timeline}
+    assert events["offload 0"].start == 1.0 and events["offload 0"].end == 2.0
+    assert events["F1"].start == 1.0
+    assert [{b.name: b.free for b in run.trace}["x0"] for run in (paper, executor)] == [1.0, 2.0]
+    assert executor.makespan == paper.makespan == 4.0
+
+
+@pytest.mark.parametrize("engine", ["kernel", "reference"])
+def test_no_offload_starts_before_its_forward_ends_on_random_chains(engine) -> None:
+    """The executor's rule on random schedules at the keep-all peak: every offload starts at or
+    after the end of the forward that produced its data."""
+    rng = random.Random(11)
+    checked = 0
+    while checked < 60:
+        profile = random_chain(rng, rng.randint(2, 20))
+        schedule = random_schedule(rng, profile)
+        low, tm = timing(schedule, profile, budget=peak_memory(profile), engine=engine, offload_start="forward-end")
+        if not tm.ok:
+            continue
+        creator = {int(low.op_tensor[k]): k for k in range(low.n_ops) if not low.op_is_b[k] and low.op_tensor[k] >= 0}
+        for j in range(len(low.tr_dur)):
+            if not low.tr_is_prefetch[j] and not np.isnan(tm.tr_start[j]):
+                assert tm.tr_start[j] >= tm.op_end[creator[int(low.tr_tensor[j])]]
+        checked += 1
+
+
+def test_an_unknown_offload_rule_is_a_one_line_error() -> None:
+    profile = two_stage_chain()
+    schedule = ordered_schedule(profile, 200, {0: None}, planner="t")
+    with pytest.raises(ValueError, match="unknown offload_start 'later'; choose one of"):
+        simulate(schedule, profile, offload_start="later")
 
 
 def test_sync_wait_op_charges_the_stall() -> None:

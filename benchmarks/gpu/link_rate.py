@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.case import plan_case
-from harness.model import Profile
+from harness.model import Profile, Schedule
 from harness.plugins import registry
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
@@ -71,8 +71,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     lines = []
     for _, r in measured.iterrows():
         profile = profiles.of(r)
-        schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), row_options(r),
-                             device_budget=device_budget).schedule  # as the run planned it
+        schedule = planned_schedule(r, profile, device_budget)
         predicted = simulate(schedule, profile, with_trace=False)
         replanned = predicted.makespan if predicted.feasible else None
         same = replanned is not None and math.isclose(replanned, r.predicted_s, rel_tol=1e-3)
@@ -86,6 +85,13 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
                       "profile GB/s": profile.d2h_bandwidth / 1e9,
                       "implied GB/s": rate / 1e9 if rate else math.nan})
     return pd.DataFrame(lines)
+
+
+def planned_schedule(row: pd.Series, profile: Profile, device_budget: bool) -> Schedule:
+    """The schedule the run planned for ``row``: its planner and options, on the run's profile, at its
+    budget under the run's budget model (a planner that changed since may give another)."""
+    return plan_case(registry().planner(row.planner), profile, int(row.budget_bytes), row_options(row),
+                     device_budget=device_budget).schedule
 
 
 def row_options(row: pd.Series) -> dict:

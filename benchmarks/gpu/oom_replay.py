@@ -22,10 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from link_rate import row_options  # noqa: E402  (its neighbour here: a script, not a package)
+from link_rate import planned_schedule  # noqa: E402  (its neighbour here: a script, not a package)
 
-from harness.case import plan_case
-from harness.plugins import registry
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
 from harness.same_schedule import own_runs
@@ -43,8 +41,7 @@ def replay(run_dir: Path) -> pd.DataFrame:
     lines = []
     for _, r in own_runs(rows[(rows.executor != PREDICTED) & (rows.status == "oom")]).iterrows():
         profile = profiles.of(r)
-        schedule = plan_case(registry().planner(r.planner), profile, int(r.budget_bytes), row_options(r),
-                             device_budget=device_budget).schedule
+        schedule = planned_schedule(r, profile, device_budget)
         own = simulate(schedule, profile, with_trace=False)
         cap = int(r.budget_bytes) - int(profile.runtime_bytes) if device_budget else int(r.budget_bytes)
         loose = simulate(replace(schedule, budget_bytes=cap), profile, with_trace=False)

@@ -127,7 +127,10 @@ def throughput_against_keep_all(rows: pd.DataFrame, statistic: str = "trimmed-me
     return out
 def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
     """Per model group: one line per measured ``ok`` row whose timeline and its simulated twin's
-    were saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted)."""
+    were saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted).
+    The twin is the ``simulate`` row, papers/004's offload rule; ``executor's rule`` is the share of
+    the gap that the row's own prediction (``predicted_s``: the torch executor's rule, offloads
+    after their forward, since 2026-11-30) accounts for already."""
     from harness.time_gap import time_gap
 
     out: dict[str, pd.DataFrame] = {}
@@ -148,6 +151,9 @@ def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
                     "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
             line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})
             line["copies"] = f"{gap.copy_s / gap.predicted_s:+.1%}" if gap.predicted_s > 0 else ""
+            own = pd.to_numeric(row.get("predicted_s"), errors="coerce")
+            line["executor's rule"] = (f"{own / gap.predicted_s - 1:+.1%}" if gap.predicted_s > 0 and pd.notna(own)
+                                       else "")
             line["largest op gaps"] = ", ".join(f"{label} {d * 1e3:+.2f} ms" for label, d in gap.largest_ops[:3])
             lines.append(line)
         if lines:

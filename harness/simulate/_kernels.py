@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from harness.simulate.lowering import Lowered
-from harness.simulate.reference import OK, STUCK, Timing
+from harness.simulate.reference import OK, STUCK, Timing, after_forward
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +29,7 @@ def _simulate(
     budget, base, op_is_b, op_dur, op_alloc, op_free, op_tensor, t_size,
     tr_tensor, tr_is_pre, tr_bytes, tr_dur, tr_engine, tr_wait_op,
     issue_s_ptr, issue_s_idx, issue_e_ptr, issue_e_idx, wait_ptr, wait_idx,
-    eng_ptr, eng_idx, t_fop,
+    eng_ptr, eng_idx, t_fop, wait_for_end,
 ):
     n_ops = op_dur.shape[0]
     n_tr = tr_dur.shape[0]
@@ -154,6 +154,8 @@ def _simulate(
                     t_dev[t] += tr_bytes[j]
                 elif op_start[t_fop[t]] != op_start[t_fop[t]]:
                     continue
+                elif wait_for_end and not op_end[t_fop[t]] <= now:
+                    continue
                 tr_start[j] = now
                 busy[e] = j
                 head[e] += 1
@@ -173,8 +175,9 @@ def _simulate(
     return status, next_op, op_start, op_end, tr_start, tr_end, tr_release, peak, budget - mem
 
 
-def simulate_kernel(low: Lowered) -> Timing:
-    """Run the Numba kernel on ``low`` and return its timing."""
+def simulate_kernel(low: Lowered, offload_start: str = "forward-start") -> Timing:
+    """Run the Numba kernel on ``low`` and return its timing (``offload_start``: the reference's rule)."""
+    wait_for_end = after_forward(offload_start)
     n_ops, n_t = low.n_ops, len(low.t_size)
     n_eng = int(low.tr_engine.max()) + 1 if len(low.tr_engine) else 1
     issue_start = np.where(low.tr_issue_end, -1, low.tr_issue_op)
@@ -189,7 +192,7 @@ def simulate_kernel(low: Lowered) -> Timing:
     status, blocked, op_s, op_e, tr_s, tr_e, tr_r, peak, free = _simulate(
         low.budget, float(low.base_bytes), low.op_is_b, low.op_dur, low.op_alloc, low.op_free, low.op_tensor,
         low.t_size, low.tr_tensor, low.tr_is_prefetch, low.tr_bytes, low.tr_dur, low.tr_engine, low.tr_wait_op,
-        s_ptr, s_idx, e_ptr, e_idx, w_ptr, w_idx, g_ptr, g_idx, t_fop,
+        s_ptr, s_idx, e_ptr, e_idx, w_ptr, w_idx, g_ptr, g_idx, t_fop, wait_for_end,
     )
     return Timing(
         status=int(status), blocked_op=int(blocked) if status != OK else -1,

@@ -7,47 +7,49 @@ import numpy as np
 from harness.memory import movable_bytes, pass_ops, schedule_blocks, stage_memory
 from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of
 from harness.simulate.lowering import Lowered, lower, pass_profiles
-from harness.simulate.reference import OK, Timing, simulate_reference
+from harness.simulate.reference import OK, Timing, after_forward, simulate_reference
 
 ENGINES = ("kernel", "reference")
 
 
 def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
-           engine: str = "kernel") -> tuple[Lowered, Timing]:
+           engine: str = "kernel", offload_start: str = "forward-start") -> tuple[Lowered, Timing]:
     """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference.
-    ``duplex``: the copy-engine layout (None: the schedule's, ``Schedule.duplex``), as in every
-    function of this module.
+    ``duplex``: the copy-engine layout (None: the schedule's, ``Schedule.duplex``), and
+    ``offload_start``: when an offload may start (``reference.OFFLOAD_STARTS``: at its forward's start, the
+    paper's and the default, or at its end, the torch executor's), as in every function of this module.
 
     The lean form a planner calls in a loop: ``Timing.ok`` and ``Timing.makespan`` say whether
     the schedule ran and how long it took (``makespan`` below does both at once).
     """
-    return _run(schedule, profile, budget, duplex, engine)
+    return _run(schedule, profile, budget, duplex, engine, offload_start)
 
 
 def makespan(schedule: Schedule, profile: Profile, *, budget: float | None = None,
-             duplex: bool | None = None) -> float | None:
+             duplex: bool | None = None, offload_start: str = "forward-start") -> float | None:
     """The simulated iteration time of ``schedule`` under ``budget`` (default: its own); None when
     it cannot run there."""
-    return _run(schedule, profile, budget, duplex, "kernel")[1].makespan
+    return _run(schedule, profile, budget, duplex, "kernel", offload_start)[1].makespan
 
 
 def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool | None,
-         engine: str) -> tuple[Lowered, Timing]:
+         engine: str, offload_start: str = "forward-start") -> tuple[Lowered, Timing]:
+    after_forward(offload_start)  # an unknown rule fails before the lowering
     low = lower(schedule, profile, budget=budget, duplex=duplex)
     if engine == "kernel":
         from harness.simulate._kernels import simulate_kernel
 
-        return low, simulate_kernel(low)
+        return low, simulate_kernel(low, offload_start)
     if engine == "reference":
-        return low, simulate_reference(low)
+        return low, simulate_reference(low, offload_start)
     raise ValueError(f"unknown simulation engine {engine!r}; choose one of {ENGINES}")
 
 
 def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
-             engine: str = "kernel", with_trace: bool = True) -> Run:
+             engine: str = "kernel", offload_start: str = "forward-start", with_trace: bool = True) -> Run:
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
     duplex = duplex_of(schedule, duplex)
-    low, tm = _run(schedule, profile, budget, duplex, engine)
+    low, tm = _run(schedule, profile, budget, duplex, engine, offload_start)
     compute = float(low.op_dur.sum())
     started = ~np.isnan(tm.tr_start)
     moved = int(low.tr_bytes[started].sum())
@@ -147,16 +149,19 @@ class Simulator:
     """The ``simulate`` executor: an event simulation of one iteration (papers/004 section 3.1).
 
     Options: ``duplex`` (separate copy engines per direction; default None: the schedule's
-    layout, ``Schedule.duplex``), ``engine`` (``kernel`` or ``reference``).
+    layout, ``Schedule.duplex``), ``engine`` (``kernel`` or ``reference``), ``offload_start``
+    (``forward-start``, papers/004's and the default, or ``forward-end``, the torch executor's).
     """
 
     name = "simulate"
     description = "Event simulation of one training iteration: compute stream + copy engine(s), Numba kernel"
 
-    def __init__(self, duplex: bool | None = None, engine: str = "kernel"):
+    def __init__(self, duplex: bool | None = None, engine: str = "kernel", offload_start: str = "forward-start"):
+        after_forward(offload_start)
         self.duplex = duplex
         self.engine = engine
+        self.offload_start = offload_start
 
     def run(self, schedule: Schedule, profile: Profile, workload=None) -> Run:
         """One simulated iteration of ``schedule`` (``workload`` is not needed)."""
-        return simulate(schedule, profile, duplex=self.duplex, engine=self.engine)
+        return simulate(schedule, profile, duplex=self.duplex, engine=self.engine, offload_start=self.offload_start)

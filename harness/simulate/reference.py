@@ -12,6 +12,11 @@ ended, and a backward until every prefetch of its tensor has), and (a prefetch) 
 (assumption E: a prefetch reserves at its start, an offload releases at its end, and not
 before the forward operation that reads the data has ended).
 
+When an offload may start is the one rule with two readings (``OFFLOAD_STARTS``):
+``forward-start``, papers/004's (x_i is F_i's input, so its copy overlaps F_i), and
+``forward-end``, what the torch executor does (a stage's saved data here is mostly what
+F_i itself produces, so it can be copied only once F_i has ended). The default is the paper's.
+
 At one instant, ends are processed before starts, and the compute stream is served
 before the copy engines.
 """
@@ -25,6 +30,14 @@ import numpy as np
 from harness.simulate.lowering import Lowered
 
 OK, STUCK = 0, 1
+OFFLOAD_STARTS = ("forward-start", "forward-end")
+
+
+def after_forward(offload_start: str) -> bool:
+    """True when offloads wait for their forward's end; a one-line error for an unknown rule."""
+    if offload_start not in OFFLOAD_STARTS:
+        raise ValueError(f"unknown offload_start {offload_start!r}; choose one of {OFFLOAD_STARTS}")
+    return offload_start == "forward-end"
 
 
 @dataclass
@@ -75,8 +88,9 @@ class _Tensor:
     offloading: int = 0  # offloads not yet released
 
 
-def simulate_reference(low: Lowered) -> Timing:
-    """Run the event simulation on ``low`` and return its timing."""
+def simulate_reference(low: Lowered, offload_start: str = "forward-start") -> Timing:
+    """Run the event simulation on ``low`` and return its timing; ``offload_start`` is the rule above."""
+    wait_for_end = after_forward(offload_start)
     n_ops, n_tr = low.n_ops, len(low.tr_dur)
     op_start = np.full(n_ops, np.nan)
     op_end = np.full(n_ops, np.nan)
@@ -196,6 +210,8 @@ def simulate_reference(low: Lowered) -> Timing:
                     tensors[t].device += nbytes
                 elif np.isnan(op_start[f_op_of[t]]):
                     continue  # the data is not produced yet
+                elif wait_for_end and not op_end[f_op_of[t]] <= now:
+                    continue  # the forward producing it has not ended
                 c.start = now
                 running_copy[e] = c
                 heads[e] += 1

@@ -491,6 +491,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except InvalidSchedule as exc:
         return _invalid(args, exc)
     executor = registry().executor(args.executor)
+    if args.offload_start is not None:
+        if args.executor != "simulate":
+            raise MembudgetError(f"--offload-start is the simulate executor's rule, not {args.executor}'s")
+        from harness.simulate.executor import Simulator
+
+        executor = Simulator(offload_start=args.offload_start)
     workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
     if args.executor.startswith("torch") and not args.json:  # QA: minutes of silence on a CPU, the reason at the end
         print(f"membudget: note: executor {args.executor} trains {profile.model} at batch {profile.batch_size} for "
@@ -801,6 +807,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", help="write the schedule JSON here")
         else:
             p.add_argument("--executor", default="simulate", action=_Once)
+            p.add_argument("--offload-start", choices=("forward-start", "forward-end"),
+                           help="the simulator's rule for when an offload may start: with its forward "
+                                "(papers/004's) or once it has ended (the torch executor's); default: the "
+                                "schedule's (docs/gpu.md, 'When an offload starts')")
             p.add_argument("--timeline", help="write the run's timeline JSON here")
             p.add_argument("--trace", help="write the memory trace CSV (id,lower,upper,size) here")
 

@@ -12,8 +12,9 @@ less than that. What it does not see is set aside here, in one place:
   model's arena for the same schedule's chain trace (``calibrate_runtime_bytes``); 0 for an
   analytic profile.
 - fragmentation: the caching allocator model (``harness.allocators.caching``, PyTorch's
-  rules) applied to the schedule's simulated memory trace; its arena minus the trace's
-  max-live bytes. Under a device budget the process runs capped
+  rules) applied to the schedule's memory trace simulated as the device runs it (offloads
+  after their forward: ``harness.model.DEVICE_OFFLOAD_START``); its arena minus
+  the trace's max-live bytes. Under a device budget the process runs capped
   (``set_per_process_memory_fraction``), and PyTorch then releases its cached whole segments
   before it gives up on a request: the arena is the peak reserved under the cap
   (``reserved_under_cap``), and a trace that cannot be served under it needs ``min_cap``.
@@ -197,6 +198,7 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
                duplex: bool) -> DevicePlan:
     from harness.schedules import checked_plan
     from harness.simulate.executor import simulate
+    from harness.model import DEVICE_OFFLOAD_START
 
     try:  # checked before the simulator trusts its budget_bytes
         schedule = checked_plan(planner, profile, planning, options)
@@ -205,7 +207,7 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
         raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
                                f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
                                needed_bytes=needed) from None
-    run = simulate(schedule, profile, duplex=duplex)
+    run = simulate(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START)  # as the device runs it
     if not run.feasible:
         return DevicePlan(schedule, planning, None)
     return DevicePlan(schedule, planning, device_memory(run.trace, profile.runtime_bytes, budget))

@@ -423,6 +423,25 @@ def duplex_of(schedule: Schedule, duplex: bool | None = None) -> bool:
     return schedule.duplex if duplex is None else bool(duplex)
 
 
+# When an offload may start: with the forward of its stage (papers/004's rule: x_i is F_i's input, so
+# its copy overlaps F_i) or once that forward has ended (the torch executor's: a stage's saved data
+# here is mostly what F_i produces). Planners plan under the paper's; a run on a device goes the
+# device's way (docs/gpu.md, "When an offload starts").
+OFFLOAD_STARTS = ("forward-start", "forward-end")
+DEVICE_OFFLOAD_START = "forward-end"
+
+
+def offload_start_of(schedule: Schedule, offload_start: str | None = None) -> str:
+    """When ``schedule``'s offloads may start: ``offload_start`` when given, else the device's rule
+    for a schedule planned for a device budget (``device_budget_bytes``: it is to run on one), else
+    papers/004's. An unknown rule is a one-line error."""
+    if offload_start is None:
+        offload_start = DEVICE_OFFLOAD_START if schedule.device_budget_bytes is not None else "forward-start"
+    if offload_start not in OFFLOAD_STARTS:
+        raise ValueError(f"unknown offload_start {offload_start!r}; choose one of {OFFLOAD_STARTS}")
+    return offload_start
+
+
 def chosen_algorithms(schedule: Schedule, profile: Profile) -> dict[int, str]:
     """The algorithm's name of every stage ``schedule`` runs with an explicit choice (not the default)."""
     return {i: stage.algorithms[k].name for i, stage in enumerate(profile.stages) if (k := schedule.algorithm_of(i)) >= 0}

@@ -1300,6 +1300,27 @@ def test_a_bad_option_value_names_the_planner_once(capsys, profile_file):
                                  "integer >= 1, got 0\n")
 
 
+def test_simulate_takes_the_offload_rule(capsys, profile_file, tmp_path):
+    """``--offload-start forward-end`` starts every offload once its forward has ended (the torch
+    executor's rule), where the paper's starts some with it; a real executor refuses the option."""
+    _, path = profile_file
+    argv = ["simulate", str(path), "--planner", "prefix", "--budget", "min", "--json"]
+    offloads = {}
+    for rule in ("forward-start", "forward-end"):
+        target = tmp_path / f"{rule}.json"
+        code, out, _ = _run(capsys, *argv, "--offload-start", rule, "--timeline", str(target))
+        assert code == 0 and json.loads(out)["status"] == "ok"
+        events = json.loads(target.read_text())["events"]
+        forward_end = {label[1:]: end for label, _, _, end in events if label.startswith("F")}
+        offloads[rule] = [(start, forward_end[label.split()[1]]) for label, _, start, _ in events
+                          if label.startswith("offload")]
+    assert offloads["forward-start"] and len(offloads["forward-start"]) == len(offloads["forward-end"])
+    assert all(start >= end for start, end in offloads["forward-end"])
+    assert any(start < end for start, end in offloads["forward-start"])
+    code, _, err = _run(capsys, *argv, "--offload-start", "forward-end", "--executor", "torch")
+    assert code == 2 and "--offload-start is the simulate executor's rule, not torch's" in err
+
+
 def test_simulate_with_a_real_executor_says_so_before_it_starts(capsys, tmp_path):
     """QA: ``simulate --executor torch`` on a large model ran minutes on the CPU in silence; it says first
     that it trains the model for real."""

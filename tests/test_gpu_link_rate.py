@@ -96,3 +96,36 @@ def test_a_faster_link_is_found_below_the_rate_where_the_schedule_stops_being_va
     for factor in valid:
         found = link_rate.implied_rate(schedule, profile, link_rate.time_at(schedule, profile, factor * base))
         assert found == pytest.approx(factor * base, rel=2e-3)
+
+
+def test_a_device_budget_row_is_planned_again_at_the_chain_budget_its_run_settled_on(tmp_path, monkeypatch):
+    """Under a device budget the scripts plan a row again at its ``planning_budget_bytes``, not
+    through the device budget model's search: a change of that model since the run (as on
+    2026-11-30, its trace simulated as the device runs it) must not plan the row otherwise."""
+    import harness.device_memory
+
+    run = run_yaml(tmp_path, """
+        name: device-replan
+        profiler: analytic
+        device: V100-PCIe
+        models: [{model: torchvision:resnet18, batch_sizes: [32], input_size: [3, 224, 224]}]
+        budget_model: device
+        budgets: {fractions: [0.25, 0.75]}
+        planners: [vdnn-all, greedy, {name: dynprog, slots: 100}]
+        executors: [simulate]
+    """)
+    from harness.results import load_rows
+
+    profile = load(Profile, next((run / "profiles").iterdir()))
+    rows = load_rows(run)
+    ok = rows[rows.status == "ok"]
+    assert len(ok) >= 4
+
+    def moved(*args, **kwargs):
+        raise AssertionError("planned through the device budget model again")
+
+    monkeypatch.setattr(harness.device_memory, "plan_for_device", moved)
+    for _, row in ok.iterrows():
+        schedule = link_rate.planned_schedule(row, profile, True)
+        assert schedule.fingerprint() == row.schedule_fingerprint, row.case_id
+        assert schedule.device_budget_bytes == int(row.budget_bytes)

@@ -134,11 +134,33 @@ def test_no_offload_starts_before_its_forward_ends_on_random_chains(engine) -> N
         checked += 1
 
 
+def test_a_schedule_planned_for_a_device_is_simulated_as_the_device_runs_it() -> None:
+    """offload_start None (the default) is the schedule's: the device's rule once the schedule was
+    planned for a device budget (``device_budget_bytes``), papers/004's otherwise; given, it wins."""
+    from harness.simulate.executor import Simulator
+
+    profile = two_stage_chain()
+    schedule = ordered_schedule(profile, 200, {0: None}, planner="t", prefetch_window=1)
+    on_device = replace(schedule, device_budget_bytes=300)
+
+    def offload(run):
+        return next(e for e in run.timeline if e.label == "offload 0").start
+
+    assert offload(simulate(schedule, profile)) == 0.0
+    assert offload(simulate(on_device, profile)) == 1.0 == offload(Simulator().run(on_device, profile))
+    assert offload(simulate(on_device, profile, offload_start="forward-start")) == 0.0
+    assert offload(Simulator(offload_start="forward-end").run(schedule, profile)) == 1.0
+
+
 def test_an_unknown_offload_rule_is_a_one_line_error() -> None:
     profile = two_stage_chain()
     schedule = ordered_schedule(profile, 200, {0: None}, planner="t")
     with pytest.raises(ValueError, match="unknown offload_start 'later'; choose one of"):
         simulate(schedule, profile, offload_start="later")
+    from harness.simulate.executor import Simulator
+
+    with pytest.raises(ValueError, match="unknown offload_start 'later'"):
+        Simulator(offload_start="later")
 
 
 def test_sync_wait_op_charges_the_stall() -> None:

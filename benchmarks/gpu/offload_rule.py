@@ -11,7 +11,7 @@ decided from a GPU run: for every measured ``ok`` row (each run once), this plan
 on the run's saved profile, simulates the schedule under both rules and gives the
 ``prediction_error`` (measured / predicted - 1) each would have had. A row that moved no data
 predicts the same under both and is not planned again. The torch executor records its prediction
-under ``forward-end`` since 2026-11-30 (``harness.executors.torch_executor.OFFLOAD_START``), under
+under ``forward-end`` since 2026-11-30 (``harness.model.DEVICE_OFFLOAD_START``), under
 ``forward-start`` before; a row whose re-planned time under neither rule is the one the run recorded
 (the planner changed since) is listed and left out of the totals. Prints the rows that moved data, then the median and largest |prediction_error| over all
 ok rows under each rule, against issue #16's targets.
@@ -26,13 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from link_rate import planned_schedule  # noqa: E402  (its neighbours here: scripts, not a package)
+from link_rate import planned_schedule, recorded_rule  # noqa: E402  (its neighbours here: scripts, not a package)
 from summary import MAX_ERROR, MEDIAN_ERROR, measured  # noqa: E402
 
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
 from harness.simulate.executor import makespan
-from harness.simulate.reference import OFFLOAD_STARTS
+from harness.model import OFFLOAD_STARTS
 
 
 def predictions(run_dir: Path) -> pd.DataFrame:
@@ -44,14 +44,14 @@ def predictions(run_dir: Path) -> pd.DataFrame:
     profiles = RunProfiles(run_dir)
     lines = []
     for _, r in measured(rows[rows.status == "ok"]).iterrows():
-        times = dict.fromkeys(OFFLOAD_STARTS, float(r.predicted_s))
+        times, same = dict.fromkeys(OFFLOAD_STARTS, float(r.predicted_s)), True
         if float(r.moved_bytes) > 0:
             profile = profiles.of(r)
             schedule = planned_schedule(r, profile, device_budget)
             times = {rule: makespan(schedule, profile, offload_start=rule) or math.nan for rule in OFFLOAD_STARTS}
+            same = recorded_rule(schedule, profile, r.predicted_s) is not None
         line = {"model": r.model, "planner": r.planner, "budget": r.budget_label, "moved GB": r.moved_bytes / 1e9,
-                "measured ms": r.makespan_s * 1e3, "recorded ms": r.predicted_s * 1e3,
-                "same plan": any(math.isclose(t, r.predicted_s, rel_tol=1e-3) for t in times.values())}
+                "measured ms": r.makespan_s * 1e3, "recorded ms": r.predicted_s * 1e3, "same plan": same}
         for rule in OFFLOAD_STARTS:
             line[f"{rule} ms"] = times[rule] * 1e3
             line[f"{rule} error"] = r.makespan_s / times[rule] - 1

@@ -128,9 +128,10 @@ def throughput_against_keep_all(rows: pd.DataFrame, statistic: str = "trimmed-me
 def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
     """Per model group: one line per measured ``ok`` row whose timeline and its simulated twin's
     were saved, the measured - predicted time split by ``harness.time_gap`` (shares of the predicted).
-    The twin is the ``simulate`` row, papers/004's offload rule; ``executor's rule`` is the share of
-    the gap that the row's own prediction (``predicted_s``: the torch executor's rule, offloads
-    after their forward, since 2026-11-30) accounts for already."""
+    ``executor's rule`` is the share of that gap the row's own prediction (``predicted_s``) accounts
+    for already: the torch executor predicts under its own offload rule (offloads after their forward,
+    since 2026-11-30), the ``simulate`` twin under the schedule's (the same under a device budget, as
+    in the GPU suites; papers/004's otherwise)."""
     from harness.time_gap import time_gap
 
     out: dict[str, pd.DataFrame] = {}

@@ -129,9 +129,11 @@ class TorchPlannedExecutor:
         from harness.allocators.realaddr import FakeMemory, RealAddressAllocator, replay, trace_events
         from harness.allocators.trace import to_int_trace
         from harness.simulate.executor import simulate
+        from harness.model import DEVICE_OFFLOAD_START
 
         run = self._torch(str(workload.device)).run(schedule, profile, workload)
-        trace = simulate(schedule, profile, duplex=self.duplex, with_trace=True).trace
+        trace = simulate(schedule, profile, duplex=self.duplex, offload_start=DEVICE_OFFLOAD_START,
+                         with_trace=True).trace
         blocks = [b for b in trace if b.size > 0]
         events = trace_events(to_int_trace(blocks))
         real = RealAddressAllocator(_allocator(self.allocator), FakeMemory(alignment=self.alignment),

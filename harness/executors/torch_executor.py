@@ -168,19 +168,17 @@ def check_compatible(schedule: Schedule, profile: Profile, chain: TorchChain | N
         raise ScheduleMismatch(f"{schedule.sub_batches} sub-batches for a batch of {profile.batch_size}")
 
 
-# When this executor starts an offload: once the forward that produces the stage's saved data has
-# run (``_after_forward``), where papers/004's rule, the simulator's default, lets it overlap that
-# forward. Its prediction uses its own rule: on the H200's 2026-11-29 rows that took the median
-# |prediction_error| from 0.149 to 0.096 (benchmarks/gpu/offload_rule.py).
-OFFLOAD_START = "forward-end"
-
-
 def predict(schedule: Schedule, profile: Profile, duplex: bool | None = None) -> Run:
-    """The simulator's run of ``schedule`` as this executor runs it (offloads after their forward,
-    ``OFFLOAD_START``), without trace (copy engines ``duplex``, default: the schedule's)."""
+    """The simulator's run of ``schedule`` as this executor runs it, without trace (copy engines
+    ``duplex``, default: the schedule's). Its offloads start once the forward that produces the
+    stage's saved data has run (``_after_forward``), where papers/004's rule, the simulator's
+    default, lets them overlap that forward: so it predicts under ``DEVICE_OFFLOAD_START``. On the
+    H200's 2026-11-29 rows that takes the median |prediction_error| from 0.149 to 0.096
+    (benchmarks/gpu/offload_rule.py)."""
     from harness.simulate.executor import simulate
+    from harness.model import DEVICE_OFFLOAD_START
 
-    return simulate(schedule, profile, duplex=duplex, offload_start=OFFLOAD_START, with_trace=False)
+    return simulate(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START, with_trace=False)
 
 
 class TorchExecutor:

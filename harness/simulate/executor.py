@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.memory import movable_bytes, pass_ops, schedule_blocks, stage_memory
-from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of
+from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of, offload_start_of
 from harness.simulate.lowering import Lowered, lower, pass_profiles
 from harness.simulate.reference import OK, Timing, after_forward, simulate_reference
 
@@ -13,11 +13,13 @@ ENGINES = ("kernel", "reference")
 
 
 def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
-           engine: str = "kernel", offload_start: str = "forward-start") -> tuple[Lowered, Timing]:
+           engine: str = "kernel", offload_start: str | None = None) -> tuple[Lowered, Timing]:
     """Lower and simulate; ``engine`` picks the Numba kernel or the plain-Python reference.
     ``duplex``: the copy-engine layout (None: the schedule's, ``Schedule.duplex``), and
-    ``offload_start``: when an offload may start (``reference.OFFLOAD_STARTS``: at its forward's start, the
-    paper's and the default, or at its end, the torch executor's), as in every function of this module.
+    ``offload_start``: when an offload may start (``harness.model.OFFLOAD_STARTS``: with its forward,
+    papers/004's rule, or once the forward has ended, the torch executor's; None: the schedule's,
+    ``offload_start_of``: the device's for a schedule planned for a device budget, else the
+    paper's), as in every function of this module.
 
     The lean form a planner calls in a loop: ``Timing.ok`` and ``Timing.makespan`` say whether
     the schedule ran and how long it took (``makespan`` below does both at once).
@@ -26,15 +28,15 @@ def timing(schedule: Schedule, profile: Profile, *, budget: float | None = None,
 
 
 def makespan(schedule: Schedule, profile: Profile, *, budget: float | None = None,
-             duplex: bool | None = None, offload_start: str = "forward-start") -> float | None:
+             duplex: bool | None = None, offload_start: str | None = None) -> float | None:
     """The simulated iteration time of ``schedule`` under ``budget`` (default: its own); None when
     it cannot run there."""
     return _run(schedule, profile, budget, duplex, "kernel", offload_start)[1].makespan
 
 
 def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: bool | None,
-         engine: str, offload_start: str = "forward-start") -> tuple[Lowered, Timing]:
-    after_forward(offload_start)  # an unknown rule fails before the lowering
+         engine: str, offload_start: str | None = None) -> tuple[Lowered, Timing]:
+    offload_start = offload_start_of(schedule, offload_start)  # an unknown rule fails before the lowering
     low = lower(schedule, profile, budget=budget, duplex=duplex)
     if engine == "kernel":
         from harness.simulate._kernels import simulate_kernel
@@ -46,7 +48,7 @@ def _run(schedule: Schedule, profile: Profile, budget: float | None, duplex: boo
 
 
 def simulate(schedule: Schedule, profile: Profile, *, budget: float | None = None, duplex: bool | None = None,
-             engine: str = "kernel", offload_start: str = "forward-start", with_trace: bool = True) -> Run:
+             engine: str = "kernel", offload_start: str | None = None, with_trace: bool = True) -> Run:
     """Simulate one training iteration of ``schedule`` and report it as a ``Run``."""
     duplex = duplex_of(schedule, duplex)
     low, tm = _run(schedule, profile, budget, duplex, engine, offload_start)
@@ -150,14 +152,16 @@ class Simulator:
 
     Options: ``duplex`` (separate copy engines per direction; default None: the schedule's
     layout, ``Schedule.duplex``), ``engine`` (``kernel`` or ``reference``), ``offload_start``
-    (``forward-start``, papers/004's and the default, or ``forward-end``, the torch executor's).
+    (``forward-start``, papers/004's, or ``forward-end``, the torch executor's; default None: the
+    schedule's, ``offload_start_of``).
     """
 
     name = "simulate"
     description = "Event simulation of one training iteration: compute stream + copy engine(s), Numba kernel"
 
-    def __init__(self, duplex: bool | None = None, engine: str = "kernel", offload_start: str = "forward-start"):
-        after_forward(offload_start)
+    def __init__(self, duplex: bool | None = None, engine: str = "kernel", offload_start: str | None = None):
+        if offload_start is not None:
+            after_forward(offload_start)
         self.duplex = duplex
         self.engine = engine
         self.offload_start = offload_start

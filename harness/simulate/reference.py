@@ -12,7 +12,7 @@ ended, and a backward until every prefetch of its tensor has), and (a prefetch) 
 (assumption E: a prefetch reserves at its start, an offload releases at its end, and not
 before the forward operation that reads the data has ended).
 
-When an offload may start is the one rule with two readings (``OFFLOAD_STARTS``):
+When an offload may start is the one rule with two readings (``harness.model.OFFLOAD_STARTS``):
 ``forward-start``, papers/004's (x_i is F_i's input, so its copy overlaps F_i), and
 ``forward-end``, what the torch executor does (a stage's saved data here is mostly what
 F_i itself produces, so it can be copied only once F_i has ended). The default is the paper's.
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.model import OFFLOAD_STARTS
 from harness.simulate.lowering import Lowered
 
 OK, STUCK = 0, 1
-OFFLOAD_STARTS = ("forward-start", "forward-end")
 
 
 def after_forward(offload_start: str) -> bool:

@@ -5,23 +5,16 @@ re-planning the case and bisecting the simulator's link rate (docs/gpu.md). Chec
 from __future__ import annotations
 
 import math
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.test_suite_support import rewrite_rows, run_yaml
+from tests.test_suite_support import gpu_script, rewrite_rows, run_yaml
 
 from harness.case import plan_case
 from harness.model import Profile, load
 from harness.plugins import registry
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("link_rate", ROOT / "benchmarks" / "gpu" / "link_rate.py")
-link_rate = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = link_rate
-spec.loader.exec_module(link_rate)
+link_rate = gpu_script("link_rate")
 
 SLOWER = 0.8  # the "device's" link against the profile's
 

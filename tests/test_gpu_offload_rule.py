@@ -5,24 +5,18 @@ otherwise today must be left out of the totals."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.test_suite_support import rewrite_rows, run_yaml
+from tests.test_suite_support import gpu_script, rewrite_rows, run_yaml
 
 from harness.case import plan_case
 from harness.model import Profile, load
 from harness.plugins import registry
 from harness.simulate.executor import makespan
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("offload_rule", ROOT / "benchmarks" / "gpu" / "offload_rule.py")
-offload_rule = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = offload_rule
-spec.loader.exec_module(offload_rule)
+offload_rule = gpu_script("offload_rule")
 
 
 @pytest.fixture(scope="module")

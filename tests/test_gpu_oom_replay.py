@@ -5,19 +5,12 @@ its prefetches, all issued at the backward's start, hold more when nothing makes
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.test_suite_support import rewrite_rows, run_yaml
+from tests.test_suite_support import gpu_script, rewrite_rows, run_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("oom_replay", ROOT / "benchmarks" / "gpu" / "oom_replay.py")
-oom_replay = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = oom_replay
-spec.loader.exec_module(oom_replay)
+oom_replay = gpu_script("oom_replay")
 
 ALLOCATED = 3 * 2**30  # what the "device" had allocated at the failure
 

@@ -4,17 +4,15 @@ the GPU and got back as errors, and ``--forget-errors`` removing only the named 
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
 from harness.results import format_row, header_line, read_rows_csv
 from harness.suite import load_suite
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("pending", ROOT / "benchmarks" / "gpu" / "pending.py")
-pending = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pending)
+from tests.test_suite_support import gpu_script
+
+pending = gpu_script("pending")
 
 PART = """\
     name: parts

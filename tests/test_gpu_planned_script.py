@@ -6,14 +6,12 @@ finished row."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("planned_placement", ROOT / "benchmarks" / "gpu" / "planned_placement.py")
-planned = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(planned)
+from tests.test_suite_support import gpu_script
+
+planned = gpu_script("planned_placement")
 
 
 def _args(out: Path, model: str = "torchvision:resnet50") -> argparse.Namespace:

@@ -3,31 +3,17 @@ that a GPU session never finds it broken: issue #16's checks and the throughput 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.test_suite_support import run_yaml
+from tests.test_suite_support import gpu_script, run_yaml
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _summary_module():
-    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "benchmarks" / "gpu" / "summary.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-summary = _summary_module()
+summary = gpu_script("summary", "gpu_summary")
 TITLE = "builtin:tiny-cnn, batch 4, 3x16x16"  # the published pages' group title
 TABLE = f"{TITLE}, torch executor"  # and the title of its measured table
 

@@ -503,3 +503,18 @@ def rewrite_rows(run_dir: Path, change) -> None:
         writer.writeheader()
         writer.writerows(rows)
     (Path(run_dir) / "rows.parquet").unlink(missing_ok=True)
+
+
+def gpu_script(name: str, module_name: str | None = None):
+    """``benchmarks/gpu/NAME.py`` loaded as a module (the GPU scripts are scripts, not a package),
+    registered in ``sys.modules`` under ``module_name`` (default ``name``): dataclasses look their
+    module up there."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(module_name or name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -203,7 +203,7 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
             from harness.device_memory import plan_for_device
 
             planned = plan_for_device(planner, profile, budget, options, duplex)
-            schedule, planning = replace(planned.schedule, device_budget_bytes=budget), planned.planning_budget
+            schedule, planning = planned.schedule, planned.planning_budget  # it carries the device budget
             fields["planning_budget_bytes"] = planning
             if planned.memory is not None:  # the prediction; a run with a memory trace replaces it
                 fields.update(_memory_fields(planned.memory))

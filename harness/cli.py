@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from harness.errors import InfeasibleBudget, InvalidSchedule, MembudgetError, UnknownPlugin, raised_at
-from harness.model import ModelError
+from harness.model import OFFLOAD_STARTS, ModelError
 from harness.options import check_planner_options
 from harness.profilers.devices import DEFAULT_DEVICE
 
@@ -807,7 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", help="write the schedule JSON here")
         else:
             p.add_argument("--executor", default="simulate", action=_Once)
-            p.add_argument("--offload-start", choices=("forward-start", "forward-end"),
+            p.add_argument("--offload-start", choices=OFFLOAD_STARTS,
                            help="the simulator's rule for when an offload may start: with its forward "
                                 "(papers/004's) or once it has ended (the torch executor's); default: the "
                                 "schedule's (docs/gpu.md, 'When an offload starts')")

@@ -35,7 +35,7 @@ in a budget under either budget model (capped, for an allocator that gives cache
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, Union
 
 from harness.errors import InfeasibleBudget
@@ -198,16 +198,16 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
                duplex: bool) -> DevicePlan:
     from harness.schedules import checked_plan
     from harness.simulate.executor import simulate
-    from harness.model import DEVICE_OFFLOAD_START
 
     try:  # checked before the simulator trusts its budget_bytes
-        schedule = checked_plan(planner, profile, planning, options)
+        # planned for the device budget: the simulator runs it as the device does (``offload_start_of``)
+        schedule = replace(checked_plan(planner, profile, planning, options), device_budget_bytes=budget)
     except InfeasibleBudget as exc:
         needed = None if exc.needed_bytes is None else exc.needed_bytes + (budget - planning)
         raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
                                f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
                                needed_bytes=needed) from None
-    run = simulate(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START)  # as the device runs it
+    run = simulate(schedule, profile, duplex=duplex)
     if not run.feasible:
         return DevicePlan(schedule, planning, None)
     return DevicePlan(schedule, planning, device_memory(run.trace, profile.runtime_bytes, budget))

@@ -431,15 +431,20 @@ OFFLOAD_STARTS = ("forward-start", "forward-end")
 DEVICE_OFFLOAD_START = "forward-end"
 
 
+def checked_offload_start(offload_start: str) -> str:
+    """``offload_start`` when it is one of ``OFFLOAD_STARTS``; else a one-line error."""
+    if offload_start not in OFFLOAD_STARTS:
+        raise ValueError(f"unknown offload_start {offload_start!r}; choose one of {OFFLOAD_STARTS}")
+    return offload_start
+
+
 def offload_start_of(schedule: Schedule, offload_start: str | None = None) -> str:
     """When ``schedule``'s offloads may start: ``offload_start`` when given, else the device's rule
     for a schedule planned for a device budget (``device_budget_bytes``: it is to run on one), else
     papers/004's. An unknown rule is a one-line error."""
     if offload_start is None:
         offload_start = DEVICE_OFFLOAD_START if schedule.device_budget_bytes is not None else "forward-start"
-    if offload_start not in OFFLOAD_STARTS:
-        raise ValueError(f"unknown offload_start {offload_start!r}; choose one of {OFFLOAD_STARTS}")
-    return offload_start
+    return checked_offload_start(offload_start)
 
 
 def chosen_algorithms(schedule: Schedule, profile: Profile) -> dict[int, str]:

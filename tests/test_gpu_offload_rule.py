@@ -5,7 +5,7 @@ otherwise today must be left out of the totals."""
 
 from __future__ import annotations
 
-import sys
+import json
 
 import pytest
 
@@ -36,7 +36,7 @@ def run_dir(tmp_path_factory):
     def measured(row: dict) -> None:
         if row["status"] != "ok":
             return
-        options = sys.modules["link_rate"].row_options(row)  # the script's neighbour, loaded with it
+        options = json.loads(row["planner_options"] or "{}")
         schedule = plan_case(registry().planner(row["planner"]), profile, int(row["budget_bytes"]), options).schedule
         executors = makespan(schedule, profile, offload_start="forward-end")
         # vdnn-all's rows recorded as the torch executor records them now, the others as before 2026-11-30

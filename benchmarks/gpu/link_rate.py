@@ -39,15 +39,18 @@ def time_at(schedule, profile: Profile, rate: float, offload_start: str | None =
                     offload_start=offload_start) or math.inf
 
 
-def recorded_rule(schedule, profile: Profile, predicted_s: float) -> str | None:
-    """The offload rule under which the simulator gives the prediction the run recorded (the torch
-    executor's own since 2026-11-30, papers/004's before), or None when neither does (the planner
-    changed since)."""
-    for rule in (DEVICE_OFFLOAD_START, *(r for r in OFFLOAD_STARTS if r != DEVICE_OFFLOAD_START)):
-        time = makespan(schedule, profile, offload_start=rule)
-        if time is not None and math.isclose(time, predicted_s, rel_tol=1e-3):
-            return rule
-    return None
+def rule_times(schedule, profile: Profile) -> dict[str, float]:
+    """The simulated iteration time of ``schedule`` under each offload rule (NaN where it cannot run),
+    the device's first."""
+    rules = sorted(OFFLOAD_STARTS, key=lambda rule: rule != DEVICE_OFFLOAD_START)
+    return {rule: makespan(schedule, profile, offload_start=rule) or math.nan for rule in rules}
+
+
+def recorded_rule(times: dict[str, float], predicted_s: float) -> str | None:
+    """Of ``rule_times``, the offload rule that gives the prediction the run recorded (the torch
+    executor's own since 2026-11-30, papers/004's before; the device's when both do), or None when
+    neither does (the planner changed since)."""
+    return next((rule for rule, time in times.items() if math.isclose(time, predicted_s, rel_tol=1e-3)), None)
 
 
 def implied_rate(schedule, profile: Profile, measured: float, offload_start: str | None = None) -> float | None:
@@ -88,7 +91,7 @@ def rows_with_rates(run_dir: Path) -> pd.DataFrame:
     for _, r in measured.iterrows():
         profile = profiles.of(r)
         schedule = planned_schedule(r, profile, device_budget)
-        rule = recorded_rule(schedule, profile, r.predicted_s)
+        rule = recorded_rule(rule_times(schedule, profile), r.predicted_s)
         predicted = simulate(schedule, profile, offload_start=rule, with_trace=False)
         replanned = predicted.makespan if predicted.feasible else None
         # the row moved what the schedule moves (PyTorch's save_on_cpu hooks, say, move more)

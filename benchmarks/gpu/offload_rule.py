@@ -1,38 +1,35 @@
-"""Which of the simulator's offload rules predicts a measured run better (docs/gpu.md, "Where the
-measured time goes").
+"""Which of the simulator's offload rules predicts a measured run better (docs/gpu.md, "When an
+offload starts").
 
     python benchmarks/gpu/offload_rule.py results/gpu-smoke/published-3
 
-The simulator can start an offload when its forward starts (``forward-start``: papers/004's rule
-and the default, under which every published prediction was made) or only once the forward has
-ended (``forward-end``: what the torch executor does, since a stage's saved data here is mostly
-what its forward produces). Switching the default moves every planner's simulated times, so it is
-decided from a GPU run: for every measured ``ok`` row (each run once), this plans the case again
-on the run's saved profile, simulates the schedule under both rules and gives the
-``prediction_error`` (measured / predicted - 1) each would have had. A row that moved no data
-predicts the same under both and is not planned again. The torch executor records its prediction
-under ``forward-end`` since 2026-11-30 (``harness.model.DEVICE_OFFLOAD_START``), under
-``forward-start`` before; a row whose re-planned time under neither rule is the one the run recorded
-(the planner changed since) is listed and left out of the totals. Prints the rows that moved data, then the median and largest |prediction_error| over all
-ok rows under each rule, against issue #16's targets.
+The simulator can start an offload when its forward starts (``forward-start``: papers/004's rule,
+under which the planners plan) or only once the forward has ended (``forward-end``: what the torch
+executor does, since a stage's saved data here is mostly what its forward produces; its own
+predictions use it since 2026-11-30, ``harness.model.DEVICE_OFFLOAD_START``). For every measured
+``ok`` row (each run once), this plans the case again as the run planned it, on the run's saved
+profile, simulates the schedule under both rules and gives the ``prediction_error`` (measured /
+predicted - 1) each would have had. A row that moved no data predicts the same under both and is
+not planned again. A row whose re-planned time under neither rule is the one the run recorded
+(the planner changed since) is listed and left out of the totals. Prints the rows that moved
+data, then the median and largest |prediction_error| over all ok rows under each rule, against
+issue #16's targets.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from link_rate import planned_schedule, recorded_rule  # noqa: E402  (its neighbours here: scripts, not a package)
+from link_rate import planned_schedule, recorded_rule, rule_times  # noqa: E402  (its neighbours here: scripts, not a package)
 from summary import MAX_ERROR, MEDIAN_ERROR, measured  # noqa: E402
 
+from harness.model import OFFLOAD_STARTS
 from harness.publish import device_budget_of
 from harness.results import RunProfiles, load_rows, read_meta
-from harness.simulate.executor import makespan
-from harness.model import OFFLOAD_STARTS
 
 
 def predictions(run_dir: Path) -> pd.DataFrame:
@@ -48,8 +45,8 @@ def predictions(run_dir: Path) -> pd.DataFrame:
         if float(r.moved_bytes) > 0:
             profile = profiles.of(r)
             schedule = planned_schedule(r, profile, device_budget)
-            times = {rule: makespan(schedule, profile, offload_start=rule) or math.nan for rule in OFFLOAD_STARTS}
-            same = recorded_rule(schedule, profile, r.predicted_s) is not None
+            times = rule_times(schedule, profile)
+            same = recorded_rule(times, r.predicted_s) is not None
         line = {"model": r.model, "planner": r.planner, "budget": r.budget_label, "moved GB": r.moved_bytes / 1e9,
                 "measured ms": r.makespan_s * 1e3, "recorded ms": r.predicted_s * 1e3, "same plan": same}
         for rule in OFFLOAD_STARTS:

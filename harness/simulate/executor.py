@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from harness.memory import movable_bytes, pass_ops, schedule_blocks, stage_memory
-from harness.model import MemoryBlock, Profile, Run, Schedule, TimelineEvent, duplex_of, offload_start_of
+from harness.model import (
+    MemoryBlock, Profile, Run, Schedule, TimelineEvent, checked_offload_start, duplex_of, offload_start_of,
+)
 from harness.simulate.lowering import Lowered, lower, pass_profiles
-from harness.simulate.reference import OK, Timing, after_forward, simulate_reference
+from harness.simulate.reference import OK, Timing, simulate_reference
 
 ENGINES = ("kernel", "reference")
 
@@ -161,7 +163,7 @@ class Simulator:
 
     def __init__(self, duplex: bool | None = None, engine: str = "kernel", offload_start: str | None = None):
         if offload_start is not None:
-            after_forward(offload_start)
+            checked_offload_start(offload_start)
         self.duplex = duplex
         self.engine = engine
         self.offload_start = offload_start

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.model import OFFLOAD_STARTS
+from harness.model import checked_offload_start
 from harness.simulate.lowering import Lowered
 
 OK, STUCK = 0, 1
@@ -35,9 +35,7 @@ OK, STUCK = 0, 1
 
 def after_forward(offload_start: str) -> bool:
     """True when offloads wait for their forward's end; a one-line error for an unknown rule."""
-    if offload_start not in OFFLOAD_STARTS:
-        raise ValueError(f"unknown offload_start {offload_start!r}; choose one of {OFFLOAD_STARTS}")
-    return offload_start == "forward-end"
+    return checked_offload_start(offload_start) == "forward-end"
 
 
 @dataclass

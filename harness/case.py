@@ -8,10 +8,12 @@ throughput and the memory parts of a row are computed in one place.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import random
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -213,6 +215,65 @@ def plan_case(planner: Any, profile: Profile, budget: int, options: dict[str, An
     return Planned(schedule, planning, watch.seconds, fields)
 
 
+class SharedPlans:
+    """The plans of one suite run, made once for the cases that differ only by their executor.
+
+    A GPU suite's measured run and its ``simulate`` twin plan the same (planner, profile, budget,
+    options, budget model, copy layout, seed, repeat: each repeat plans anew, so that its
+    ``plan_time_s`` is measured too): given to ``run_case``, this makes the schedule once
+    and hands it to both, so the twin simulates what ran, and the second case does not plan
+    again (on the 2026-11-29 H200 smoke run, 23 s of its 46 s of planning, most of it hybrid's
+    device-budget search). The second row reports the plan's own ``plan_time_s``. A planner's
+    refusal (``InfeasibleBudget``) is kept too; any other failure is not. The runner makes one per
+    run when it runs the cases one after another in its own process (``harness.runner``); it
+    keeps the last ``size`` plans, since a case's executors come one after the other.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[Any, ...], Planned | InfeasibleBudget] = OrderedDict()
+
+    def plan(self, planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None = None, *,
+             device_budget: bool = False, duplex: bool = False, seed: int = 0, repeat: int = 0) -> Planned:
+        """``plan_case``'s plan, made now or taken from an earlier case of the same inputs (``repeat``,
+        the case's repeat, among them)."""
+        key = self._key(planner, profile, budget, options, device_budget, duplex, seed, repeat)
+        kept = self._kept.get(key) if key is not None else None
+        if kept is not None:
+            self._kept.move_to_end(key)
+            if isinstance(kept, InfeasibleBudget):
+                raise kept
+            return kept
+        try:
+            planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
+                                seed=seed)
+        except InfeasibleBudget as exc:
+            self._keep(key, exc)
+            raise
+        self._keep(key, planned)
+        return planned
+
+    @staticmethod
+    def _key(planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None, device_budget: bool,
+             duplex: bool, seed: int, repeat: int) -> tuple[Any, ...] | None:
+        # the planner by identity (the registered object, alive as long as the run): two planners equal by
+        # value may plan otherwise
+        key = (id(planner), profile, budget, json.dumps(options or {}, sort_keys=True, default=repr),
+               bool(device_budget), bool(duplex), seed, repeat)
+        try:
+            hash(key)
+        except TypeError:  # a profile a plugin made unhashable: planned each time
+            return None
+        return key
+
+    def _keep(self, key: tuple[Any, ...] | None, what: Planned | InfeasibleBudget) -> None:
+        if key is None:
+            return
+        self._kept[key] = what
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+
+
 def saved_data_fields(schedule: Schedule, profile: Profile) -> dict[str, Any]:
     """The row's "what it does" columns: the saved bytes the schedule keeps, offloads and
     recomputes in one iteration, the recomputations' time (``harness.memory.saved_data``),
@@ -242,12 +303,15 @@ class CaseOutcome:
 
 def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workload: Any, *,
              options: dict[str, Any] | None = None, device_budget: bool = False, validate: bool = True,
-             seed: int = 0, earlier: Callable[[Planned], dict[str, Any] | None] | None = None) -> CaseOutcome:
+             seed: int = 0, earlier: Callable[[Planned], dict[str, Any] | None] | None = None,
+             plans: SharedPlans | None = None, repeat: int = 0) -> CaseOutcome:
     """Plan, run and judge one case; a failure is the outcome's status and message, never an exception
     (but an interrupt, which is re-raised).
 
     ``earlier``, given the plan, may return the row figures of an earlier run of the same schedule
-    (``harness.same_schedule``): the case then takes them and does not run (the outcome has no run)."""
+    (``harness.same_schedule``): the case then takes them and does not run (the outcome has no run).
+    ``plans``, the run's ``SharedPlans``: the plan of an earlier case of the same inputs (and
+    ``repeat``) is taken."""
     from harness.bounds import lower_bound
 
     duplex = copy_layout(executor, options)
@@ -258,8 +322,12 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
     try:
         # the budget's bound (the tables' common column) is the row's even when no plan comes of it
         fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
-        planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
-                            seed=seed)
+        if plans is None:
+            planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
+                                seed=seed)
+        else:
+            planned = plans.plan(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
+                                 seed=seed, repeat=repeat)
     except BaseException as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit, the host's
         # memory running out for a planner's tables too)
         fields["status"], fields["message"] = classify(exc, f"planner {getattr(planner, 'name', planner)!r}")

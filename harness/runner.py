@@ -17,7 +17,8 @@ Backends: ``local`` runs units in this process (``jobs=1``) or in a process pool
 (``harness.workers``: a worker that dies, or a unit past the case time limit
 ``case_timeout_s``, costs that unit's rows only); ``ray`` runs each unit as a Ray task
 (one GPU per task whose executor needs one; under a case time limit the task runs its unit
-in a worker process of its own, which the same clock stops). Planning
+in a worker process of its own, which the same clock stops). In this process, the cases that
+differ only by their executor plan once (``harness.case.SharedPlans``). Planning
 time excludes Numba compilation: every process plans once on a tiny chain before it
 times a planner (docs/architecture.md, "Planning kernels").
 """
@@ -40,7 +41,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 import pandas as pd
 
 from harness.allocators.validate import placement_refusal
-from harness.case import classify, copy_layout, run_case
+from harness.case import SharedPlans, classify, copy_layout, run_case
 from harness.device_memory import arena_fits
 from harness.errors import MembudgetError
 from harness.jit_time import stopwatch
@@ -101,6 +102,7 @@ class UnitTask:
     run_id: str
     device_budget: bool = False  # the suite's budget_model is "device" (harness.device_memory)
     earlier: EarlierRuns | None = None  # the suite's same_schedule is "reuse" (harness.same_schedule)
+    plans: SharedPlans | None = None  # the run's, when its units run one after another in this process
 
 
 @dataclass
@@ -153,7 +155,8 @@ def execute_unit(task: UnitTask) -> UnitResult:
     if task.earlier is not None and not any(c.allocator for c in task.cases):  # a placement needs a run's trace
         earlier = functools.partial(task.earlier.taken_by, rows[0], want_timeline=task.want_timeline)
     outcome = run_case(task.planner, profile, budget, task.executor, workload, options=case.planner_options,
-                       device_budget=task.device_budget, validate=task.validate, seed=case.seed, earlier=earlier)
+                       device_budget=task.device_budget, validate=task.validate, seed=case.seed, earlier=earlier,
+                       plans=task.plans, repeat=case.repeat)
     common, run = outcome.fields, outcome.run
     if common["status"] != "ok" and budget < bounds.min_memory_optimal and "needs at least" not in common["message"]:
         common["message"] += (f" (the budget {budget} bytes is below the minimum: any schedule without "
@@ -336,7 +339,7 @@ class RunLock:
 
 
 def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: str,
-           earlier: EarlierRuns | None) -> Iterator[UnitTask]:
+           earlier: EarlierRuns | None, plans: SharedPlans | None) -> Iterator[UnitTask]:
     from harness.plugins import registry
 
     reg = registry()
@@ -348,7 +351,7 @@ def _tasks(suite: Suite, units: list[list[Case]], cache: ProfileCache, run_id: s
             planner=reg.planner(case.planner), executor=reg.executor(case.executor),
             allocators={c.allocator: reg.allocator(c.allocator_name) for c in unit if c.allocator},
             want_timeline=suite.wants_timeline(case), validate=suite.spec.validate_schedules, run_id=run_id,
-            device_budget=suite.spec.budget_model == "device", earlier=earlier,
+            device_budget=suite.spec.budget_model == "device", earlier=earlier, plans=plans,
         )
 
 
@@ -723,7 +726,10 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         if suite.spec.same_schedule == "reuse":
             earlier = EarlierRuns()
             earlier.add(read_rows_csv(run_dir / ROWS_CSV, strict=False))
-        tasks = _tasks(suite, todo_units, cache, run_dir.name, earlier)
+        # the cases that differ only by their executor plan once (harness.case.SharedPlans), where the units
+        # run one after another here: a worker's or Ray's copy of the task would share nothing
+        plans = SharedPlans() if backend == "local" and jobs <= 1 and case_timeout is None else None
+        tasks = _tasks(suite, todo_units, cache, run_dir.name, earlier, plans)
         results = (_run_ray(tasks, jobs, case_timeout, ray) if backend == "ray"
                    else _run_local(tasks, jobs, case_timeout))
         with _progress(progress, n_todo, suite.name) as advance:

@@ -240,6 +240,45 @@ def test_profiling_failure_fails_only_that_model(tmp_path):
     assert {r["status"] for r in rows if r["model"] != "synthetic:broken"} == {"ok", "infeasible"}
 
 
+def test_the_executors_of_a_case_run_one_plan(tmp_path):
+    # a GPU suite's measured run and its simulate twin: one plan, made once (harness.case.SharedPlans)
+    text = support.SUITE.format(name="twins").replace("[simulate]", "[simulate, quirky]")
+    suite = _suite(tmp_path, text)
+    rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
+    assert len(rows) == 2 * 18 and {r["executor"] for r in rows} == {"simulate", "quirky"}
+    # prefix plans 9 cases once each (the infeasible ones refuse once), not once per executor
+    assert set(support.PLANS.values()) == {1} and len(support.PLANS) == 9
+    twins = {}
+    for row in rows:
+        twins.setdefault((row["model"], row["batch_size"], row["budget_label"], row["planner"]), []).append(row)
+    assert len(twins) == 18 and all(len(pair) == 2 for pair in twins.values())
+    for simulated, other in twins.values():
+        assert simulated["status"] == other["status"] and simulated["message"] == other["message"]
+        for column in ("schedule_fingerprint", "plan_time_s", "makespan_s", "needed_bytes"):
+            assert simulated[column] == other[column], column
+
+
+def test_shared_plans_plan_again_for_other_inputs():
+    from harness.case import SharedPlans
+    from harness.errors import InfeasibleBudget
+
+    profile = support.chain("synthetic:chain8", 2)
+    hi, lo = peak_memory(profile), min_memory(profile)
+    planner, plans = support.Prefix(), SharedPlans(size=2)
+    first = plans.plan(planner, profile, hi)
+    assert plans.plan(planner, profile, hi) is first and sum(support.PLANS.values()) == 1
+    plans.plan(planner, profile, hi, duplex=True)  # another copy layout
+    plans.plan(support.Prefix(), profile, hi)  # another planner object: its plan may differ
+    assert sum(support.PLANS.values()) == 3
+    plans.plan(planner, profile, hi)  # the first was the oldest of three kept in two
+    assert sum(support.PLANS.values()) == 4
+    plans.plan(planner, profile, hi, repeat=1)  # a repeat times its own plan
+    assert sum(support.PLANS.values()) == 5
+    for _ in range(2):  # a refusal is kept too
+        with pytest.raises(InfeasibleBudget):
+            plans.plan(planner, profile, lo - 1)
+    assert support.PLANS[("prefix", "synthetic:chain8", 2, lo - 1)] == 1
+
 def test_allocators_give_one_row_each(tmp_path):
     text = support.SUITE.format(name="alloc") + "allocators: [caching, first-fit]\n"
     suite = _suite(tmp_path, text)

@@ -222,7 +222,7 @@ class SharedPlans:
     options, budget model, copy layout, seed, repeat: each repeat plans anew, so that its
     ``plan_time_s`` is measured too): given to ``run_case``, this makes the schedule once
     and hands it to both, so the twin simulates what ran, and the second case does not plan
-    again (on the 2026-11-29 H200 smoke run, 23 s of its 46 s of planning, most of it hybrid's
+    again (on the 2026-11-29 H200 smoke run, 22 s of its 46 s of planning, 18 s of it hybrid's
     device-budget search). The second row reports the plan's own ``plan_time_s``. A planner's
     refusal (``InfeasibleBudget``) is kept too; any other failure is not. The runner makes one per
     run when it runs the cases one after another in its own process (``harness.runner``); it

@@ -428,7 +428,7 @@ def duplex_of(schedule: Schedule, duplex: bool | None = None) -> bool:
 # here is mostly what F_i produces). Planners plan under the paper's; a run on a device goes the
 # device's way (docs/gpu.md, "When an offload starts").
 OFFLOAD_STARTS = ("forward-start", "forward-end")
-DEVICE_OFFLOAD_START = "forward-end"
+PAPER_OFFLOAD_START, DEVICE_OFFLOAD_START = OFFLOAD_STARTS
 
 
 def checked_offload_start(offload_start: str) -> str:
@@ -443,7 +443,7 @@ def offload_start_of(schedule: Schedule, offload_start: str | None = None) -> st
     for a schedule planned for a device budget (``device_budget_bytes``: it is to run on one), else
     papers/004's. An unknown rule is a one-line error."""
     if offload_start is None:
-        offload_start = DEVICE_OFFLOAD_START if schedule.device_budget_bytes is not None else "forward-start"
+        offload_start = DEVICE_OFFLOAD_START if schedule.device_budget_bytes is not None else PAPER_OFFLOAD_START
     return checked_offload_start(offload_start)
 
 

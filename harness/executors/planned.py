@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import MembudgetError
-from harness.model import Profile, Run, Schedule, chosen_algorithms, duplex_of, from_dict, to_dict
+from harness.model import (
+    DEVICE_OFFLOAD_START, Profile, Run, Schedule, chosen_algorithms, duplex_of, from_dict, to_dict,
+)
 from harness.protocols import Workload
 
 __all__ = ["GRAD_TOLERANCE", "TorchPlannedExecutor", "main", "planned_run_problems"]
@@ -129,7 +131,6 @@ class TorchPlannedExecutor:
         from harness.allocators.realaddr import FakeMemory, RealAddressAllocator, replay, trace_events
         from harness.allocators.trace import to_int_trace
         from harness.simulate.executor import simulate
-        from harness.model import DEVICE_OFFLOAD_START
 
         run = self._torch(str(workload.device)).run(schedule, profile, workload)
         trace = simulate(schedule, profile, duplex=self.duplex, offload_start=DEVICE_OFFLOAD_START,

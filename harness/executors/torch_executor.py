@@ -64,7 +64,7 @@ from harness.chain.extract import concrete
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
 from harness.executors.grad_check import gradient_error
 from harness.memory import movable_bytes, stage_memory
-from harness.model import Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
+from harness.model import DEVICE_OFFLOAD_START, Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
 from harness.protocols import Workload
 from harness.simulate.lowering import lower, pass_profiles, stage_profile
 
@@ -176,7 +176,6 @@ def predict(schedule: Schedule, profile: Profile, duplex: bool | None = None) ->
     H200's 2026-11-29 rows that takes the median |prediction_error| from 0.149 to 0.096
     (benchmarks/gpu/offload_rule.py)."""
     from harness.simulate.executor import simulate
-    from harness.model import DEVICE_OFFLOAD_START
 
     return simulate(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START, with_trace=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from harness.model import PAPER_OFFLOAD_START
 from harness.simulate.lowering import Lowered
 from harness.simulate.reference import OK, STUCK, Timing, after_forward
 
@@ -175,7 +176,7 @@ def _simulate(
     return status, next_op, op_start, op_end, tr_start, tr_end, tr_release, peak, budget - mem
 
 
-def simulate_kernel(low: Lowered, offload_start: str = "forward-start") -> Timing:
+def simulate_kernel(low: Lowered, offload_start: str = PAPER_OFFLOAD_START) -> Timing:
     """Run the Numba kernel on ``low`` and return its timing (``offload_start``: the reference's rule)."""
     wait_for_end = after_forward(offload_start)
     n_ops, n_t = low.n_ops, len(low.t_size)

@@ -15,7 +15,8 @@ before the forward operation that reads the data has ended).
 When an offload may start is the one rule with two readings (``harness.model.OFFLOAD_STARTS``):
 ``forward-start``, papers/004's (x_i is F_i's input, so its copy overlaps F_i), and
 ``forward-end``, what the torch executor does (a stage's saved data here is mostly what
-F_i itself produces, so it can be copied only once F_i has ended). The default is the paper's.
+F_i itself produces, so it can be copied only once F_i has ended). Here the default is the paper's;
+``harness.simulate.executor`` takes the schedule's (``harness.model.offload_start_of``).
 
 At one instant, ends are processed before starts, and the compute stream is served
 before the copy engines.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.model import checked_offload_start
+from harness.model import DEVICE_OFFLOAD_START, PAPER_OFFLOAD_START, checked_offload_start
 from harness.simulate.lowering import Lowered
 
 OK, STUCK = 0, 1
@@ -35,7 +36,7 @@ OK, STUCK = 0, 1
 
 def after_forward(offload_start: str) -> bool:
     """True when offloads wait for their forward's end; a one-line error for an unknown rule."""
-    return checked_offload_start(offload_start) == "forward-end"
+    return checked_offload_start(offload_start) == DEVICE_OFFLOAD_START
 
 
 @dataclass
@@ -86,7 +87,7 @@ class _Tensor:
     offloading: int = 0  # offloads not yet released
 
 
-def simulate_reference(low: Lowered, offload_start: str = "forward-start") -> Timing:
+def simulate_reference(low: Lowered, offload_start: str = PAPER_OFFLOAD_START) -> Timing:
     """Run the event simulation on ``low`` and return its timing; ``offload_start`` is the rule above."""
     wait_for_end = after_forward(offload_start)
     n_ops, n_tr = low.n_ops, len(low.tr_dur)

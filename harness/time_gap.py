@@ -18,12 +18,17 @@ exactly into:
   length of the recorded one (the last); zero for the simulator.
 
 ``copy_s`` says, beside them, how much longer the copies took in all than the model's link
-bandwidth gives (it overlaps compute, so it is not a term of the sum).
+bandwidth gives (it overlaps compute, so it is not a term of the sum), and ``copy_speed`` whether
+that is the link or a few copies: the median, over the copies both timelines have, of the
+model's time for a copy over its measured time. Near 1 with ``copy_s`` above zero, the link ran
+as the profile says and some copies waited inside their span (for memory, or behind another
+copy); well below 1, the link itself was slower.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -49,11 +54,13 @@ def events_of(timeline: Iterable[Any]) -> list[TimelineEvent]:
 
 @dataclass(frozen=True)
 class TimelineParts:
-    """One timeline's length, the compute stream's busy time per operation, and its copies' time."""
+    """One timeline's length, the compute stream's busy time per operation, and its copies' time
+    (``copy_s`` in all, ``copies_s`` per copy label)."""
 
     length_s: float
     op_s: dict[str, float]
     copy_s: float
+    copies_s: dict[str, float]
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -74,12 +81,14 @@ class TimelineParts:
         """The parts of ``timeline`` (its length runs from 0 to the last event's end)."""
         events = events_of(timeline)
         ops: dict[str, float] = {}
+        copies: dict[str, float] = {}
         for e in events:
             if e.stream == "compute":
                 op_kind(e.label)  # an operation's label, or a clear error
                 ops[e.label] = ops.get(e.label, 0.0) + (e.end - e.start)
-        copies = sum(e.end - e.start for e in events if e.stream != "compute")
-        return cls(max((e.end for e in events), default=0.0), ops, copies)
+            else:
+                copies[e.label] = copies.get(e.label, 0.0) + (e.end - e.start)
+        return cls(max((e.end for e in events), default=0.0), ops, sum(copies.values()), copies)
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class TimeGap:
     idle_s: float
     spread_s: float
     copy_s: float
+    copy_speed: float  # median model time / measured time over the copies both have; NaN if none
     largest_ops: tuple[tuple[str, float], ...]  # the operations whose time differs most, measured - predicted
 
     @property
@@ -121,9 +131,12 @@ def time_gap(measured: Sequence[Any], predicted: Sequence[Any], measured_s: floa
     ops = {label: real.op_s.get(label, 0.0) - model.op_s.get(label, 0.0)
            for label in dict.fromkeys([*model.op_s, *real.op_s])}
     largest = tuple(sorted(ops.items(), key=lambda item: -abs(item[1]))[:top])
+    speeds = [model.copies_s[label] / seconds for label, seconds in real.copies_s.items()
+              if seconds > 0 and model.copies_s.get(label, 0.0) > 0]
     return TimeGap(
         measured_s=measured_s, predicted_s=predicted_s, compute_s=compute,
         idle_s=real.idle_s - model.idle_s,
         spread_s=(measured_s - real.length_s) - (predicted_s - model.length_s),
-        copy_s=real.copy_s - model.copy_s, largest_ops=largest,
+        copy_s=real.copy_s - model.copy_s, copy_speed=statistics.median(speeds) if speeds else float("nan"),
+        largest_ops=largest,
     )

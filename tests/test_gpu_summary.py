@@ -131,6 +131,8 @@ def test_where_the_time_went_has_a_line_per_measured_row(run_dir):
                     & (rows["budget_label"] == row["budget_label"])]
         assert line["predicted ms"] == f"{float(twin['makespan_s'].iloc[0]) * 1e3:.2f}"
         assert line["compute F"].endswith("%") and line["idle"].endswith("%")
+        # a row that moved data has its copies' median speed against the model, one that moved none no speed
+        assert (float(line["copy speed"]) > 0) if row["moved_bytes"] > 0 else line["copy speed"] == ""
         # the row's own prediction (the executor's offload rule) against the twin's (the paper's)
         assert line["executor's rule"] == f"{float(row['predicted_s']) / float(twin['makespan_s'].iloc[0]) - 1:+.1%}"
 

@@ -29,6 +29,7 @@ def test_a_hand_worked_gap():
     assert gap.idle_s == pytest.approx(0.25)
     assert gap.spread_s == pytest.approx(0.1)
     assert gap.copy_s == pytest.approx(1.0)
+    assert gap.copy_speed == pytest.approx(1 / 1.5)  # each copy 1.5 s against the model's 1 s
     assert gap.gap_s == pytest.approx(0.85)
     assert gap.largest_ops[0] == ("F1", pytest.approx(0.5))
     assert gap.shares()["compute F"] == pytest.approx(0.5 / 6.0)
@@ -44,14 +45,33 @@ def test_each_part_of_the_gap_between_unlike_timelines():
     assert gap.idle_s == pytest.approx(0.4)
     assert gap.spread_s == pytest.approx(0.3)  # 2.5 s reported against the 2.2 s recorded
     assert gap.copy_s == pytest.approx(-2.0)  # no copies measured, 2 s predicted
+    assert math.isnan(gap.copy_speed)  # no copy in both timelines
     assert gap.gap_s == pytest.approx(-3.5)  # = -2 + 0.3 + 0.1 + 0.5 - 3.1 + 0.4 + 0.3
     assert list(gap.compute_s) == ["F", "Fc", "Fn", "R", "B"]  # one order, whoever ran what
     assert gap.predicted_s == 6.0  # the simulated timeline's length by default
 
 
+def test_copy_speed_tells_a_slower_link_from_a_few_copies_that_waited():
+    """The same copy time lost two ways: every copy a third slower (the link), or one copy of four
+    held up (a stall). Only the first moves the median speed; both show in ``copy_s``."""
+    labels = [f"offload {i}" for i in range(4)]
+    predicted = _events(*[(label, "copy", float(i), i + 1.0) for i, label in enumerate(labels)])
+    slower_link = _events(*[(label, "copy", 1.5 * i, 1.5 * (i + 1)) for i, label in enumerate(labels)])
+    one_stall = _events(*[(label, "copy", float(i), i + 1.0) for i, label in enumerate(labels[:3])],
+                        (labels[3], "copy", 3.0, 6.0))
+    link, stall = time_gap(slower_link, predicted), time_gap(one_stall, predicted)
+    assert link.copy_s == pytest.approx(2.0) and stall.copy_s == pytest.approx(2.0)
+    assert link.copy_speed == pytest.approx(1 / 1.5)
+    assert stall.copy_speed == pytest.approx(1.0)
+    # a copy only one timeline has (another schedule's, a label renamed) is left out of the median
+    extra = time_gap([*one_stall, TimelineEvent("prefetch 9", "copy", 6.0, 60.0)], predicted)
+    assert extra.copy_speed == pytest.approx(1.0) and extra.copy_s == pytest.approx(56.0)
+
+
 def test_parts_of_a_saved_timeline_and_labels():
     parts = TimelineParts.of([["F0/1", "compute", 0.0, 1.0], ["B0/1", "compute", 1.5, 2.0], ["x", "d2h", 0.0, 3.0]])
     assert parts.length_s == 3.0 and parts.busy_s == {"F": 1.0, "B": 0.5} and parts.copy_s == 3.0
+    assert parts.copies_s == {"x": 3.0}
     assert parts.idle_s == pytest.approx(1.5)
     assert [op_kind(s) for s in ("F3", "Fc3", "Fn12", "R0/2", "B7")] == ["F", "Fc", "Fn", "R", "B"]
     with pytest.raises(ValueError, match="not an operation label"):

@@ -17,7 +17,8 @@ reads a run folder's rows and prints, and writes under OUT_FOLDER as ``summary.m
 - where the measured time went that the simulator did not see, per planner and budget: the
   measured timeline against the simulated one of the same case (``harness.time_gap``), as
   shares of the predicted time (compute per operation kind, the compute stream's idle time,
-  the spread between the median and the recorded iteration) and the copies' extra time.
+  the spread between the median and the recorded iteration), the copies' extra time, and their
+  median speed against the model's link (``copy speed``: near 1, the link ran as profiled).
 
 It runs on the CPU too (tests/test_gpu_summary.py runs it on a CPU suite), so a GPU slice
 never finds it broken.
@@ -152,6 +153,7 @@ def time_gaps(rows: pd.DataFrame, run_dir: Path) -> dict[str, pd.DataFrame]:
                     "measured ms": f"{gap.measured_s * 1e3:.2f}", "predicted ms": f"{gap.predicted_s * 1e3:.2f}"}
             line.update({k: f"{v:+.1%}" for k, v in gap.shares().items()})
             line["copies"] = f"{gap.copy_s / gap.predicted_s:+.1%}" if gap.predicted_s > 0 else ""
+            line["copy speed"] = f"{gap.copy_speed:.2f}" if not math.isnan(gap.copy_speed) else ""
             own = pd.to_numeric(row.get("predicted_s"), errors="coerce")
             line["executor's rule"] = (f"{own / gap.predicted_s - 1:+.1%}" if gap.predicted_s > 0 and pd.notna(own)
                                        else "")

@@ -8,6 +8,7 @@ throughput and the memory parts of a row are computed in one place.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
@@ -322,12 +323,8 @@ def run_case(planner: Any, profile: Profile, budget: int, executor: Any, workloa
     try:
         # the budget's bound (the tables' common column) is the row's even when no plan comes of it
         fields["budget_lower_bound_s"] = lower_bound(profile, budget, duplex=duplex)
-        if plans is None:
-            planned = plan_case(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
-                                seed=seed)
-        else:
-            planned = plans.plan(planner, profile, budget, options, device_budget=device_budget, duplex=duplex,
-                                 seed=seed, repeat=repeat)
+        make_plan = plan_case if plans is None else functools.partial(plans.plan, repeat=repeat)
+        planned = make_plan(planner, profile, budget, options, device_budget=device_budget, duplex=duplex, seed=seed)
     except BaseException as exc:  # one failing case is a row, never a lost suite (a plugin's sys.exit, the host's
         # memory running out for a planner's tables too)
         fields["status"], fields["message"] = classify(exc, f"planner {getattr(planner, 'name', planner)!r}")

@@ -59,8 +59,12 @@ class TimelineParts:
 
     length_s: float
     op_s: dict[str, float]
-    copy_s: float
     copies_s: dict[str, float]
+
+    @property
+    def copy_s(self) -> float:
+        """The copies' time in all."""
+        return sum(self.copies_s.values())
 
     @property
     def busy_s(self) -> dict[str, float]:
@@ -88,7 +92,7 @@ class TimelineParts:
                 ops[e.label] = ops.get(e.label, 0.0) + (e.end - e.start)
             else:
                 copies[e.label] = copies.get(e.label, 0.0) + (e.end - e.start)
-        return cls(max((e.end for e in events), default=0.0), ops, sum(copies.values()), copies)
+        return cls(max((e.end for e in events), default=0.0), ops, copies)
 
 
 @dataclass(frozen=True)

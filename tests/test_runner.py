@@ -279,6 +279,7 @@ def test_shared_plans_plan_again_for_other_inputs():
             plans.plan(planner, profile, lo - 1)
     assert support.PLANS[("prefix", "synthetic:chain8", 2, lo - 1)] == 1
 
+
 def test_allocators_give_one_row_each(tmp_path):
     text = support.SUITE.format(name="alloc") + "allocators: [caching, first-fit]\n"
     suite = _suite(tmp_path, text)

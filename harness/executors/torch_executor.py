@@ -116,6 +116,12 @@ def algorithm_context(name: str | None, device: torch.device) -> ContextManager 
     return make() if make is not None else None
 
 
+def on_cuda(device: torch.device) -> bool:
+    """Whether an execution on ``device`` takes the CUDA path: side streams, events, pinned buffers, the
+    allocator's cap and statistics (``tests/fake_cuda.py`` runs that path on the CPU)."""
+    return device.type == "cuda"
+
+
 def resolve_device(workload: Workload | None, device: str | None) -> torch.device:
     """The torch device to run on: ``device`` if given, the workload's if it is one, else cuda or cpu."""
     for candidate in (device, workload.device if workload else None):
@@ -300,7 +306,7 @@ class _Execution:
 
     def __init__(self, executor: TorchExecutor, schedule: Schedule, profile: Profile, chain: TorchChain):
         self.ex, self.schedule, self.profile, self.chain = executor, schedule, profile, chain
-        self.cuda = chain.device.type == "cuda"
+        self.cuda = on_cuda(chain.device)
         self.sp = stage_profile(profile, schedule)
         self.passes = pass_profiles(profile, schedule)
         self.store = SavedStore(chain.weight_keys(), chain.device)

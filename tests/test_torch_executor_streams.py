@@ -1,0 +1,212 @@
+"""The torch executor's CUDA path, run on the CPU against a stand-in of the CUDA runtime.
+
+``tests/fake_cuda.py`` stands in for the streams, events and allocator statistics the executor
+uses on a GPU and checks that every memory access is ordered after the conflicting ones before
+it (the happens-before relation of streams and events, and two of the caching allocator's
+rules). So the CPU suite runs, for every planner, the code a GPU run would: the copies on their
+side streams (``CudaCopies``), the waits the schedule asks for, the prefetches allocated on the
+compute stream, the offloads that free their memory, the waits for memory; and it asserts that
+the gradients are the unmodified model's and that no access races. The first tests show that the
+check finds the races it is there to find.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+from harness.executors import torch_executor  # noqa: E402
+from harness.executors._torch_copies import Clock, CudaCopies, HostPool  # noqa: E402
+from harness.executors._torch_store import Block, flat_bytes  # noqa: E402
+from harness.executors.torch_executor import TorchExecutor  # noqa: E402
+from harness.plugins import registry  # noqa: E402
+from tests.fake_cuda import FakeCuda  # noqa: E402
+from tests.test_torch_executor import assert_gradients_equal, cached_reference, plan_tight  # noqa: E402
+from tests.torch_cases import one_thread, setup  # noqa: E402,F401 (one_thread: an autouse fixture)
+
+MODEL = "torchvision:resnet18"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return FakeCuda().install(monkeypatch)
+
+
+# --------------------------------------------------------------------------- the check itself
+def test_a_read_on_a_side_stream_must_wait_for_the_write_before_it(fake):
+    side = torch.cuda.Stream()
+    with fake.checking():
+        x = torch.ones(1024)
+        x.mul_(2)  # on the compute stream
+        with torch.cuda.stream(side):
+            x.sum()
+    assert len(fake.races) == 1 and "reads" in fake.races[0] and "after aten.mul_" in fake.races[0], fake.races
+
+    fake.races.clear()
+    with fake.checking():
+        y = torch.ones(1024)
+        y.mul_(2)
+        done = torch.cuda.Event()
+        done.record()
+        with torch.cuda.stream(side):
+            side.wait_event(done)
+            y.sum()
+    assert fake.races == []
+
+
+def test_memory_a_stream_allocates_is_its_last_operations_until_another_stream_waits(fake):
+    """The caching allocator hands memory freed on a stream out at once on that stream: a copy
+    on another stream that writes a block just allocated may overwrite what an earlier kernel
+    still reads, unless it waits for the compute issued before it."""
+    side = torch.cuda.Stream()
+    host = torch.ones(4096, dtype=torch.uint8).pin_memory()
+    with fake.checking():
+        storage = torch.empty(0, dtype=torch.uint8).untyped_storage()
+        storage.resize_(4096)  # allocated on the compute stream
+        with torch.cuda.stream(side):
+            flat_bytes(storage).copy_(host, non_blocking=True)
+    assert len(fake.races) == 1 and "the allocator's reuse" in fake.races[0], fake.races
+
+
+def test_memory_freed_while_another_stream_reads_it_needs_record_stream(fake):
+    side = torch.cuda.Stream()
+    for recorded in (False, True):
+        fake.races.clear()
+        with fake.checking():
+            x = torch.ones(4096, dtype=torch.uint8)
+            storage = x.untyped_storage()
+            host = torch.empty(4096, dtype=torch.uint8, pin_memory=True)
+            ready = torch.cuda.Event()
+            ready.record()
+            with torch.cuda.stream(side):
+                side.wait_event(ready)
+                host.copy_(flat_bytes(storage), non_blocking=True)
+                if recorded:
+                    flat_bytes(storage).record_stream(side)
+                storage.resize_(0)  # freed to the compute stream's pool while the copy may still read it
+        assert (fake.races == []) == recorded, fake.races
+
+
+# --------------------------------------------------------------------------- the copy engines
+@pytest.mark.parametrize("keep", [0, 1 << 12])
+def test_an_offloaded_block_comes_back_intact_in_stream_order(fake, keep):
+    """CudaCopies' offload and prefetch of one block (whole, or keeping its head), the block's
+    users waiting for the prefetch as the executor does: the data returns and nothing races."""
+    nbytes = 1 << 14
+    with fake.checking():
+        data = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
+        expected = data.clone()
+        block = Block(data.untyped_storage(), nbytes, (0, 0))
+        copies = CudaCopies(torch.device("cpu"), HostPool(pinned=True), Clock(True), duplex=True)
+        copies.offload([(block, nbytes - keep)], "offload 0")
+        del data
+        assert block.device_bytes == keep
+        copies.prefetch([block], "prefetch 0")
+        copies.wait(block.ready)
+        back = flat_bytes(block.storage).clone()
+    assert torch.equal(back, expected)
+    assert fake.races == []
+
+
+def test_the_check_sees_the_prefetch_wait_for_the_compute_issued_before_it(monkeypatch):
+    """Without the copy's wait for the compute stream (the order the 2026-11-30 change gave it),
+    the prefetch's copy writes memory the compute stream has just allocated: a race."""
+    fake = FakeCuda(ignore_wait=lambda stream, event: stream.cuda_stream == 2).install(monkeypatch)
+    nbytes = 1 << 14
+    with fake.checking():
+        data = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
+        block = Block(data.untyped_storage(), nbytes, (0, 0))
+        copies = CudaCopies(torch.device("cpu"), HostPool(pinned=True), Clock(True), duplex=True)
+        assert copies.h2d.cuda_stream == 2
+        copies.offload([(block, nbytes)], "offload 0")
+        del data
+        copies.prefetch([block], "prefetch 0")
+    assert any("the allocator's reuse" in race for race in fake.races), fake.races
+
+
+# --------------------------------------------------------------------------- the executor
+MOVING = ("vdnn-all", "greedy", "dynprog", "capacity", "modnn", "vdnnpp-dyn", "hybrid", "recompute",
+          "torch-save-on-cpu", "torch-checkpoint")
+
+
+@pytest.mark.parametrize("events", ["at once", "when waited"])
+@pytest.mark.parametrize("planner", [p for p in MOVING if p in registry().names("planner")])
+@pytest.mark.parametrize("model", [MODEL, "torchvision:vit_b_16"])  # the GPU smoke suite's two families
+def test_the_cuda_path_gives_the_plain_gradients_with_every_access_in_stream_order(monkeypatch, model, planner, events):
+    """Each planner's schedule at a tight budget through the executor's CUDA path (copies complete at
+    once, or only when the host waits for them, so that every wait for memory runs): the run is ok,
+    the gradients are the unmodified model's, the copies ran on their side streams, nothing raced."""
+    chain, profile = setup(model)
+    schedule = plan_tight(profile, planner)
+    expected = cached_reference(model, schedule.sub_batches)
+    fake = FakeCuda(events_complete=events).install(monkeypatch)
+    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    executor = TorchExecutor(warmup=1, iterations=1, grad_check=False)
+    with fake.checking():
+        run = executor.execute(schedule, profile, chain)
+    assert run.status == "ok", run.message
+    assert fake.races == [], "\n".join(fake.races)
+    assert_gradients_equal(chain, expected)
+    streams = {event.stream for event in run.timeline}
+    if schedule.transfers and planner != "torch-save-on-cpu":
+        assert run.moved_bytes > 0
+        assert streams - {"compute"}, streams
+    assert run.metrics["max_memory_reserved"] > 0
+
+
+def _cuda_run(monkeypatch, planner: str, events: str = "at once", faults: dict | None = None, **options):
+    chain, profile = setup(MODEL)
+    schedule = plan_tight(profile, planner)
+    fake = FakeCuda(events_complete=events, **(faults or {})).install(monkeypatch)
+    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    with fake.checking():
+        run = TorchExecutor(warmup=1, iterations=1, grad_check=False, **options).execute(schedule, profile, chain)
+    return run, fake, schedule
+
+
+@pytest.mark.parametrize("planner", ["vdnn-all", "hybrid"])
+def test_duplex_copies_run_on_two_streams_in_order(monkeypatch, planner):
+    chain, profile = setup(MODEL)
+    expected = cached_reference(MODEL, plan_tight(profile, planner).sub_batches)  # before the run: it clears the gradients
+    run, fake, _ = _cuda_run(monkeypatch, planner, duplex=True)
+    assert run.status == "ok", run.message
+    assert fake.races == [], "\n".join(fake.races)
+    assert {event.stream for event in run.timeline} == {"compute", "d2h", "h2d"}
+    assert_gradients_equal(chain, expected)
+
+
+def test_operations_wait_for_the_offloads_that_free_their_memory(monkeypatch):
+    """Copies that end only when the host waits for them: the operations wait (on the host) for the
+    oldest offloads until their allocation fits the chain's budget, as the simulator has them."""
+    run, fake, _ = _cuda_run(monkeypatch, "vdnn-all", events="when waited")
+    assert run.status == "ok", run.message
+    assert run.metrics["room_waits"] > 0
+    assert fake.races == [], "\n".join(fake.races)
+
+
+def test_an_oom_in_warm_up_on_the_cuda_path_reports_its_own_peak(monkeypatch):
+    """After an ok run, a run whose cap the first forwards exceed is an ``oom`` row naming the cap, with the
+    peak it reached itself (the peaks are reset before the warm-up), and it leaves nothing racing behind."""
+    first, _, schedule = _cuda_run(monkeypatch, "vdnn-all")
+    assert first.status == "ok", first.message
+    cap = schedule.budget_bytes // 4
+    run, fake, _ = _cuda_run(monkeypatch, "vdnn-all", cap_bytes=cap)
+    assert run.status == "oom"
+    assert "memory cap" in run.message and "FakeCuda out of memory" in run.message, run.message
+    assert run.metrics["max_memory_reserved"] <= cap < first.metrics["max_memory_reserved"]
+    assert fake.races == [], "\n".join(fake.races)
+
+
+@pytest.mark.parametrize("fault", ["a backward that does not wait for its prefetch", "an offload without record_stream"])
+def test_the_check_finds_a_fault_of_the_executors_order(monkeypatch, fault):
+    """The executor test above can fail: with the compute stream deaf to its waits the backwards read
+    blocks their prefetch may still be writing; with record_stream a no-op the offloads' shrinks free
+    memory their copies may still be reading."""
+    faults = ({"ignore_wait": lambda stream, event: stream.cuda_stream == 0} if "backward" in fault
+              else {"ignore_record_stream": True})
+    run, fake, _ = _cuda_run(monkeypatch, "vdnn-all", faults=faults)
+    assert run.status == "ok", run.message
+    expected = "reads storage" if "backward" in fault else "no record_stream"
+    assert fake.races and all(expected in race for race in fake.races), fake.races

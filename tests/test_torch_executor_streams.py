@@ -210,3 +210,35 @@ def test_the_check_finds_a_fault_of_the_executors_order(monkeypatch, fault):
     assert run.status == "ok", run.message
     expected = "reads storage" if "backward" in fault else "no record_stream"
     assert fake.races and all(expected in race for race in fake.races), fake.races
+
+
+def test_the_planned_executions_iterations_run_their_cuda_path(monkeypatch):
+    """torch-planned's execution (its own statistics, iterations monitored by the real-address allocator,
+    report and peaks) on the CUDA path: the run is ok with the plain gradients and reports the allocator's
+    metrics. No request reaches the allocator here (the pluggable allocator, which would route them,
+    needs a GPU: ``tests/test_realaddr.py`` replays recorded CUDA traces through it)."""
+    from types import SimpleNamespace
+
+    from harness.allocators.realaddr import FakeMemory, RealAddressAllocator
+    from harness.executors.planned import _planned_execution_class
+    from membudget_bestfit import BestFit
+
+    chain, profile = setup(MODEL)
+    schedule = plan_tight(profile, "vdnn-all")
+    expected = cached_reference(MODEL, schedule.sub_batches)
+    fake = FakeCuda().install(monkeypatch)
+    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    ex = TorchExecutor(warmup=2, iterations=1, enforce_budget=False, grad_check=False)
+    execution = _planned_execution_class()(ex, schedule, profile, chain)
+    execution.real = RealAddressAllocator(BestFit(), FakeMemory())
+    execution.hook = SimpleNamespace(out_of_memory=None, errors=[])
+    with fake.checking():
+        try:
+            run = execution.measure(torch_executor._safe_predict(schedule, profile, False))
+        finally:
+            execution.close()
+    assert run.status == "ok", run.message
+    assert run.executor == "torch-planned" and run.metrics["departures"] == 0
+    assert {"arena_bytes", "plan_bytes"} <= set(run.metrics)
+    assert fake.races == [], "\n".join(fake.races)
+    assert_gradients_equal(chain, expected)

@@ -22,9 +22,13 @@ Two of the caching allocator's rules are checked as well:
   ``record_stream`` named that stream: so every use by another stream must be ordered before the
   free, or recorded (an offload's copy reading the storage its shrink frees).
 
-What it cannot see: memory freed other than by ``UntypedStorage.resize_`` (a tensor's last
-reference dropped), the host's own reads of pinned buffers, and timing (every event is complete as
-soon as it is recorded, or, with ``events_complete="when waited"``, only once the host waits for it).
+A storage freed by its last reference going (not by ``UntypedStorage.resize_``) is seen at the next
+operation, wait or synchronisation, and judged as of then. What it cannot see: the host's own reads
+of pinned buffers; memory an operation grows in place (``Tensor.resize_``, ``out=`` arguments:
+the executor's operations have none); buffers an operation updates without saying so in its schema
+(batch norm's running statistics: read, for the check); and timing: every event is complete as soon
+as it is recorded, or, with ``events_complete="when waited"``, only once the host waits for it, so
+each mode checks one order of the copies, not all.
 """
 
 from __future__ import annotations
@@ -70,11 +74,12 @@ class StreamOrder:
     def __init__(self) -> None:
         self.clocks: dict[int, Clock] = {}
         self.host: Clock = {}
-        self.events: dict[int, Clock] = {}
         self.seq = 0
         self.memory: dict[int, Memory] = {}
         self.races: list[str] = []
         self.names: dict[int, str] = {}
+        # storages another stream than their own used: checked as freed once their last reference is gone
+        self.watched: dict[int, tuple[StorageWeakRef, Memory]] = {}
 
     def add_stream(self, stream: int, name: str) -> None:
         self.host[stream] = 0
@@ -89,18 +94,22 @@ class StreamOrder:
         for s, n in other.items():
             into[s] = max(into.get(s, -1), n)
 
-    # -- synchronisation
-    def record(self, event: int, stream: int) -> None:
-        self.events[event] = dict(self.clocks[stream])
+    # -- synchronisation (each looks first for storages freed since the last operation)
+    def record(self, stream: int) -> Clock:
+        """What an event recorded on ``stream`` now stands for."""
+        return dict(self.clocks[stream])
 
-    def wait(self, stream: int, event: int) -> None:
-        self._join(self.clocks[stream], self.events.get(event, {}))
+    def wait(self, stream: int, clock: Clock) -> None:
+        self.poll()
+        self._join(self.clocks[stream], clock)
 
     def wait_stream(self, stream: int, other: int) -> None:
+        self.poll()
         self._join(self.clocks[stream], self.clocks[other])
 
     def host_waits(self, clock: Clock) -> None:
         """The host knows ``clock``'s operations are over: all it issues next comes after them."""
+        self.poll()
         self._join(self.host, clock)
         for c in self.clocks.values():
             self._join(c, self.host)
@@ -121,13 +130,14 @@ class StreamOrder:
                    f"({'wrote' if earlier.write else 'read'} it)")
 
     def launch(self, stream: int, op: str, reads: set[int], writes: set[int], fresh: set[int],
-               host: set[int]) -> None:
-        """An operation on ``stream``: ``fresh`` storages it allocated (``host`` among them: pinned host
-        memory, which the allocator does not hand out in stream order)."""
+               storages: dict[int, torch.UntypedStorage]) -> None:
+        """An operation on ``stream``: ``fresh`` storages it allocated; ``storages``, those of its device
+        memory (pinned host memory aside), watched for their free."""
+        self.poll()
+        for key in fresh:
+            self.allocate(key, stream)
         self.seq += 1
         self.clocks[stream][stream] = self.seq
-        for key in fresh:
-            self.allocate(key, stream, host=key in host)
         for key in reads - writes:
             access = Access(stream, self.seq, op, False)
             mem = self.memory.setdefault(key, Memory(None))
@@ -141,10 +151,23 @@ class StreamOrder:
                 if not self._after(stream, earlier):
                     self._conflict(key, access, earlier)
             mem.write, mem.reads = access, []
+        for key, storage in storages.items():
+            mem = self.memory.get(key)
+            if mem is not None and (mem.stream or 0) != stream and key not in self.watched:
+                self.watched[key] = (StorageWeakRef(storage), mem)
+
+    def poll(self) -> None:
+        """Storages freed since the last look by their last reference going (autograd releasing a
+        prefetched block after its backward): the free rule applies to them, as of now."""
+        for key, (ref, mem) in list(self.watched.items()):
+            if ref.expired():
+                del self.watched[key]
+                if self.memory.get(key) is mem:
+                    self.free(key, None, "the last reference dropped")
 
     def allocate(self, key: int, stream: int, host: bool = False) -> None:
         """New memory on ``stream``: for the allocator it may be what that stream's operations so
-        far used (a write by its last operation), unless it is pinned host memory."""
+        far used (a write by the last one before this allocation), unless it is pinned host memory."""
         last = self.clocks[stream][stream]
         write = None if host or last <= 0 else Access(stream, last, "the allocator's reuse", True)
         self.memory[key] = Memory(None if host else stream, write)
@@ -152,8 +175,8 @@ class StreamOrder:
     def record_stream(self, key: int, stream: int) -> None:
         self.memory.setdefault(key, Memory(None)).recorded.add(stream)
 
-    def free(self, key: int, stream: int, op: str) -> None:
-        """Memory freed (by ``op``, issued on ``stream``): back in its own stream's pool at once."""
+    def free(self, key: int, stream: int | None, op: str) -> None:
+        """Memory freed (by ``op``, issued on ``stream``, or by the host): back in its own stream's pool at once."""
         mem = self.memory.pop(key, None)
         if mem is None:
             return
@@ -162,7 +185,8 @@ class StreamOrder:
             if earlier.stream == owner or earlier.stream in mem.recorded:
                 continue
             if not self._after(owner, earlier):
-                self._race(f"{op} on {self.names[stream]} frees storage {key:#x} to {self.names[owner]}'s pool "
+                by = f"{op} on {self.names[stream]}" if stream is not None else op
+                self._race(f"{by} frees storage {key:#x} to {self.names[owner]}'s pool "
                            f"while {earlier.op} on {self.names[earlier.stream]} may still "
                            f"{'write' if earlier.write else 'read'} it (no record_stream)")
 
@@ -185,7 +209,7 @@ class FakeStream:
 
     def wait_event(self, event: FakeEvent) -> None:
         if not self.cuda.ignores(self, event):
-            self.cuda.order.wait(self.cuda_stream, id(event))
+            self.cuda.order.wait(self.cuda_stream, event.clock)
 
     def wait_stream(self, other: FakeStream) -> None:
         self.cuda.order.wait_stream(self.cuda_stream, other.cuda_stream)
@@ -207,20 +231,22 @@ class FakeEvent:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.cuda = FakeEvent.active
+        self.clock: Clock = {}  # never recorded: waiting for it waits for nothing, as on CUDA
+        self.stream: FakeStream | None = None
         self.at: float | None = None
         self.recorded_before = 0  # the device synchronisations before it was recorded
         self.waited = False
 
     def record(self, stream: FakeStream | None = None) -> None:
-        stream = stream or self.cuda.current
-        self.cuda.order.record(id(self), stream.cuda_stream)
+        self.stream = stream or self.cuda.current
+        self.clock = self.cuda.order.record(self.stream.cuda_stream)
         self.at, self.recorded_before, self.waited = time.perf_counter(), self.cuda.syncs, False
 
     def wait(self, stream: FakeStream | None = None) -> None:
         (stream or self.cuda.current).wait_event(self)
 
     def synchronize(self) -> None:
-        self.cuda.order.host_waits(self.cuda.order.events.get(id(self), {}))
+        self.cuda.order.host_waits(self.clock)
         self.waited = True
 
     def query(self) -> bool:
@@ -268,18 +294,22 @@ class _Check(TorchDispatchMode):
                     reads.add(key)
         out = func(*args, **kwargs)
         fresh: set[int] = set()
+        outputs: dict[int, torch.UntypedStorage] = {}
         aliased = any(r.alias_info is not None for r in schema.returns)
         for t in pytree.tree_leaves(out):
             if aliased or not isinstance(t, torch.Tensor):
                 continue
             if (found := _storage(t)) is not None and found[0] not in inputs:
                 fresh.add(found[0])
+                if not self.cuda.pinning:
+                    outputs[found[0]] = found[1]
                 writes.add(found[0])
                 if not self.cuda.pinning:
                     self.cuda.refuse(int(found[1].nbytes()))  # after the fact: the tensor is dropped
                     self.cuda.note_allocation(*found)
-        self.cuda.order.launch(self.cuda.current.cuda_stream, str(func), reads, writes, fresh,
-                               self.cuda.host_keys(fresh))
+        device = {k: s for k, s in inputs.items() if not self.cuda.is_host(k)}
+        device.update(outputs)
+        self.cuda.order.launch(self.cuda.current.cuda_stream, str(func), reads, writes, fresh, device)
         return out
 
 
@@ -321,8 +351,10 @@ class FakeCuda:
         return self.ignore_wait is not None and self.ignore_wait(stream, event)
 
     # -- memory
-    def host_keys(self, keys: set[int]) -> set[int]:
-        return {k for k in keys if k in self._host and not self._host[k].expired()}
+    def is_host(self, key: int) -> bool:
+        """Whether the storage at ``key`` is pinned host memory."""
+        ref = self._host.get(key)
+        return ref is not None and not ref.expired()
 
     def note_allocation(self, key: int, storage: torch.UntypedStorage) -> None:
         self._device[key] = (StorageWeakRef(storage), int(storage.nbytes()))
@@ -381,7 +413,8 @@ class FakeCuda:
         cuda = self
 
         def resize_(storage: torch.UntypedStorage, nbytes: int) -> torch.UntypedStorage:
-            cuda.refuse(nbytes - int(storage.nbytes()))
+            if nbytes != int(storage.nbytes()):
+                cuda.refuse(nbytes)  # the new block is allocated while the old one is still held
             old = _storage_of(storage)
             original(storage, nbytes)
             new = _storage_of(storage)
@@ -393,7 +426,7 @@ class FakeCuda:
             if old and old != new:
                 cuda.forget(old)
             writes = fresh if reads else set()  # a regrowth from nothing copies nothing: only allocates
-            cuda.order.launch(stream, "UntypedStorage.resize_", reads, writes, fresh, set())
+            cuda.order.launch(stream, "UntypedStorage.resize_", reads, writes, fresh, {new: storage} if new else {})
             if old and old != new:
                 cuda.order.free(old, stream, "UntypedStorage.resize_")
             return storage

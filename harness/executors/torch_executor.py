@@ -390,6 +390,7 @@ class _Execution:
         times: list[float] = []
         moved_before = stall_before = 0.0
         try:
+            self._drop_grads()  # the last case's gradients: not this case's memory, under its cap or in its peaks
             self._set_cap()
             self._reset_stats()  # an oom during warm-up reports this case's peaks, not the last case's
             for k in range(ex.warmup + ex.iterations):
@@ -435,6 +436,10 @@ class _Execution:
         if self.cap is not None:
             torch.cuda.set_per_process_memory_fraction(1.0, self.chain.device)
 
+    def _drop_grads(self) -> None:
+        for p in self.chain.graph.gm.parameters():
+            p.grad = None
+
     def _reset_counts(self) -> None:
         """Start the executor's own peaks and counts again (the timed iterations report theirs)."""
         self.held_max = self.resident_max = 0  # resident_max, CPU: the most weights + saved bytes held after an op
@@ -451,8 +456,7 @@ class _Execution:
         held after every operation; ``timeline``: keep its operations and copies as measured (the
         marks are taken in every iteration, since the copies' stall time needs them)."""
         chain, schedule = self.chain, self.schedule
-        for p in chain.graph.gm.parameters():
-            p.grad = None
+        self._drop_grads()
         self.store.clear()
         self.staged_grads.clear()
         self.releasing = []  # offloads in flight on CUDA: (their event, bytes)

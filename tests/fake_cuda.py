@@ -67,6 +67,11 @@ class Memory:
     reads: list[Access] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)  # streams named by record_stream
 
+    @property
+    def owner(self) -> int:
+        """The stream whose pool the memory returns to (memory from before the check: the compute stream's)."""
+        return self.stream if self.stream is not None else 0
+
 
 class StreamOrder:
     """Vector clocks of the streams and the host, and the accesses of every storage."""
@@ -133,7 +138,8 @@ class StreamOrder:
                storages: dict[int, torch.UntypedStorage]) -> None:
         """An operation on ``stream``: ``fresh`` storages it allocated; ``storages``, those of its device
         memory (pinned host memory aside), watched for their free."""
-        self.poll()
+        if fresh:  # memory freed since may be what it gets (between waits the verdict on a free is the same)
+            self.poll()
         for key in fresh:
             self.allocate(key, stream)
         self.seq += 1
@@ -153,7 +159,7 @@ class StreamOrder:
             mem.write, mem.reads = access, []
         for key, storage in storages.items():
             mem = self.memory.get(key)
-            if mem is not None and (mem.stream or 0) != stream and key not in self.watched:
+            if mem is not None and mem.owner != stream and key not in self.watched:
                 self.watched[key] = (StorageWeakRef(storage), mem)
 
     def poll(self) -> None:
@@ -180,7 +186,7 @@ class StreamOrder:
         mem = self.memory.pop(key, None)
         if mem is None:
             return
-        owner = mem.stream if mem.stream is not None else 0
+        owner = mem.owner
         for earlier in mem.reads + ([mem.write] if mem.write else []):
             if earlier.stream == owner or earlier.stream in mem.recorded:
                 continue
@@ -192,12 +198,18 @@ class StreamOrder:
 
 
 def _storage(t: torch.Tensor) -> tuple[int, torch.UntypedStorage] | None:
+    """The key (address) and storage of ``t``'s memory; None when it has none."""
     try:
         s = t.untyped_storage()
     except (RuntimeError, NotImplementedError):
         return None
-    ptr = s.data_ptr()
-    return (ptr, s) if ptr and s.nbytes() else None
+    key = _key(s)
+    return (key, s) if key else None
+
+
+def _key(storage: torch.UntypedStorage) -> int:
+    """A storage's address, 0 when it holds nothing."""
+    return storage.data_ptr() if storage.nbytes() else 0
 
 
 class FakeStream:
@@ -213,15 +225,6 @@ class FakeStream:
 
     def wait_stream(self, other: FakeStream) -> None:
         self.cuda.order.wait_stream(self.cuda_stream, other.cuda_stream)
-
-    def synchronize(self) -> None:
-        self.cuda.order.host_waits(dict(self.cuda.order.clocks[self.cuda_stream]))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FakeStream) and other.cuda_stream == self.cuda_stream
-
-    def __hash__(self) -> int:
-        return self.cuda_stream
 
 
 class FakeEvent:
@@ -241,9 +244,6 @@ class FakeEvent:
         self.stream = stream or self.cuda.current
         self.clock = self.cuda.order.record(self.stream.cuda_stream)
         self.at, self.recorded_before, self.waited = time.perf_counter(), self.cuda.syncs, False
-
-    def wait(self, stream: FakeStream | None = None) -> None:
-        (stream or self.cuda.current).wait_event(self)
 
     def synchronize(self) -> None:
         self.cuda.order.host_waits(self.clock)
@@ -294,21 +294,18 @@ class _Check(TorchDispatchMode):
                     reads.add(key)
         out = func(*args, **kwargs)
         fresh: set[int] = set()
-        outputs: dict[int, torch.UntypedStorage] = {}
+        device = {k: s for k, s in inputs.items() if not self.cuda.is_host(k)}
         aliased = any(r.alias_info is not None for r in schema.returns)
         for t in pytree.tree_leaves(out):
-            if aliased or not isinstance(t, torch.Tensor):
+            if aliased or not isinstance(t, torch.Tensor) or (found := _storage(t)) is None or found[0] in inputs:
                 continue
-            if (found := _storage(t)) is not None and found[0] not in inputs:
-                fresh.add(found[0])
-                if not self.cuda.pinning:
-                    outputs[found[0]] = found[1]
-                writes.add(found[0])
-                if not self.cuda.pinning:
-                    self.cuda.refuse(int(found[1].nbytes()))  # after the fact: the tensor is dropped
-                    self.cuda.note_allocation(*found)
-        device = {k: s for k, s in inputs.items() if not self.cuda.is_host(k)}
-        device.update(outputs)
+            key, storage = found
+            fresh.add(key)
+            writes.add(key)
+            if not self.cuda.pinning:
+                self.cuda.refuse(int(storage.nbytes()))  # after the fact: the tensor is dropped
+                self.cuda.note_allocation(key, storage)
+                device[key] = storage
         self.cuda.order.launch(self.cuda.current.cuda_stream, str(func), reads, writes, fresh, device)
         return out
 
@@ -332,9 +329,7 @@ class FakeCuda:
         self.events_complete = events_complete
         self.ignore_wait, self.ignore_record_stream = ignore_wait, ignore_record_stream
         self.order = StreamOrder()
-        self.default = FakeStream(self, "the compute stream")
-        self.current = self.default
-        self.streams = 0
+        self.current = FakeStream(self, "the compute stream")
         self._host: dict[int, StorageWeakRef] = {}
         self._device: dict[int, tuple[StorageWeakRef, int]] = {}
         self.peak = 0
@@ -398,8 +393,7 @@ class FakeCuda:
 
     # -- the stand-ins
     def _stream(self, device: Any = None, priority: int = 0) -> FakeStream:
-        self.streams += 1
-        return FakeStream(self, f"side stream {self.streams}")
+        return FakeStream(self, f"side stream {len(self.order.clocks)}")
 
     @contextlib.contextmanager
     def _use(self, stream: FakeStream | None) -> Iterator[None]:
@@ -415,19 +409,18 @@ class FakeCuda:
         def resize_(storage: torch.UntypedStorage, nbytes: int) -> torch.UntypedStorage:
             if nbytes != int(storage.nbytes()):
                 cuda.refuse(nbytes)  # the new block is allocated while the old one is still held
-            old = _storage_of(storage)
+            old = _key(storage)
             original(storage, nbytes)
-            new = _storage_of(storage)
+            new = _key(storage)
             stream = cuda.current.cuda_stream
             reads = {old} if old and new else set()
             fresh = {new} if new and new != old else set()
             if fresh:
                 cuda.note_allocation(new, storage)
-            if old and old != new:
-                cuda.forget(old)
             writes = fresh if reads else set()  # a regrowth from nothing copies nothing: only allocates
             cuda.order.launch(stream, "UntypedStorage.resize_", reads, writes, fresh, {new: storage} if new else {})
             if old and old != new:
+                cuda.forget(old)
                 cuda.order.free(old, stream, "UntypedStorage.resize_")
             return storage
 
@@ -487,7 +480,3 @@ class FakeCuda:
 @dataclass
 class _Properties:
     total_memory: int
-
-
-def _storage_of(storage: torch.UntypedStorage) -> int:
-    return storage.data_ptr() if storage.nbytes() else 0

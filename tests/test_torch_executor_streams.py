@@ -157,11 +157,16 @@ MOVING = ("vdnn-all", "greedy", "dynprog", "capacity", "modnn", "vdnnpp-dyn", "h
 EVENTS = ["at once", "when waited"]
 
 
+def _cuda_path(monkeypatch, **fake_options) -> FakeCuda:
+    """A FakeCuda installed, and the executor sent down its CUDA path on the CPU."""
+    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    return FakeCuda(**fake_options).install(monkeypatch)
+
+
 def _run(monkeypatch, schedule, model=MODEL, fake=None, events="at once", faults=None, **options):
     """``schedule`` through the executor's CUDA path under ``fake`` (a new FakeCuda if None), checked."""
     chain, profile = setup(model)
-    fake = fake or FakeCuda(events_complete=events, **(faults or {})).install(monkeypatch)
-    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    fake = fake or _cuda_path(monkeypatch, events_complete=events, **(faults or {}))
     with fake.checking():
         run = TorchExecutor(warmup=1, iterations=1, grad_check=False, **options).execute(schedule, profile, chain)
     return run, fake
@@ -276,8 +281,7 @@ def test_the_planned_executions_iterations_run_their_cuda_path(monkeypatch):
     chain, profile = setup(MODEL)
     schedule = plan_tight(profile, "vdnn-all")
     expected = cached_reference(MODEL, schedule.sub_batches)
-    fake = FakeCuda().install(monkeypatch)
-    monkeypatch.setattr(torch_executor, "on_cuda", lambda device: True)
+    fake = _cuda_path(monkeypatch)
     ex = TorchExecutor(warmup=2, iterations=1, enforce_budget=False, grad_check=False)
     execution = _planned_execution_class()(ex, schedule, profile, chain)
     execution.real = RealAddressAllocator(BestFit(), FakeMemory())

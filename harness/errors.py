@@ -64,6 +64,11 @@ class OptionValueError(MembudgetError, ValueError):
     """A planner's option has a value it cannot take: the message names the planner and the option."""
 
 
+class MissingDependency(MembudgetError):
+    """An optional package a feature needs is not installed: the message names the feature and the
+    ``pip install`` that adds it (OR-Tools for the ``exact`` allocator, Ray for the ``ray`` backend)."""
+
+
 class ProfilingError(MembudgetError):
     """A model could not be profiled: the message says which model, what failed, and what to try."""
 

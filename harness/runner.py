@@ -43,7 +43,7 @@ import pandas as pd
 from harness.allocators.validate import placement_refusal
 from harness.case import SharedPlans, classify, copy_layout, run_case
 from harness.device_memory import arena_fits
-from harness.errors import MembudgetError
+from harness.errors import MembudgetError, MissingDependency
 from harness.jit_time import stopwatch
 from harness.model import Profile, load, save
 from harness.protocols import Workload
@@ -277,11 +277,11 @@ def _check_arguments(run_id: str | None, resume: bool, overwrite: bool, backend:
 
 
 def _import_ray() -> Any:
-    """The ``ray`` module; ``MembudgetError`` says how to install it when it is missing."""
+    """The ``ray`` module; ``MissingDependency`` says how to install it when it is missing."""
     try:
         import ray
     except ImportError:
-        raise MembudgetError("the ray backend needs Ray: pip install 'membudget[ray]'") from None
+        raise MissingDependency("the ray backend needs Ray: pip install 'membudget[ray]'") from None
     return ray
 
 

@@ -54,13 +54,13 @@ def ortools_available() -> bool:
 
 
 def _cp_model():
-    """OR-Tools' CP-SAT module; a one-line ``MembudgetError`` that says how to install it when missing."""
+    """OR-Tools' CP-SAT module; a one-line ``MissingDependency`` that says how to install it when missing."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:
-        from harness.errors import MembudgetError
+        from harness.errors import MissingDependency
 
-        raise MembudgetError("the exact allocator needs OR-Tools: pip install 'membudget[exact]'") from None
+        raise MissingDependency("the exact allocator needs OR-Tools: pip install 'membudget[exact]'") from None
     return cp_model
 
 

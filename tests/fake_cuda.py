@@ -281,8 +281,8 @@ class _Check(TorchDispatchMode):
             for t in pytree.tree_leaves(value):
                 if isinstance(t, (torch.UntypedStorage, torch.TypedStorage)):
                     storage = t if isinstance(t, torch.UntypedStorage) else t.untyped_storage()
-                    if storage.data_ptr():
-                        inputs[storage.data_ptr()] = storage  # set_'s source: an alias, not a read
+                    if key := _key(storage):
+                        inputs[key] = storage  # set_'s source: an alias, not a read
                     continue
                 if not isinstance(t, torch.Tensor) or (found := _storage(t)) is None:
                     continue
@@ -303,8 +303,8 @@ class _Check(TorchDispatchMode):
             fresh.add(key)
             writes.add(key)
             if not self.cuda.pinning:
-                self.cuda.refuse(int(storage.nbytes()))  # after the fact: the tensor is dropped
-                self.cuda.note_allocation(key, storage)
+                held = self.cuda.refuse(int(storage.nbytes()))  # after the fact: the tensor is dropped
+                self.cuda.note_allocation(key, storage, held)
                 device[key] = storage
         self.cuda.order.launch(self.cuda.current.cuda_stream, str(func), reads, writes, fresh, device)
         return out
@@ -351,16 +351,21 @@ class FakeCuda:
         ref = self._host.get(key)
         return ref is not None and not ref.expired()
 
-    def note_allocation(self, key: int, storage: torch.UntypedStorage) -> None:
-        self._device[key] = (StorageWeakRef(storage), int(storage.nbytes()))
-        self.peak = max(self.peak, self.allocated())
+    def note_allocation(self, key: int, storage: torch.UntypedStorage, held: int) -> None:
+        """A new device storage, allocated while ``held`` bytes were (``refuse``'s answer just before)."""
+        nbytes = int(storage.nbytes())
+        self._device[key] = (StorageWeakRef(storage), nbytes)
+        self.peak = max(self.peak, held + nbytes)
 
-    def refuse(self, nbytes: int) -> None:
-        """Raise torch's out-of-memory error where ``nbytes`` more would pass the memory fraction's cap."""
-        if nbytes > 0 and self.allocated() + nbytes > self.fraction * self.TOTAL:
+    def refuse(self, nbytes: int) -> int:
+        """The bytes allocated now; torch's out-of-memory error where ``nbytes`` more would pass the memory
+        fraction's cap."""
+        held = self.allocated()
+        if nbytes > 0 and held + nbytes > self.fraction * self.TOTAL:
             raise torch.OutOfMemoryError(
-                f"FakeCuda out of memory: {nbytes} bytes asked, {self.allocated()} allocated, "
+                f"FakeCuda out of memory: {nbytes} bytes asked, {held} allocated, "
                 f"cap {int(self.fraction * self.TOTAL)}")
+        return held
 
     def forget(self, key: int) -> None:
         """The storage at ``key`` was freed (a resize moved it)."""
@@ -407,8 +412,9 @@ class FakeCuda:
         cuda = self
 
         def resize_(storage: torch.UntypedStorage, nbytes: int) -> torch.UntypedStorage:
-            if nbytes != int(storage.nbytes()):
-                cuda.refuse(nbytes)  # the new block is allocated while the old one is still held
+            # the new block is allocated while the old one is still held (one of the same size, which
+            # torch's CPU resize also makes, is noted but not checked against the cap)
+            held = cuda.refuse(nbytes) if nbytes != int(storage.nbytes()) else cuda.allocated()
             old = _key(storage)
             original(storage, nbytes)
             new = _key(storage)
@@ -416,7 +422,7 @@ class FakeCuda:
             reads = {old} if old and new else set()
             fresh = {new} if new and new != old else set()
             if fresh:
-                cuda.note_allocation(new, storage)
+                cuda.note_allocation(new, storage, held)
             writes = fresh if reads else set()  # a regrowth from nothing copies nothing: only allocates
             cuda.order.launch(stream, "UntypedStorage.resize_", reads, writes, fresh, {new: storage} if new else {})
             if old and old != new:

@@ -39,9 +39,8 @@ for a planned request, so the iterations after the plan make no device allocatio
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -128,6 +127,37 @@ class RealAddressStats:
     errors: list[str] = field(default_factory=list)
 
 
+class _Exclusive:
+    """The allocator's lock for one call; on leaving it, the frees deferred meanwhile (also when it raised).
+
+    Only a free may arrive inside another call of the same thread (it waits); anything else there
+    would run in the middle of that call's bookkeeping, and is refused (on CUDA the callback then
+    serves it with cudaMalloc). A class rather than a generator: it is entered twice for every
+    allocation of a planned CUDA iteration (``bench_realaddr.py``)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: RealAddressAllocator) -> None:
+        self.owner = owner
+
+    def __enter__(self) -> None:
+        owner = self.owner
+        owner._lock.acquire()
+        if owner._depth:
+            owner._lock.release()
+            raise RuntimeError("an allocator call inside another one on the same thread")
+        owner._depth = 1
+
+    def __exit__(self, *exc: object) -> None:
+        owner = self.owner
+        try:
+            if owner._deferred:
+                owner._run_deferred()
+        finally:
+            owner._depth = 0
+            owner._lock.release()
+
+
 class RealAddressAllocator:
     """One arena at planned offsets, a fallback for the rest (module docstring).
 
@@ -149,6 +179,7 @@ class RealAddressAllocator:
         self._lock = threading.RLock()
         self._depth = 0  # calls of this thread under way: a free inside one is deferred
         self._deferred: list[int] = []
+        self._exclusive = _Exclusive(self)
         self._iteration_departures = 0
 
     # ------------------------------------------------------------------ figures
@@ -184,7 +215,7 @@ class RealAddressAllocator:
     # ------------------------------------------------------------------ requests
     def alloc(self, size: int, device: int = 0, stream: int = 0) -> int:
         """An address for ``size`` bytes: planned when the plan serves it, else from the fallback."""
-        with self._exclusive():
+        with self._exclusive:
             a = self.session.malloc(max(int(size), 1))
             self.stats.requests += 1
             if a.region == "plan" and self.arena_base is None:  # cannot happen with capacity 0; be safe
@@ -218,7 +249,7 @@ class RealAddressAllocator:
             if self._depth:  # this thread is inside another call (module docstring)
                 self._deferred.append(ptr)
                 return
-            with self._exclusive():
+            with self._exclusive:
                 self._release(ptr)
 
     def _release(self, ptr: int) -> None:
@@ -233,32 +264,18 @@ class RealAddressAllocator:
             self.stats.fallback_live_bytes -= rounded
             self._held_changed()
 
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """The lock for one call; on leaving it, the frees deferred meanwhile (also when it raised).
-
-        Only a free may arrive inside another call of the same thread (it waits); anything else there
-        would run in the middle of that call's bookkeeping, and is refused (on CUDA the callback then
-        serves it with cudaMalloc)."""
-        with self._lock:
-            if self._depth:
-                raise RuntimeError("an allocator call inside another one on the same thread")
-            self._depth = 1
+    def _run_deferred(self) -> None:
+        while self._deferred:
+            ptr = self._deferred.pop(0)
             try:
-                yield
-            finally:
-                while self._deferred:
-                    ptr = self._deferred.pop(0)
-                    try:
-                        self._release(ptr)
-                    except Exception as exc:  # noqa: BLE001 - a free has no caller to tell
-                        self.stats.errors.append(f"deferred free of {ptr:#x}: {type(exc).__name__}: {exc}")
-                self._depth = 0
+                self._release(ptr)
+            except Exception as exc:  # noqa: BLE001 - a free has no caller to tell
+                self.stats.errors.append(f"deferred free of {ptr:#x}: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ iterations
     def begin_iteration(self) -> None:
         """Start a monitored iteration (``lambda`` restarts)."""
-        with self._exclusive():
+        with self._exclusive:
             self.session.begin_iteration()
             self._iteration_departures = 0
 
@@ -268,7 +285,7 @@ class RealAddressAllocator:
         Call it where the device memory may be allocated (on CUDA: not inside an allocator
         callback).
         """
-        with self._exclusive():
+        with self._exclusive:
             planned = self.session.end_iteration()
             self.stats.departures_by_iteration.append(self._iteration_departures)
             if self.session.plan is not None:
@@ -310,7 +327,7 @@ class RealAddressAllocator:
 
     def close(self) -> None:
         """Give back the arena; the fallback's live blocks stay with their owners."""
-        with self._exclusive():
+        with self._exclusive:
             self.release_arena()
 
     def summary(self) -> dict[str, int]:

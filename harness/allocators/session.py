@@ -41,9 +41,8 @@ from __future__ import annotations
 import bisect
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, NamedTuple
 
-import numpy as np
 
 from harness.allocators.trace import blocks_from_events, to_int_trace
 from harness.model import Placement
@@ -58,12 +57,13 @@ def round_up(n: int, granule: int) -> int:
     return -(-int(n) // granule) * granule
 
 
-@dataclass(frozen=True)
-class Allocation:
+class Allocation(NamedTuple):
     """One served request: ``region`` (``plan`` or ``pool``) and ``offset`` in it.
 
     ``index`` is the request's ``lambda`` in its iteration (None when it was not
     monitored); ``handle`` identifies it for :meth:`ProfileGuidedSession.free`.
+    Immutable; a tuple because one is made for every device allocation of a planned
+    iteration (``benchmarks/bench_realaddr.py``).
     """
 
     handle: int
@@ -156,13 +156,13 @@ class ProfileGuidedSession:
         self._pool = _FirstFitPool(pool_granularity)
         self._pool_peak = 0
         self._plan: Placement | None = None
-        self._plan_offsets: np.ndarray = np.zeros(0, np.int64)
-        self._plan_sizes: np.ndarray = np.zeros(0, np.int64)
+        # per lambda, the planned offset and size (lists: the hot path indexes them one at a time)
+        self._plan_offsets: list[int] = []
+        self._plan_sizes: list[int] = []
         self._in_iteration = False
         self._interrupted = 0
         self._lam = 0
         self._events: list[tuple[str, int, int]] = []
-        self._sizes: list[int] = []
         self._need_reopt = False
         self._next_handle = 0
         self._iteration = 0  # numbers the iterations, so that a free knows where its allocation was made
@@ -206,7 +206,6 @@ class ProfileGuidedSession:
         self._interrupted = 0
         self._lam = 0
         self._events = []
-        self._sizes = []
         self._need_reopt = self._plan is None
 
     def end_iteration(self) -> bool:
@@ -245,28 +244,28 @@ class ProfileGuidedSession:
         if size < 0:
             raise ValueError("size must be >= 0")
         handle = self._next_handle
-        self._next_handle += 1
-        monitored = self.monitoring
-        index = None
-        if monitored:
+        self._next_handle = handle + 1
+        if self._in_iteration and not self._interrupted:  # monitored (the hot path: no property)
             index = self._lam
-            self._lam += 1
+            self._lam = index + 1
             self._events.append(("alloc", index, size))
-            self._sizes.append(size)
             alloc = self._try_plan(handle, index, size)
+            if alloc is None:
+                alloc = self._from_pool(handle, size, index)
+                self.stats.pooled += 1
+            else:
+                self.stats.planned += 1
+            self._live[handle] = (alloc, self._iteration)
         else:
             self.stats.unmonitored += 1
-            alloc = None
-        if alloc is None:
-            addr, _ = self._pool.malloc(size)
-            self._pool_peak = max(self._pool_peak, self._pool.top)
-            alloc = Allocation(handle, size, "pool", addr, index)
-            if monitored:
-                self.stats.pooled += 1
-        else:
-            self.stats.planned += 1
-        self._live[handle] = (alloc, self._iteration if monitored else None)
+            alloc = self._from_pool(handle, size, None)
+            self._live[handle] = (alloc, None)
         return alloc
+
+    def _from_pool(self, handle: int, size: int, index: int | None) -> Allocation:
+        addr, _ = self._pool.malloc(size)
+        self._pool_peak = max(self._pool_peak, self._pool.top)
+        return Allocation(handle, size, "pool", addr, index)
 
     def free(self, allocation: Allocation) -> None:
         """Release an allocation made by :meth:`malloc`."""
@@ -291,26 +290,25 @@ class ProfileGuidedSession:
     def _try_plan(self, handle: int, index: int, size: int) -> Allocation | None:
         if self._plan is None:
             return None
-        if index >= len(self._plan_sizes):
-            self._reopt(f"request {index} beyond the {len(self._plan_sizes)} planned")
+        sizes = self._plan_sizes
+        if index >= len(sizes):
+            self._reopt(f"request {index} beyond the {len(sizes)} planned")
             return None
-        if size > self._plan_sizes[index]:
-            self._reopt(f"request {index}: {size} bytes > {int(self._plan_sizes[index])} planned")
+        if size > sizes[index]:
+            self._reopt(f"request {index}: {size} bytes > {sizes[index]} planned")
             return None
-        offset = int(self._plan_offsets[index])
+        offset = self._plan_offsets[index]
         end = offset + size
         if self.capacity is not None and end > self.capacity:
             self._reopt(f"request {index}: ends at {end}, beyond the arena's {self.capacity} bytes")
             return None
         if size > 0:
-            k = bisect.bisect_left(self._live_plan, (offset, end, handle))
-            clash = (k > 0 and self._live_plan[k - 1][1] > offset) or (
-                k < len(self._live_plan) and self._live_plan[k][0] < end
-            )
-            if clash:
+            live = self._live_plan
+            k = bisect.bisect_left(live, (offset, end, handle))
+            if (k > 0 and live[k - 1][1] > offset) or (k < len(live) and live[k][0] < end):
                 self._reopt(f"request {index}: planned addresses still in use (not hot)")
                 return None
-            self._live_plan.insert(k, (offset, end, handle))
+            live.insert(k, (offset, end, handle))
         return Allocation(handle, size, "plan", offset, index)
 
     def _reopt(self, reason: str) -> None:
@@ -330,7 +328,7 @@ class ProfileGuidedSession:
             lam = int(b.name)
             size = b.size
             if lam < len(self._plan_sizes):
-                size = max(size, int(self._plan_sizes[lam]))
+                size = max(size, self._plan_sizes[lam])
             out.append((lam, size, b))
         out.sort(key=lambda r: r[0])
         return out
@@ -353,10 +351,10 @@ class ProfileGuidedSession:
                                 arena_bytes=placement.arena_bytes * g, max_live_bytes=placement.max_live_bytes * g,
                                 lower_bound_bytes=None if placement.lower_bound_bytes is None
                                 else placement.lower_bound_bytes * g)
-        offsets = np.zeros(n, np.int64)
-        sizes = np.zeros(n, np.int64)
+        offsets = [0] * n
+        sizes = [0] * n
         for k, (lam, size, _) in enumerate(rows):
-            offsets[lam] = placement.offsets[k]
+            offsets[lam] = int(placement.offsets[k])
             sizes[lam] = round_up(size, g)
         if self._plan is not None:
             self.stats.reoptimizations += 1

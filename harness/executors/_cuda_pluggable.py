@@ -216,9 +216,11 @@ class PluggableAllocator:
     def _free(self, ptr: Any, size: int, device: int, stream: Any) -> None:
         ptr = int(ptr or 0)
         try:
-            with self._lock:
-                if ptr in self._emergency:
-                    self.runtime.free(ptr, self._emergency.pop(ptr))
+            if ptr in self._emergency:  # rare: the lock only then
+                with self._lock:
+                    size = self._emergency.pop(ptr, None)
+                if size is not None:
+                    self.runtime.free(ptr, size)
                     return
             if self._side and self.real.in_arena(ptr):
                 for s in self._side:

@@ -43,7 +43,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Literal, NamedTuple
 
-
 from harness.allocators.trace import blocks_from_events, to_int_trace
 from harness.model import Placement
 

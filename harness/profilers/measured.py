@@ -4,7 +4,8 @@ Sizes come from one instrumented iteration (``record_chain``, the code the analy
 profiler runs on ``meta``, so the two agree exactly on the CPU). Times come from
 running each stage alone, from its recorded input: ``warmup`` untimed runs, then the
 median of ``repeats`` timed ones, with ``time.perf_counter`` on the CPU and CUDA events
-on a GPU. A backward is timed after an untimed forward that rebuilds its graph.
+on a GPU. A backward is timed after an untimed forward that rebuilds its graph, onto
+dropped gradients (as the torch executor's iterations run it: ``_time_once``).
 
 On CUDA the workspaces are measured as peak-memory deltas (``max_memory_allocated``
 above what the operation leaves allocated), the host link with pinned copies of the
@@ -115,6 +116,11 @@ class StageRunner:
         if grad is not None and out.requires_grad:
             torch.autograd.backward(out, grad)
 
+    def drop_grads(self) -> None:
+        """Forget the parameters' gradients: the next backward assigns them instead of adding to them."""
+        for p in self.params:
+            p.grad = None
+
 
 @dataclass
 class TorchProfiler:
@@ -174,8 +180,7 @@ class TorchProfiler:
             if k >= self.warmup:
                 fwd_times.append(tf)
                 bwd_times.append(tb)
-        for p in runner.params:
-            p.grad = None
+        runner.drop_grads()
         return statistics.median(fwd_times), statistics.median(bwd_times)
 
     # -- CUDA workspaces
@@ -198,8 +203,7 @@ class TorchProfiler:
                         if p.grad is not None and id(p) not in had_grad)
         bwd_ws = max(0, torch.cuda.max_memory_allocated(device) - before - r.grad_bytes - new_grads)
         del out, grad
-        for p in runner.params:
-            p.grad = None
+        runner.drop_grads()
         return fwd_ws, bwd_ws
 
     # -- convolution algorithms
@@ -271,9 +275,14 @@ def _runtime_bytes(profile: Profile, workload: Workload, device: torch.device) -
 
 
 def _time_once(runner: StageRunner, s: int, timer: Timer) -> tuple[float, float]:
-    """One timed forward of stage ``s``, then one timed backward on the graph it built."""
+    """One timed forward of stage ``s``, then one timed backward on the graph it built.
+
+    The parameters' gradients are dropped before the backward, untimed: the torch executor drops
+    them before every iteration, so its B_s assigns each gradient (autograd keeps the tensor it
+    computed), where a backward onto the last run's gradients adds to them (a kernel per parameter)."""
     box: dict[str, Any] = {"grad": runner.output_grad(s)}
     tf = timer(lambda: box.__setitem__("out", runner.forward(s)))
+    runner.drop_grads()
     tb = timer(lambda: runner.backward(s, box["out"], box["grad"]))
     return tf, tb
 

@@ -218,9 +218,9 @@ class PluggableAllocator:
         try:
             if ptr in self._emergency:  # rare: the lock only then
                 with self._lock:
-                    size = self._emergency.pop(ptr, None)
-                if size is not None:
-                    self.runtime.free(ptr, size)
+                    held = self._emergency.pop(ptr, None)
+                if held is not None:
+                    self.runtime.free(ptr, held)
                     return
             if self._side and self.real.in_arena(ptr):
                 for s in self._side:

@@ -4,7 +4,8 @@
 # goes through the GPU jobs in order, each taken up where an earlier call left it, until
 # SESSION_SECONDS (default 540) have passed since the start. Set it below the call's own limit:
 # the device tool stops a command at 600 s, or sooner when less device time is left (a
-# session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start).
+# session's last call), so SESSION_SECONDS = min(540, budget_left_s - 60 - the machine's start) on a
+# fresh machine, budget_left_s - 40 on the warm machine of a session's second call.
 #   planned:results/gpu-planned/published-2      issue #18 (benchmarks/gpu/planned_placement.sh),
 #                                                at most SESSION_PLANNED_SECONDS (180) of the call
 #   suite:suites/gpu-smoke.yaml:published-3      issues #16 and #17 (benchmarks/gpu/slice.sh)
@@ -23,7 +24,7 @@
 #   summary.md   each suite's benchmarks/gpu/summary.py report and the planned job's table
 #   logs.tgz     every job's logs (tox, CUDA tests, the run) and summary.json
 #   session.txt  what this call did, job by job (also printed), and the GPU it ran on
-# The planned job goes first, capped, so that one call (a session's only one: docs/gpu.md) brings
+# The planned job goes first, capped, so that a session's first call (of two at most: docs/gpu.md) brings
 # evidence for all three issues. The CUDA tests (benchmarks/gpu/cuda_tests.sh) run once, in the call
 # that starts the first suite job's run, beside the first job (the suites wait for them); the planned
 # path's GPU tests are not run (the planned job's rows carry their checks).

@@ -268,6 +268,46 @@ def test_a_model_too_large_for_the_reference_keeps_its_row_and_its_gradients(mon
     assert all(torch.equal(got[n].grad, g) for n, g in expected.items())
 
 
+def test_one_executors_runs_on_a_chain_share_one_reference_pass_until_a_weight_changes(monkeypatch):
+    """The gradient check ran the unmodified model after every case: on the H200's smoke suite a
+    keep-all iteration a case (0.65 s for ViT-B/16 at batch 256), the same pass every time. An
+    executor now computes it once per chain, sub-batch count and seed and keeps it on the host; a
+    weight changed in place (its version counter moves) makes it compute the reference again,
+    where the kept one would judge right gradients wrong."""
+    from harness.executors import grad_check
+
+    chain, profile = setup()
+    calls = []
+    real = grad_check.reference_gradients
+    monkeypatch.setattr(grad_check, "reference_gradients",
+                        lambda chain, sub_batches, seed=0: calls.append(sub_batches) or real(chain, sub_batches, seed))
+    lo, hi = min_memory(profile), peak_memory(profile)
+    n = profile.n_stages
+    schedules = [registry().planner("keep-all").plan(profile, 10**12),
+                 registry().planner("greedy").plan(profile, (lo + hi) // 2),
+                 Schedule("two-passes", 10**12, training_ops(n, sub_batches=2), (), sub_batches=2)]
+    executor = TorchExecutor(warmup=0, iterations=1)
+    runs = [executor.execute(s, profile, chain) for s in schedules + schedules]
+    assert calls == [1, 2]
+    assert all(r.status == "ok" and r.metrics["grad_error"] < 1e-5 for r in runs), [r.message for r in runs]
+
+    weight = next(chain.model.parameters())
+    before = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(1.5)
+        run = executor.execute(schedules[1], profile, chain)
+        stale = grad_check.largest_relative_error(real(chain, 1), executor._references.get(chain, 1, 0))
+    finally:
+        with torch.no_grad():
+            weight.copy_(before)
+    assert calls == [1, 2, 1]
+    assert run.metrics["grad_error"] < 1e-5
+    assert stale == 0.0  # the kept reference is the new weights' ...
+    assert executor.execute(schedules[0], profile, chain).metrics["grad_error"] < 1e-5  # ... and the old ones' again
+    assert calls == [1, 2, 1, 1]
+
+
 def test_a_gradient_that_should_be_zero_is_judged_against_the_models_scale():
     """A convolution's bias before a batch norm has a true gradient of zero: the reference holds
     rounding noise (1e-9), and another algorithm's noise read as an error of about 1 when each

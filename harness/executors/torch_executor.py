@@ -62,7 +62,7 @@ from harness.executors._torch_chain import ChainPass, TorchChain, build_chain, o
 from harness.executors._torch_copies import Clock, CpuCopies, CudaCopies, HostPool
 from harness.chain.extract import concrete
 from harness.executors._torch_store import GroupKey, SavedStore, split_offload
-from harness.executors.grad_check import gradient_error
+from harness.executors.grad_check import ReferenceCache, gradient_error
 from harness.memory import movable_bytes, stage_memory
 from harness.model import DEVICE_OFFLOAD_START, Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
 from harness.protocols import Workload
@@ -217,6 +217,7 @@ class TorchExecutor:
         self.seed, self.record, self.save_on_cpu, self.grad_check = seed, record, save_on_cpu, grad_check
         self.last_record = ExecutionRecord()
         self._chain: TorchChain | None = None
+        self._references = ReferenceCache()  # the chain's unmodified gradients, computed once (grad_check)
 
     # -- the Executor protocol
     def run(self, schedule: Schedule, profile: Profile, workload: Workload | None = None) -> Run:
@@ -235,6 +236,7 @@ class TorchExecutor:
             if (w.model, w.batch_size, tuple(w.input_size), w.dtype, str(cached.device)) == key:
                 return cached
         self._chain = None
+        self._references.clear()
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -256,7 +258,7 @@ class TorchExecutor:
             run = replace(run, message=f"{run.message}; {elsewhere}" if run.message else elsewhere)
         if self.grad_check and run.status == "ok":  # after the memory statistics were read
             try:
-                error = gradient_error(chain, schedule.sub_batches, self.seed)
+                error = gradient_error(chain, schedule.sub_batches, self.seed, self._references)
             except RuntimeError as exc:
                 if not ran_out_of_memory(exc):
                     raise

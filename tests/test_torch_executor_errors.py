@@ -297,13 +297,13 @@ def test_one_executors_runs_on_a_chain_share_one_reference_pass_until_a_weight_c
         with torch.no_grad():
             weight.mul_(1.5)
         run = executor.execute(schedules[1], profile, chain)
-        stale = grad_check.largest_relative_error(real(chain, 1), executor._references.get(chain, 1, 0))
+        kept_vs_fresh = grad_check.largest_relative_error(real(chain, 1), executor._references.get(chain, 1, 0))
     finally:
         with torch.no_grad():
             weight.copy_(before)
     assert calls == [1, 2, 1]
     assert run.metrics["grad_error"] < 1e-5
-    assert stale == 0.0  # the kept reference is the new weights' ...
+    assert kept_vs_fresh == 0.0  # the kept reference is the new weights' ...
     assert executor.execute(schedules[0], profile, chain).metrics["grad_error"] < 1e-5  # ... and the old ones' again
     assert calls == [1, 2, 1, 1]
 

@@ -70,15 +70,17 @@ def largest_relative_error(got: Mapping[str, torch.Tensor], expected: Mapping[st
     """
     if set(got) != set(expected):
         return math.inf
-    scales = {name: float(ref.abs().max()) for name, ref in expected.items()}
-    floor = SCALE_FLOOR * max(scales.values(), default=0.0)
-    worst = 0.0
+    measured = []  # per parameter (max |expected|, max |got - expected|), each reference moved once
     for name, ref in expected.items():
         value = got[name].to(ref.dtype)
-        diff = float((value - ref.to(value.device)).abs().max())
+        ref = ref.to(value.device)
+        measured.append((float(ref.abs().max()), float((value - ref).abs().max())))
+    floor = SCALE_FLOOR * max((scale for scale, _ in measured), default=0.0)
+    worst = 0.0
+    for scale, diff in measured:
         if not math.isfinite(diff):
             return math.inf
-        scale = max(scales[name], floor)
+        scale = max(scale, floor)
         worst = max(worst, diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf))
     return worst
 

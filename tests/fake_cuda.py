@@ -28,7 +28,9 @@ of pinned buffers; memory an operation grows in place (``Tensor.resize_``, ``out
 the executor's operations have none); buffers an operation updates without saying so in its schema
 (batch norm's running statistics: read, for the check); and timing: every event is complete as soon
 as it is recorded, or, with ``events_complete="when waited"``, only once the host waits for it, so
-each mode checks one order of the copies, not all.
+each mode checks one order of the copies, not all. The third mode, ``events_complete="in time"``,
+times the streams (``FakeCuda``): the order its virtual clocks give is the one a GPU running every
+operation in the profile's time would take.
 """
 
 from __future__ import annotations
@@ -213,22 +215,29 @@ def _key(storage: torch.UntypedStorage) -> int:
 
 
 class FakeStream:
-    """A CUDA stream: an identity for the order check; its operations run at once."""
+    """A CUDA stream: an identity for the order check; its operations run at once. ``t``: in timed
+    mode, the virtual second its last operation issued ends."""
 
     def __init__(self, cuda: FakeCuda, name: str) -> None:
         self.cuda, self.cuda_stream = cuda, len(cuda.order.clocks)
+        self.t = 0.0
         cuda.order.add_stream(self.cuda_stream, name)
+        cuda.streams.append(self)
 
     def wait_event(self, event: FakeEvent) -> None:
         if not self.cuda.ignores(self, event):
             self.cuda.order.wait(self.cuda_stream, event.clock)
+            if event.time is not None:
+                self.t = max(self.t, event.time)
 
     def wait_stream(self, other: FakeStream) -> None:
         self.cuda.order.wait_stream(self.cuda_stream, other.cuda_stream)
+        self.t = max(self.t, other.t)
 
 
 class FakeEvent:
-    """A CUDA event: the point of a stream it was recorded at, and the host time then."""
+    """A CUDA event: the point of a stream it was recorded at, and the host time then (in timed
+    mode, ``time``: the virtual second that point is reached)."""
 
     active: FakeCuda | None = None
 
@@ -239,25 +248,34 @@ class FakeEvent:
         self.at: float | None = None
         self.recorded_before = 0  # the device synchronisations before it was recorded
         self.waited = False
+        self.time: float | None = None
 
     def record(self, stream: FakeStream | None = None) -> None:
         self.stream = stream or self.cuda.current
         self.clock = self.cuda.order.record(self.stream.cuda_stream)
         self.at, self.recorded_before, self.waited = time.perf_counter(), self.cuda.syncs, False
+        self.time = self.cuda.issue(self.stream)
 
     def synchronize(self) -> None:
         self.cuda.order.host_waits(self.clock)
         self.waited = True
+        if self.time is not None:
+            self.cuda.host_t = max(self.cuda.host_t, self.time)
 
     def query(self) -> bool:
-        done = (self.cuda.events_complete == "at once" or self.waited
-                or self.cuda.syncs > self.recorded_before)
+        if self.cuda.events_complete == "in time":
+            done = self.time is None or self.time <= self.cuda.host_t
+        else:
+            done = (self.cuda.events_complete == "at once" or self.waited
+                    or self.cuda.syncs > self.recorded_before)
         if done:
             self.synchronize()  # the host saw it complete: what it issues next comes after
         return done
 
     def elapsed_time(self, end: FakeEvent) -> float:
         assert self.at is not None and end.at is not None, "elapsed_time of an event never recorded"
+        if self.cuda.events_complete == "in time":
+            return (end.time - self.time) * 1e3
         return (end.at - self.at) * 1e3
 
 
@@ -306,6 +324,7 @@ class _Check(TorchDispatchMode):
                 held = self.cuda.refuse(int(storage.nbytes()))  # after the fact: the tensor is dropped
                 self.cuda.note_allocation(key, storage, held)
                 device[key] = storage
+        self.cuda.issue(self.cuda.current, self.cuda.link_seconds(func, args))
         self.cuda.order.launch(self.cuda.current.cuda_stream, str(func), reads, writes, fresh, device)
         return out
 
@@ -314,20 +333,36 @@ class FakeCuda:
     """``torch.cuda`` on the CPU, for as long as ``install`` is active (a pytest ``monkeypatch``).
 
     ``events_complete``: "at once" (every copy is over as soon as it is issued: the executor never
-    waits for memory) or "when waited" (an event is complete only once the host synchronised with
-    it: the executor's waits for offloads to free their memory all run). ``ignore_wait``: a
-    predicate (stream, event) naming waits to leave out, and ``ignore_record_stream``, to leave
-    out every ``record_stream``: faults, to show that the check sees them.
+    waits for memory), "when waited" (an event is complete only once the host synchronised with
+    it: the executor's waits for offloads to free their memory all run), or "in time" (timed
+    mode: ``link_bps``, the host link's (device-to-host, host-to-device) bytes per second, is
+    required). ``ignore_wait``: a predicate (stream, event) naming waits to leave out, and
+    ``ignore_record_stream``, to leave out every ``record_stream``: faults, to show that the check
+    sees them.
+
+    Timed mode is a GPU with an infinitely fast host: every stream has a virtual clock; an
+    operation starts once its stream's previous one is over and the host has issued it (the host's
+    clock moves only when it waits: an event's or the device's synchronisation); a copy between
+    pinned host memory and the device takes its bytes over the link's rate, the compute an
+    operation is ``charge``d with takes that long, every other operation no time; an event is
+    complete once the host's clock has reached the time its stream reached it; ``elapsed_time``
+    is in virtual time. So the executor's own clock measures how long its order of issue and
+    waits would take on a device that ran every operation in the profile's time.
     """
 
     TOTAL = 64 << 30
 
     def __init__(self, events_complete: str = "at once",
                  ignore_wait: Callable[[FakeStream, FakeEvent], bool] | None = None,
-                 ignore_record_stream: bool = False) -> None:
-        assert events_complete in ("at once", "when waited"), events_complete
+                 ignore_record_stream: bool = False,
+                 link_bps: tuple[float, float] | None = None) -> None:
+        assert events_complete in ("at once", "when waited", "in time"), events_complete
+        assert (events_complete == "in time") == (link_bps is not None), "timed mode, and only it, needs link_bps"
         self.events_complete = events_complete
         self.ignore_wait, self.ignore_record_stream = ignore_wait, ignore_record_stream
+        self.link_bps = link_bps
+        self.host_t = 0.0  # timed mode: the host's virtual clock
+        self.streams: list[FakeStream] = []
         self.order = StreamOrder()
         self.current = FakeStream(self, "the compute stream")
         self._host: dict[int, StorageWeakRef] = {}
@@ -344,6 +379,29 @@ class FakeCuda:
 
     def ignores(self, stream: FakeStream, event: FakeEvent) -> bool:
         return self.ignore_wait is not None and self.ignore_wait(stream, event)
+
+    # -- timed mode
+    def issue(self, stream: FakeStream, seconds: float = 0.0) -> float:
+        """An operation of ``seconds`` issued on ``stream`` now: the virtual second it ends."""
+        stream.t = max(stream.t, self.host_t) + seconds
+        return stream.t
+
+    def charge(self, seconds: float) -> None:
+        """Compute of ``seconds`` on the current stream (timed mode: the profile's time of an operation)."""
+        self.issue(self.current, seconds)
+
+    def link_seconds(self, func: Any, args: tuple) -> float:
+        """Timed mode: the seconds of a copy between pinned host memory and the device over the link;
+        0 for any other operation."""
+        if self.link_bps is None or func is not torch.ops.aten.copy_.default:
+            return 0.0
+        dst, src = args[0], args[1]
+        found_dst, found_src = _storage(dst), _storage(src)
+        to_host = found_dst is not None and self.is_host(found_dst[0])
+        from_host = found_src is not None and self.is_host(found_src[0])
+        if to_host == from_host:
+            return 0.0
+        return dst.numel() * dst.element_size() / self.link_bps[0 if to_host else 1]
 
     # -- memory
     def is_host(self, key: int) -> bool:
@@ -478,6 +536,7 @@ class FakeCuda:
     def _synchronize(self) -> None:
         self.order.synchronize()
         self.syncs += 1  # every event recorded so far is complete
+        self.host_t = max([self.host_t] + [s.t for s in self.streams])
 
     def _reset_peak(self) -> None:
         self.peak = self.allocated()

@@ -43,6 +43,20 @@ def test_lowering_is_the_blocks(profile: Profile) -> None:
     assert sum(b.size for b in blocks if not b.born_at_end) == low.op_alloc.sum()
 
 
+@SETTINGS
+@given(profile=chains(), recompute=st.booleans())
+def test_the_memory_in_use_with_everything_resident_is_the_simulators(profile: Profile, recompute: bool) -> None:
+    """``Lowered.resident_in_use``, the memory as each operation starts when no transfer runs, is the
+    simulator's: its largest is the peak of the schedule simulated without a budget (keep-all, or
+    segments of two stages recomputed), and it never falls below the weights."""
+    n = profile.n_stages
+    ops = recompute_ops(n, [(a, min(a + 2, n)) for a in range(0, n, 2)]) if recompute else training_ops(n)
+    schedule = Schedule("probe", 0, ops)
+    in_use = lower(schedule, profile).resident_in_use()
+    assert len(in_use) == len(ops) and in_use.min() >= profile.weight_bytes
+    assert in_use.max() == simulate(schedule, profile, budget=float("inf")).peak_bytes
+
+
 def test_forward_need_is_papers_004_eq_1() -> None:
     """F_i: max(x_i, saved_i) + x_{i+1} + workspace; B_i: saved_i + h_i + y_{i+1} + y_i + workspace."""
     stages = (Stage("a", "conv", 1.0, 1.0, 100, 150, 10, fwd_workspace=7, bwd_workspace=9, output_saved_bytes=20),

@@ -24,6 +24,7 @@ from harness.model import Profile, Schedule, Stage, Transfer, training_ops  # no
 from harness.plugins import registry  # noqa: E402
 from harness.protocols import Workload  # noqa: E402
 from harness.schedules import keep_all_schedule, ordered_schedule  # noqa: E402
+from harness.simulate.lowering import lower  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL, BATCH, SIZE = "builtin:tiny-cnn", 4, (3, 16, 16)
@@ -387,20 +388,23 @@ def test_a_prefetch_waits_for_the_chain_budget_where_the_cap_has_room(monkeypatc
     """H200, 2026-11-29: on CUDA a waiting prefetch went as soon as the allocator took it, under the
     cap of the device budget, so it took the margin the planner had left for the runtime and the
     allocator, and the backward after it ran out of memory (13 oom rows). Its room is now the
-    simulator's on CUDA too: the weights, the saved bytes held, the allocation of the operation
-    about to run and its own bytes within the chain's budget."""
-    chain, _ = setup()
+    simulator's on CUDA too: the chain model's memory as the operation about to run starts (every
+    saved tensor on the device, less the bytes the store has on the host: what the model holds
+    beyond the saved data, the gradients between the backwards among it, counts) and its own bytes
+    within the chain's budget."""
+    chain, profile = setup()
     execution = _waiting_execution(monkeypatch, 0)
     assert execution.weights >= chain.weight_bytes()  # every gradient counted, made yet or not
-    execution.next_op = 3
-    upcoming = int(execution.op_alloc[3])
-    assert upcoming > 0
-    held = execution.schedule.budget_bytes - execution.weights - upcoming - 400
-    execution.store.device_bytes = lambda: {(0, 2): held}
+    resident = lower(execution.schedule, profile).resident_in_use()
+    k = int(resident.argmax())  # keep-all's peak, above the budget: the store must have bytes away
+    away = int(resident[k]) + 400 - execution.schedule.budget_bytes  # the prefetch's 400 bytes fit exactly
+    assert away > 400
+    execution.next_op = k
+    monkeypatch.setattr(execution.store, "host_bytes", lambda: away)
     assert execution._room((0, 1))
-    execution.store.device_bytes = lambda: {(0, 2): held + 1}
+    monkeypatch.setattr(execution.store, "host_bytes", lambda: away - 1)
     assert not execution._room((0, 1))
-    execution.next_op = len(execution.schedule.ops)  # after the last operation: nothing about to run
+    execution.next_op = len(execution.schedule.ops)  # after the last operation: the weights and the saved bytes
     assert execution._room((0, 1))
 
 
@@ -531,13 +535,15 @@ def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
     """H200, 2026-11-29: a forward ran ahead of the offloads freeing its memory (their storages are
     shrunk at once, but the allocator reuses the bytes only when the copy is over), the reserve
     grew to the cap, and there the allocator synchronised with every copy. An operation now waits
-    as in the simulator: for the oldest offloads still copying, until its allocation fits beside
-    the weights, the saved bytes held and the offloads left; a prefetch counts them too."""
+    as in the simulator: for the oldest offloads still copying, until the chain model's memory as it
+    starts fits beside the offloads left. A prefetch that only offloads still copying keep out waits
+    for them likewise (counted until the host saw them end, it waited for the end of the operation
+    it was issued with: ``tests/test_torch_executor_timing.py``); one the budget has no room for even
+    without them waits for memory, and the host for nothing."""
     execution = _waiting_execution(monkeypatch, 0)
     budget, weights = execution.schedule.budget_bytes, execution.weights
     k = 2
-    alloc = int(execution.op_alloc[k])
-    room = budget - weights - alloc  # what the offloads in flight may hold while op k runs
+    room = budget - execution._in_use(k)  # what the offloads in flight may hold while op k runs
     log, retried = [], []
     execution._retry_prefetches = lambda: retried.append(k)
     execution.releasing = [(_Copying(log, "a"), room // 2), (_Copying(log, "b"), room // 2), (_Copying(log, "c"), 10)]
@@ -548,9 +554,11 @@ def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
     assert log == ["a"] and retried == [k]
     execution.next_op = len(execution.schedule.ops)
     execution.store.device_bytes = lambda: {(0, 2): budget - weights - 400 - room // 2 - 10 + 1}
-    assert not execution._room((0, 1))  # one byte over, counting the bytes still copying out
-    execution.releasing[0][0].done = True  # b's copy is over: its memory is free
-    assert execution._room((0, 1)) and len(execution.releasing) == 1
+    assert execution._room((0, 1))  # one byte over with the bytes still copying out: the oldest is waited for
+    assert log == ["a", "b"] and len(execution.releasing) == 1
+    execution.store.device_bytes = lambda: {(0, 2): budget - weights - 400 + 1}
+    assert not execution._room((0, 1))  # one byte over with nothing copying: no wait helps
+    assert log == ["a", "b"] and len(execution.releasing) == 1
 
 
 def test_an_offload_counts_its_blocks_whole_until_its_copy_is_over(monkeypatch):

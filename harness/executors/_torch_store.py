@@ -202,6 +202,10 @@ class SavedStore:
                 out[group] = held
         return out
 
+    def host_bytes(self) -> int:
+        """Bytes of the live blocks that are on the host now (offloaded, not yet brought back)."""
+        return sum(b.moved for refs in self._groups.values() for b in (r() for r in refs) if b is not None)
+
     def group_bytes(self, group: GroupKey) -> int:
         """Full size of the live blocks of ``group`` (wherever their bytes are)."""
         return sum(b.nbytes for b in self.blocks(group))

@@ -291,13 +291,14 @@ def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | N
         return None
 
 
-def _op_allocations(schedule: Schedule, profile: Profile) -> np.ndarray:
-    """The bytes each operation allocates at its start, as the simulator lowers them (none when
-    the schedule cannot be lowered on the profile: the executor runs it all the same)."""
+def _resident_in_use(schedule: Schedule, profile: Profile) -> np.ndarray | None:
+    """Per operation, the simulator's memory once it has started, every saved tensor on the device
+    (``Lowered.resident_in_use``); None when the schedule cannot be lowered on the profile (the
+    executor runs it all the same)."""
     try:
-        return lower(schedule, profile).op_alloc
+        return lower(schedule, profile).resident_in_use()
     except (NotImplementedError, ValueError):
-        return np.zeros(len(schedule.ops), dtype=np.int64)
+        return None
 
 
 class _Execution:
@@ -338,7 +339,7 @@ class _Execution:
         # the checkpoints the schedule moves: their Fc_i keeps x_i in the store, from Fc_i to R_i
         self.moved_checkpoints = {(tr.sub_batch, tr.stage) for tr in schedule.transfers
                                   if kinds.get((tr.sub_batch, tr.stage)) == "Fc"}
-        self.op_alloc = _op_allocations(schedule, profile)
+        self.resident = _resident_in_use(schedule, profile)
         self.weights = chain.trained_weight_bytes()  # once: summing the storages costs a millisecond
         # the first operation of each sub-batch's last stage: its output gradient goes to the device there
         first: dict[int, int] = {}
@@ -605,9 +606,12 @@ class _Execution:
         forward ran ahead of the copies freeing its memory, the allocator's reserve grew to the
         cap, and there it synchronised with every copy at once (the H200's vDNN++, capacity and
         moDNN forwards, 2026-11-29: 5-35 ms each, up to 160 ms in a stage)."""
-        if not self.releasing:
-            return
-        base = self._in_use(k)
+        if self.releasing and self._wait_for_offloads(self._in_use(k)):
+            self._retry_prefetches()  # the memory freed may let a waiting prefetch start with the operation
+
+    def _wait_for_offloads(self, base: int) -> bool:
+        """Wait on the host for the oldest offloads still copying until ``base`` bytes and theirs fit the
+        budget; whether it waited."""
         waited = False
         while self.releasing and base + self._releasing_bytes() > self.schedule.budget_bytes:
             start = time.perf_counter()
@@ -615,8 +619,7 @@ class _Execution:
             self.room_waits += 1
             self.room_wait_s += time.perf_counter() - start
             waited = True
-        if waited:
-            self._retry_prefetches()  # the memory freed may let a waiting prefetch start with the operation
+        return waited
 
     def _amount(self, nbytes: int | None, group: GroupKey) -> int | None:
         """The bytes to move of a group: the schedule's, scaled if the real group differs from the profile's."""
@@ -666,14 +669,22 @@ class _Execution:
         ``benchmarks/gpu/oom_replay.py``). On the CPU, where nothing runs out,
         every prefetch issued at the start of the backward ran at once without this."""
         need = sum(b.moved for b in self.store.blocks(group))
-        fits = self._in_use(self.next_op) + self._releasing_bytes() + need <= self.schedule.budget_bytes
-        return fits and self._may_fit(need)
+        base = self._in_use(self.next_op) + need
+        if base > self.schedule.budget_bytes:
+            return False
+        self._wait_for_offloads(base)
+        return self._may_fit(need)
 
     def _in_use(self, k: int) -> int:
-        """The simulator's memory as operation ``k`` starts, offloads in flight aside: the weights, the
-        saved bytes held and ``k``'s allocation (none past the last operation)."""
-        upcoming = int(self.op_alloc[k]) if k < len(self.op_alloc) else 0
-        return self.weights + sum(self.store.device_bytes().values()) + upcoming
+        """The simulator's memory as operation ``k`` starts (none past the last operation), offloads in
+        flight aside: with every saved tensor on the device, less the bytes the store has on the host
+        now. What the chain model holds beyond the saved data counts too (the gradients between
+        backwards, the output and its gradient, the inputs a backward reads after its stage's): with
+        the saved bytes alone, the prefetches of a backward started before the simulator's, and took
+        memory it did not have. Without a lowering, the weights and the saved bytes held."""
+        if self.resident is None or k >= len(self.resident):
+            return self.weights + sum(self.store.device_bytes().values())
+        return int(self.resident[k]) - self.store.host_bytes()
 
     def _may_fit(self, need: int) -> bool:
         """On CUDA under a cap, False when the bytes allocated now plus ``need`` are above it (a

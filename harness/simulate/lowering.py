@@ -48,6 +48,16 @@ class Lowered:
     def n_ops(self) -> int:
         return len(self.op_dur)
 
+    def resident_in_use(self) -> np.ndarray:
+        """Per operation, the simulator's memory once it has started (its allocation made) with every
+        saved tensor on the device: the weights, what the operations before it allocated and have not
+        freed (a saved tensor is freed when its backward ends) and its own allocation. A run's memory
+        at that point is this less the bytes its transfers hold on the host."""
+        freed = self.op_free + np.where(self.op_is_b & (self.op_tensor >= 0),
+                                        self.t_size[np.maximum(self.op_tensor, 0)], 0)
+        before = np.concatenate(([0], np.cumsum(self.op_alloc - freed)[:-1]))
+        return self.base_bytes + before + self.op_alloc
+
 
 def pass_sizes(batch_size: int, sub_batches: int) -> list[int]:
     """The samples of each pass when ``batch_size`` is split into ``sub_batches`` passes.

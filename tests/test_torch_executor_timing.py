@@ -34,9 +34,9 @@ from tests.test_torch_executor import plan_tight  # noqa: E402
 from tests.torch_cases import one_thread, setup  # noqa: E402,F401 (one_thread: an autouse fixture)
 
 MODELS = ["torchvision:resnet18", "torchvision:vit_b_16"]  # the GPU smoke suite's two families
-# torch-save-on-cpu's executor runs PyTorch's hooks, not a schedule's transfers: there is no schedule to time
-PLANNERS = ("vdnn-all", "vdnnpp-dyn", "greedy", "dynprog", "capacity", "modnn", "hybrid", "recompute",
-            "torch-checkpoint")
+# every bundled planner the GPU smoke suite runs but torch-save-on-cpu, whose executor runs PyTorch's
+# hooks, not the schedule's transfers
+PLANNERS = [p for p in registry().names("planner") if p != "torch-save-on-cpu"]
 
 
 def timed_cuda(monkeypatch, schedule, profile) -> FakeCuda:
@@ -59,13 +59,13 @@ def timed_cuda(monkeypatch, schedule, profile) -> FakeCuda:
     return fake
 
 
-def timed_run(monkeypatch, model: str, planner: str):
+def timed_run(monkeypatch, model: str, planner: str, duplex: bool | None = None):
     """``planner``'s schedule at a tight budget, run by the executor on the timed FakeCuda."""
     chain, profile = setup(model)
     schedule = plan_tight(profile, planner)
     fake = timed_cuda(monkeypatch, schedule, profile)
     with fake.checking():
-        run = TorchExecutor(warmup=1, iterations=1, grad_check=False).execute(schedule, profile, chain)
+        run = TorchExecutor(warmup=1, iterations=1, grad_check=False, duplex=duplex).execute(schedule, profile, chain)
     return run, fake, schedule, profile
 
 
@@ -102,19 +102,20 @@ def test_the_timed_fake_runs_streams_in_virtual_time(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the executor, timed
-@pytest.mark.parametrize("planner", [p for p in PLANNERS if p in registry().names("planner")])
+@pytest.mark.parametrize("planner,duplex", [(p, None) for p in PLANNERS] + [("vdnn-all", True), ("hybrid", True)])
 @pytest.mark.parametrize("model", MODELS)
-def test_the_executor_takes_the_simulators_time_on_a_device_that_runs_the_profile(monkeypatch, model, planner):
-    """Every planner's schedule, through the executor's CUDA path on the timed FakeCuda: the iteration
-    takes the simulator's time to a nanosecond, every operation and copy starts and ends where the
-    simulator has it (the time gap has no idle time and no compute difference), and nothing races."""
-    run, fake, schedule, profile = timed_run(monkeypatch, model, planner)
+def test_the_executor_takes_the_simulators_time_on_a_device_that_runs_the_profile(monkeypatch, model, planner, duplex):
+    """Every planner's schedule (and two on duplex copy engines), through the executor's CUDA path on
+    the timed FakeCuda: the iteration takes the simulator's time to a nanosecond, every operation
+    starts and ends where the simulator has it (the time gap has no idle time and no compute
+    difference), and nothing races."""
+    run, fake, schedule, profile = timed_run(monkeypatch, model, planner, duplex)
     assert run.status == "ok", run.message
     assert fake.races == [], "\n".join(fake.races)
-    predicted = torch_executor.predict(schedule, profile)
+    predicted = torch_executor.predict(schedule, profile, duplex)
     assert run.makespan == pytest.approx(predicted.makespan, rel=1e-9, abs=1e-12), run.metrics
     assert abs(run.metrics["prediction_error"]) < 1e-9
-    model_timeline = simulate(schedule, profile, offload_start=DEVICE_OFFLOAD_START).timeline
+    model_timeline = simulate(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START).timeline
     gap = time_gap(run.timeline, model_timeline)
     assert abs(gap.idle_s) < 1e-12 and all(abs(v) < 1e-12 for v in gap.compute_s.values()), gap
 

@@ -101,6 +101,34 @@ def test_the_timed_fake_runs_streams_in_virtual_time(monkeypatch):
     assert start.elapsed_time(ended) == pytest.approx(5.001)
 
 
+def test_a_reused_host_buffer_is_waited_for_by_the_copy_stream_not_the_host(monkeypatch):
+    """An offload that reuses the pinned buffer a prefetch read waits for that prefetch on its copy
+    stream (duplex: the prefetch ran on the other one); the host does not wait, so what it issues
+    next is not held back (it was: the forward after moDNN's offload started only once the prefetch
+    before it was over). Nothing races, and the data comes back intact."""
+    from harness.executors._torch_copies import Clock, CudaCopies, HostPool
+    from harness.executors._torch_store import Block, flat_bytes
+
+    fake = FakeCuda(events_complete="in time", link_bps=(1e6, 1e6)).install(monkeypatch)
+    nbytes = 1000  # 1 ms a copy
+    with fake.checking():
+        copies = CudaCopies(torch.device("cpu"), HostPool(pinned=True), Clock(True), duplex=True)
+        copies.clock.start(copies.compute)
+        first = Block(torch.ones(nbytes, dtype=torch.uint8).untyped_storage(), nbytes, (0, 0))
+        copies.offload([(first, nbytes)], "offload 0")
+        copies.prefetch([first], "prefetch 0")  # reads the buffer, 1-2 ms
+        data = torch.full((nbytes,), 7, dtype=torch.uint8)
+        second = Block(data.untyped_storage(), nbytes, (0, 1))
+        copies.offload([(second, nbytes)], "offload 1")  # the same buffer, once the prefetch is over
+        assert fake.host_t == 0.0
+        copies.wait(copies.prefetch([second], "prefetch 1"))
+        back = flat_bytes(second.storage).clone()
+    spans = {label: (copies.clock.seconds(a), copies.clock.seconds(b)) for label, _, a, b in copies.clock.spans}
+    assert spans["offload 1"][0] == pytest.approx(spans["prefetch 0"][1]) == pytest.approx(0.002)
+    assert torch.equal(back, torch.full((nbytes,), 7, dtype=torch.uint8))
+    assert fake.races == [], "\n".join(fake.races)
+
+
 # --------------------------------------------------------------------------- the executor, timed
 @pytest.mark.parametrize("planner,duplex", [(p, None) for p in PLANNERS] + [("vdnn-all", True), ("hybrid", True)])
 @pytest.mark.parametrize("model", MODELS)

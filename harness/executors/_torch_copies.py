@@ -31,8 +31,8 @@ from harness.executors._torch_store import Block, flat_bytes
 class HostPool:
     """Host buffers by exact size, reused across iterations (pinned on CUDA).
 
-    A buffer handed back with an event is reused only once that event has completed
-    (the copy that read it is over).
+    A buffer handed back with an event is handed out again with it: the copy that writes it next
+    waits for that event (the copy that read it is over) on its own stream, not the host.
     """
 
     def __init__(self, pinned: bool) -> None:
@@ -40,16 +40,16 @@ class HostPool:
         self._free: dict[int, list[tuple[torch.Tensor, Any]]] = {}
         self.allocated_bytes = 0
 
-    def take(self, nbytes: int) -> torch.Tensor:
-        """A host buffer of ``nbytes`` bytes (uint8)."""
+    def take(self, nbytes: int) -> tuple[torch.Tensor, Any]:
+        """A host buffer of ``nbytes`` bytes (uint8), and the event its last reader's copy recorded
+        (None for none): what writes the buffer must wait for it. A wait on the host here held back
+        the operations issued after it (moDNN's offload after a prefetch that read the buffer it
+        reuses: the next forward was issued only once that prefetch was over)."""
         free = self._free.get(nbytes)
         if free:
-            buf, event = free.pop()
-            if event is not None:
-                event.synchronize()
-            return buf
+            return free.pop()
         self.allocated_bytes += nbytes
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned), None
 
     def give(self, buf: torch.Tensor, event: Any = None) -> None:
         """Return ``buf`` to the pool, reusable once ``event`` (if any) has completed."""
@@ -121,7 +121,7 @@ class CpuCopies:
         """Move the tail of each block to a host buffer and shrink its storage."""
         start = self.clock.mark()
         for block, take in plan:
-            host = self.pool.take(take)
+            host, _ = self.pool.take(take)  # every copy is over: there is nothing to wait for
             keep = block.nbytes - block.moved - take
             host.copy_(flat_bytes(block.storage)[keep:keep + take])
             block.storage.resize_(keep)
@@ -181,11 +181,14 @@ class CudaCopies:
         """Copy the tails out after the compute issued so far; release the device bytes."""
         ready = torch.cuda.Event()
         ready.record(self.compute)
+        hosts = [self.pool.take(take) for _, take in plan]
         with torch.cuda.stream(self.d2h):
             self.d2h.wait_event(ready)
+            for _, read in hosts:
+                if read is not None:
+                    self.d2h.wait_event(read)  # the prefetch that last read the buffer is over
             start = self.clock.mark(self.d2h)
-            for block, take in plan:
-                host = self.pool.take(take)
+            for (block, take), (host, _) in zip(plan, hosts):
                 keep = block.nbytes - block.moved - take
                 flat = flat_bytes(block.storage)
                 host.copy_(flat[keep:keep + take], non_blocking=True)

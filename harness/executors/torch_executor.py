@@ -324,10 +324,21 @@ class _Execution:
         self.contexts = self._algorithms()
         self.issued: dict[tuple[int, str], list[int]] = {}
         self.waits: dict[int, list[int]] = {}
+        # the copy engines' queues, in list order (one shared, or one per direction when duplex): a copy
+        # starts once those before it on its engine have, as on the simulator's engines
+        self.engines: list[list[int]] = [[], []] if duplex else [[]]
+        self.engine_of: list[int] = []
         for j, tr in enumerate(schedule.transfers):
             self.issued.setdefault((tr.issue_op, tr.issue_at), []).append(j)
             if tr.wait_op is not None:
                 self.waits.setdefault(tr.wait_op, []).append(j)
+            engine = 1 if duplex and tr.direction == "prefetch" else 0
+            self.engine_of.append(engine)
+            self.engines[engine].append(j)
+        self.prefetches_of: dict[GroupKey, list[int]] = {}
+        for j, tr in enumerate(schedule.transfers):
+            if tr.direction == "prefetch":
+                self.prefetches_of.setdefault((tr.sub_batch, tr.stage), []).append(j)
         inputs = list(torch.tensor_split(chain.example, schedule.sub_batches))
         self.inputs = inputs
         self.grads: list[torch.Tensor] | None = None
@@ -349,7 +360,7 @@ class _Execution:
         self.grad_at = {k: sb for sb, k in first.items()}
         self.staged_grads: dict[int, torch.Tensor] = {}
         self.releasing: list[tuple[Any, int]] = []
-        self.pending_prefetches: dict[GroupKey, int] = {}  # waiting for memory, in issue order
+        self._reset_queues()
         self._reset_counts()  # room_waits, room_wait_s: operations' host waits for offloads (_make_room)
         self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
@@ -463,9 +474,7 @@ class _Execution:
         self.store.clear()
         self.staged_grads.clear()
         self.releasing = []  # offloads in flight on CUDA: (their event, bytes)
-        self.pending_offloads: dict[GroupKey, list[int]] = {}
-        self.pending_prefetches: dict[GroupKey, int] = {}
-        self.forwarded: set[GroupKey] = set()
+        self._reset_queues()
         if record:
             self.record.held, self.record.held_before, self.record.group_bytes = [], [], {}
         torch.manual_seed(self.ex.seed)
@@ -483,6 +492,7 @@ class _Execution:
                 self._make_room(k)
                 self._issue(k, "start")
                 for j in self.waits.get(k, ()):
+                    self._submit_through(j)
                     self.copies.wait(self.handles.get(j))
                 group = (op.sub_batch, op.stage)
                 if op.kind == "B" or (op.kind == "R" and group in self.moved_checkpoints):
@@ -550,28 +560,63 @@ class _Execution:
             self.staged_grads[sb] = self.grads[sb].to(self.chain.device, non_blocking=True)
 
     # -- transfers
+    def _reset_queues(self) -> None:
+        self.ready: set[int] = set()  # transfers whose issue point has passed
+        self.heads = [0] * len(self.engines)  # per engine, the first transfer not yet started
+        self.forwarded: set[GroupKey] = set()  # groups whose forward has produced their saved data
+        self.late_offloads: dict[GroupKey, list[int]] = {}  # started out of order, for their forward's end
+
     def _issue(self, k: int, at: str) -> None:
-        for j in self.issued.get((k, at), ()):
-            tr = self.schedule.transfers[j]
-            group = (tr.sub_batch, tr.stage)
-            if self.native:
-                continue  # PyTorch's own hooks do the copies
-            if tr.direction == "offload":
-                if group in self.forwarded:
+        if self.native:
+            return  # PyTorch's own hooks do the copies
+        self.ready.update(self.issued.get((k, at), ()))
+        self._start_copies()
+
+    def _start_copies(self) -> None:
+        """Start, on each engine in list order, every transfer that may: issued, and an offload once its
+        forward has produced the data, a prefetch once the budget has room for it (``_prefetch``). The
+        first that may not holds back those after it, as on the simulator's engine."""
+        for engine, queue in enumerate(self.engines):
+            while self.heads[engine] < len(queue):
+                j = queue[self.heads[engine]]
+                tr = self.schedule.transfers[j]
+                if j not in self.ready:
+                    break
+                if tr.direction == "offload":
+                    if (tr.sub_batch, tr.stage) not in self.forwarded:
+                        break
                     self._offload(j)
-                else:
-                    self.pending_offloads.setdefault(group, []).append(j)
-            elif self.pending_prefetches:
-                self.pending_prefetches[group] = j  # behind the one waiting for memory: copies go in order
+                elif not self._prefetch(j):
+                    break
+                self.heads[engine] += 1
+
+    def _submit_through(self, j: int) -> None:
+        """Transfer ``j`` started, and every one before it on its engine, now (an operation waits for it):
+        prefetches forced (``_force_prefetch``), an offload whose forward has not run yet left for its end."""
+        if self.native:
+            return
+        engine = self.engine_of[j]
+        queue = self.engines[engine]
+        position = queue.index(j)
+        while self.heads[engine] <= position:
+            jj = queue[self.heads[engine]]
+            tr = self.schedule.transfers[jj]
+            group = (tr.sub_batch, tr.stage)
+            if tr.direction == "prefetch":
+                self._force_prefetch(jj)
+            elif group in self.forwarded:
+                self._offload(jj)
             else:
-                self._prefetch(j)
+                self.late_offloads.setdefault(group, []).append(jj)
+            self.heads[engine] += 1
 
     def _after_forward(self, sb: int, stage: int) -> None:
-        """The stage's saved data exists: offloads issued before it go now."""
+        """The stage's saved data exists: offloads issued before it may go now."""
         group = (sb, stage)
         self.forwarded.add(group)
-        for j in self.pending_offloads.pop(group, ()):
+        for j in self.late_offloads.pop(group, ()):
             self._offload(j)
+        self._start_copies()
 
     def _forward_end(self, sb: int, stage: int, output: torch.Tensor | None) -> None:
         self.store.end_forward(sb, stage, output, last=output is None)
@@ -639,23 +684,30 @@ class _Execution:
         group = (tr.sub_batch, tr.stage)
         blocks = [b for b in self.store.blocks(group) if b.moved]
         if not blocks:
-            self.pending_prefetches.pop(group, None)
             return True
         if not (force or self._room(group)):
-            self.pending_prefetches[group] = j
             return False
         try:
             self.handles[j] = self.copies.prefetch(blocks, f"prefetch {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
         except torch.OutOfMemoryError:
-            self.pending_prefetches[group] = j  # waits for memory (vDNN++'s blocking allocation)
-            return False
-        self.pending_prefetches.pop(group, None)
+            return False  # waits for memory (vDNN++'s blocking allocation)
         return True
 
+    def _force_prefetch(self, j: int) -> None:
+        """Prefetch ``j`` now, whatever the budget says (on the CPU over the budget if it must, where the
+        peak says so and ``emulate_budget`` refuses it; on CUDA after a device synchronisation, or out of
+        memory)."""
+        if not self._prefetch(j, force=True):
+            self.copies.synchronize()  # every offload done: all the memory they free is free
+            gc.collect()
+            if not self._prefetch(j, force=True):
+                tr = self.schedule.transfers[j]
+                raise torch.OutOfMemoryError(
+                    f"the prefetch of stage {tr.stage} (sub-batch {tr.sub_batch}) does not fit in the budget before its backward")
+
     def _retry_prefetches(self) -> None:
-        for j in list(self.pending_prefetches.values()):
-            if not self._prefetch(j):
-                break  # the copies go in issue order, as on the simulator's copy engine
+        """After an operation, or once memory came free: the copies that may start now."""
+        self._start_copies()
 
     def _room(self, group: GroupKey) -> bool:
         """The simulator's rule for a prefetch (``harness.simulate.reference``): it starts when the
@@ -696,17 +748,11 @@ class _Execution:
         return torch.cuda.memory_allocated(self.chain.device) + need <= self.limit_bytes
 
     def _resident(self, group: GroupKey) -> None:
-        """Before B of ``group`` (R, for a moved checkpoint): its data back (forcing a prefetch that
-        waited for memory: on the CPU over the budget if it must, where the peak says so and
-        ``emulate_budget`` refuses it; on CUDA after a device synchronisation, or out of memory),
-        then wait for it."""
-        j = self.pending_prefetches.get(group)
-        if j is not None and not self._prefetch(j, force=True):
-            self.copies.synchronize()  # every offload done: all the memory they free is free
-            gc.collect()
-            if not self._prefetch(j, force=True):
-                raise torch.OutOfMemoryError(
-                    f"the prefetch of stage {group[1]} (sub-batch {group[0]}) does not fit in the budget before its backward")
+        """Before B of ``group`` (R, for a moved checkpoint): its data back (its prefetches, and those
+        before them on their engine, forced if they waited), then wait for it."""
+        for j in self.prefetches_of.get(group, ()):
+            if self.heads[self.engine_of[j]] <= self.engines[self.engine_of[j]].index(j):
+                self._submit_through(j)
         waited: set[int] = set()
         for block in self.store.blocks(group):
             if block.ready is not None and id(block.ready) not in waited:

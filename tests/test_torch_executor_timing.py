@@ -154,7 +154,7 @@ def test_the_executor_takes_the_simulators_time_on_a_device_that_runs_the_profil
     assert abs(gap.idle_s) < 1e-12 and all(abs(v) < 1e-12 for v in gap.compute_s.values()), gap
 
 
-def _room_counting_offloads_as_seen(self, group) -> bool:
+def _room_counting_offloads_as_seen(self, group, j=None) -> bool:
     """The prefetch's room as it was: offloads count as copying until the host sees them end."""
     need = sum(b.moved for b in self.store.blocks(group))
     return self._in_use(self.next_op) + self._releasing_bytes() + need <= self.schedule.budget_bytes
@@ -179,13 +179,14 @@ def h200_ratios(model: str) -> Profile:
 
 @pytest.mark.parametrize("model,planner,fraction", [
     ("torchvision:vit_b_16", "vdnn-all", 0.25), ("torchvision:vit_b_16", "vdnnpp-dyn", 0.75),
-    ("torchvision:vit_b_16", "modnn", 0.25), ("torchvision:resnet50", "modnn", 0.75),
+    ("torchvision:resnet50", "modnn", 0.25), ("torchvision:resnet50", "modnn", 0.75),
     ("torchvision:resnet50", "hybrid", 0.25)])
 def test_at_the_h200s_ratio_of_copy_to_compute_too(monkeypatch, model, planner, fraction):
     """The smoke suite's models with the H200's stage times (``h200_ratios``), at a quarter or three
     quarters of the span as the smoke suite budgets them: the executor takes the simulator's time.
-    Before, these rows came out +28.5% (vdnn-all), +33.4% (vdnnpp-dyn), +2.5% (moDNN: transfers in
-    issue order, not list order), -0.6% (moDNN: the same) and 0 (hybrid)."""
+    Before, these rows came out +28.5% (vdnn-all), +33.4% (vdnnpp-dyn), +0.8% (moDNN: the host waited
+    for an offload before a forward that the simulator runs meanwhile), -0.6% (moDNN: transfers in
+    issue order, not list order) and 0 (hybrid)."""
     profile = h200_ratios(model)
     chain, _ = setup(model)
     lo, hi = min_memory(profile), peak_memory(profile)

@@ -66,7 +66,8 @@ from harness.executors.grad_check import ReferenceCache, gradient_error
 from harness.memory import movable_bytes, stage_memory
 from harness.model import DEVICE_OFFLOAD_START, Profile, Run, Schedule, TimelineEvent, chosen_algorithms, duplex_of
 from harness.protocols import Workload
-from harness.simulate.lowering import lower, pass_profiles, stage_profile
+from harness.simulate.lowering import pass_profiles, stage_profile
+from harness.simulate.reference import Timing
 
 
 class ScheduleMismatch(MembudgetError):
@@ -291,14 +292,18 @@ def _safe_predict(schedule: Schedule, profile: Profile, duplex: bool) -> Run | N
         return None
 
 
-def _resident_in_use(schedule: Schedule, profile: Profile) -> np.ndarray | None:
+def _simulated(schedule: Schedule, profile: Profile, duplex: bool) -> tuple[np.ndarray | None, Timing | None]:
     """Per operation, the simulator's memory once it has started, every saved tensor on the device
-    (``Lowered.resident_in_use``); None when the schedule cannot be lowered on the profile (the
+    (``Lowered.resident_in_use``), and the simulator's timing of the schedule as this executor runs
+    it (None where it gets stuck); both None when the schedule cannot be lowered on the profile (the
     executor runs it all the same)."""
+    from harness.simulate.executor import timing
+
     try:
-        return lower(schedule, profile).resident_in_use()
+        low, tm = timing(schedule, profile, duplex=duplex, offload_start=DEVICE_OFFLOAD_START)
     except (NotImplementedError, ValueError):
-        return None
+        return None, None
+    return low.resident_in_use(), (tm if tm.ok else None)
 
 
 class _Execution:
@@ -350,7 +355,7 @@ class _Execution:
         # the checkpoints the schedule moves: their Fc_i keeps x_i in the store, from Fc_i to R_i
         self.moved_checkpoints = {(tr.sub_batch, tr.stage) for tr in schedule.transfers
                                   if kinds.get((tr.sub_batch, tr.stage)) == "Fc"}
-        self.resident = _resident_in_use(schedule, profile)
+        self.resident, self.planned = _simulated(schedule, profile, duplex)
         self.weights = chain.trained_weight_bytes()  # once: summing the storages costs a millisecond
         # the first operation of each sub-batch's last stage: its output gradient goes to the device there
         first: dict[int, int] = {}
@@ -685,7 +690,7 @@ class _Execution:
         blocks = [b for b in self.store.blocks(group) if b.moved]
         if not blocks:
             return True
-        if not (force or self._room(group)):
+        if not (force or self._room(group, j)):
             return False
         try:
             self.handles[j] = self.copies.prefetch(blocks, f"prefetch {tr.stage}" + (f"/{tr.sub_batch}" if tr.sub_batch else ""))
@@ -709,7 +714,7 @@ class _Execution:
         """After an operation, or once memory came free: the copies that may start now."""
         self._start_copies()
 
-    def _room(self, group: GroupKey) -> bool:
+    def _room(self, group: GroupKey, j: int | None = None) -> bool:
         """The simulator's rule for a prefetch (``harness.simulate.reference``): it starts when the
         weights, the saved bytes held, the allocation of the operation about to run (the compute
         stream is served first) and its own moved bytes fit the schedule's budget.
@@ -724,8 +729,21 @@ class _Execution:
         base = self._in_use(self.next_op) + need
         if base > self.schedule.budget_bytes:
             return False
+        if j is not None and self._after_next_op(j) and base + self._releasing_bytes() > self.schedule.budget_bytes:
+            return False  # tried again once the operation is issued: the host waits for nothing before it
         self._wait_for_offloads(base)
         return self._may_fit(need)
+
+    def _after_next_op(self, j: int) -> bool:
+        """Whether the simulator starts transfer ``j`` past the middle of the operation about to run.
+        Such a prefetch, kept out only by offloads still copying, is left for later: a host wait for
+        those offloads before the operation would hold it back (by up to the time from its start to
+        the prefetch's), and after it the prefetch's copy follows it (by up to the time from the
+        prefetch's start to its end, ``CudaCopies.prefetch``), so the wait goes where it costs less."""
+        if self.planned is None or self.next_op >= len(self.schedule.ops):
+            return False
+        k = self.next_op
+        return float(self.planned.tr_start[j]) > (float(self.planned.op_start[k]) + float(self.planned.op_end[k])) / 2
 
     def _in_use(self, k: int) -> int:
         """The simulator's memory as operation ``k`` starts (none past the last operation), offloads in

@@ -435,7 +435,7 @@ def test_prefetches_go_in_list_order_behind_one_waiting_for_memory(monkeypatch, 
     tried = []
     monkeypatch.setattr(execution, "_prefetch", lambda j, force=False: tried.append(j) or False)
     execution.heads, execution.ready = [first], {first}  # the offloads are over; the first prefetch issued
-    execution._retry_prefetches()
+    execution._start_copies()
     assert tried == [first]  # it does not fit
     execution.issued = {(0, "start"): [later]}
     execution._issue(0, "start")
@@ -570,7 +570,7 @@ def test_an_operation_waits_for_the_offloads_that_free_its_memory(monkeypatch):
     k = 2
     room = budget - execution._in_use(k)  # what the offloads in flight may hold while op k runs
     log, retried = [], []
-    execution._retry_prefetches = lambda: retried.append(k)
+    execution._start_copies = lambda: retried.append(k)
     execution.releasing = [(_Copying(log, "a"), room // 2), (_Copying(log, "b"), room // 2), (_Copying(log, "c"), 10)]
     execution._make_room(k)
     assert log == ["a"]  # one wait is enough: b and c fit beside op k

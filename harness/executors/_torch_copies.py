@@ -52,7 +52,7 @@ class HostPool:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned), None
 
     def give(self, buf: torch.Tensor, event: Any = None) -> None:
-        """Return ``buf`` to the pool, reusable once ``event`` (if any) has completed."""
+        """Return ``buf`` to the pool with ``event`` (if any), which its next writer waits for."""
         self._free.setdefault(buf.numel(), []).append((buf, event))
 
     def clear(self) -> None:

@@ -333,15 +333,16 @@ class _Execution:
         # starts once those before it on its engine have, as on the simulator's engines
         self.engines: list[list[int]] = [[], []] if duplex else [[]]
         self.engine_of: list[int] = []
+        self.position: list[int] = []  # each transfer's place in its engine's queue
+        self.prefetches_of: dict[GroupKey, list[int]] = {}
         for j, tr in enumerate(schedule.transfers):
             self.issued.setdefault((tr.issue_op, tr.issue_at), []).append(j)
             if tr.wait_op is not None:
                 self.waits.setdefault(tr.wait_op, []).append(j)
             engine = 1 if duplex and tr.direction == "prefetch" else 0
             self.engine_of.append(engine)
+            self.position.append(len(self.engines[engine]))
             self.engines[engine].append(j)
-        self.prefetches_of: dict[GroupKey, list[int]] = {}
-        for j, tr in enumerate(schedule.transfers):
             if tr.direction == "prefetch":
                 self.prefetches_of.setdefault((tr.sub_batch, tr.stage), []).append(j)
         inputs = list(torch.tensor_split(chain.example, schedule.sub_batches))
@@ -523,7 +524,7 @@ class _Execution:
                 self.clock.span(op.label, "compute", start, self.clock.mark(stream))
                 self.next_op = k + 1
                 self._issue(k, "end")
-                self._retry_prefetches()
+                self._start_copies()
                 self._account(record)
             self.copies.join()
             end = self.clock.mark(stream)
@@ -602,8 +603,7 @@ class _Execution:
             return
         engine = self.engine_of[j]
         queue = self.engines[engine]
-        position = queue.index(j)
-        while self.heads[engine] <= position:
+        while self.heads[engine] <= self.position[j]:
             jj = queue[self.heads[engine]]
             tr = self.schedule.transfers[jj]
             group = (tr.sub_batch, tr.stage)
@@ -657,7 +657,7 @@ class _Execution:
         cap, and there it synchronised with every copy at once (the H200's vDNN++, capacity and
         moDNN forwards, 2026-11-29: 5-35 ms each, up to 160 ms in a stage)."""
         if self.releasing and self._wait_for_offloads(self._in_use(k)):
-            self._retry_prefetches()  # the memory freed may let a waiting prefetch start with the operation
+            self._start_copies()  # the memory freed may let a waiting prefetch start with the operation
 
     def _wait_for_offloads(self, base: int) -> bool:
         """Wait on the host for the oldest offloads still copying until ``base`` bytes and theirs fit the
@@ -709,10 +709,6 @@ class _Execution:
                 tr = self.schedule.transfers[j]
                 raise torch.OutOfMemoryError(
                     f"the prefetch of stage {tr.stage} (sub-batch {tr.sub_batch}) does not fit in the budget before its backward")
-
-    def _retry_prefetches(self) -> None:
-        """After an operation, or once memory came free: the copies that may start now."""
-        self._start_copies()
 
     def _room(self, group: GroupKey, j: int | None = None) -> bool:
         """The simulator's rule for a prefetch (``harness.simulate.reference``): it starts when the
@@ -769,8 +765,7 @@ class _Execution:
         """Before B of ``group`` (R, for a moved checkpoint): its data back (its prefetches, and those
         before them on their engine, forced if they waited), then wait for it."""
         for j in self.prefetches_of.get(group, ()):
-            if self.heads[self.engine_of[j]] <= self.engines[self.engine_of[j]].index(j):
-                self._submit_through(j)
+            self._submit_through(j)  # nothing to do where it has started
         waited: set[int] = set()
         for block in self.store.blocks(group):
             if block.ready is not None and id(block.ready) not in waited:

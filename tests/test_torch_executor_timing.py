@@ -30,6 +30,7 @@ from harness.executors import torch_executor  # noqa: E402
 from harness.executors._torch_chain import ChainPass  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
 from harness.bounds import min_memory, peak_memory  # noqa: E402
+from harness.errors import InfeasibleBudget  # noqa: E402
 from harness.model import DEVICE_OFFLOAD_START, Profile, load  # noqa: E402
 from harness.plugins import registry  # noqa: E402
 from harness.simulate.executor import simulate  # noqa: E402
@@ -177,26 +178,46 @@ def h200_ratios(model: str) -> Profile:
                    h2d_bandwidth=big.h2d_bandwidth * ratio, variants=())
 
 
-@pytest.mark.parametrize("model,planner,fraction", [
-    ("torchvision:vit_b_16", "vdnn-all", 0.25), ("torchvision:vit_b_16", "vdnnpp-dyn", 0.75),
-    ("torchvision:resnet50", "modnn", 0.25), ("torchvision:resnet50", "modnn", 0.75),
-    ("torchvision:resnet50", "hybrid", 0.25)])
-def test_at_the_h200s_ratio_of_copy_to_compute_too(monkeypatch, model, planner, fraction):
+# What the executor still departs by at these ratios, and why (docs/gpu.md, "What the check still
+# shows"): a prefetch the simulator starts in the middle of an operation, the instant an offload before
+# it on the engine frees its memory; the executor allocates a prefetch's memory when it issues it, so it
+# can only have the host wait for that offload before the operation or issue the prefetch after it.
+STILL_DEPARTS = {
+    ("torchvision:vit_b_16", "modnn", 0.25): 0.002,  # +0.18%: the prefetch of stage 22, in B25
+    ("torchvision:vit_b_16", "vdnn-chain", 0.75): 0.004,  # +0.37%: the prefetch of stage 25, in B26
+}
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.75])
+@pytest.mark.parametrize("model", ["torchvision:resnet50", "torchvision:vit_b_16"])
+def test_at_the_h200s_ratio_of_copy_to_compute_too(monkeypatch, model, fraction):
     """The smoke suite's models with the H200's stage times (``h200_ratios``), at a quarter or three
-    quarters of the span as the smoke suite budgets them: the executor takes the simulator's time.
-    Before, these rows came out +28.5% (vdnn-all), +33.4% (vdnnpp-dyn), +0.8% (moDNN: the host waited
-    for an offload before a forward that the simulator runs meanwhile), -0.6% (moDNN: transfers in
-    issue order, not list order) and 0 (hybrid)."""
+    quarters of the span as the smoke suite budgets them: every planner's schedule that fits takes the
+    simulator's time, but for the two departures of ``STILL_DEPARTS``, each within its bound. Before,
+    vdnn-all and vdnnpp-dyn came out +8-9% (ResNet-50) and +28-33% (ViT-B/16), moDNN +0.8% (the host
+    waited for an offload before a forward that the simulator runs meanwhile) and -0.6% (transfers in
+    issue order, not list order) on ResNet-50, and +2.5% on ViT-B/16."""
     profile = h200_ratios(model)
     chain, _ = setup(model)
     lo, hi = min_memory(profile), peak_memory(profile)
-    schedule = registry().planner(planner).plan(profile, int(lo + fraction * (hi - lo)))
-    fake = timed_cuda(monkeypatch, schedule, profile)
-    with fake.checking():
-        run = TorchExecutor(warmup=1, iterations=1, grad_check=False).execute(schedule, profile, chain)
-    assert run.status == "ok", run.message
-    assert abs(run.metrics["prediction_error"]) < 1e-9, run.metrics["prediction_error"]
-    assert fake.races == [], "\n".join(fake.races)
+    errors, refused = {}, []
+    for planner in PLANNERS:
+        try:
+            schedule = registry().planner(planner).plan(profile, int(lo + fraction * (hi - lo)))
+        except InfeasibleBudget:
+            refused.append(planner)
+            continue
+        with monkeypatch.context() as patched:
+            fake = timed_cuda(patched, schedule, profile)
+            with fake.checking():
+                run = TorchExecutor(warmup=1, iterations=1, grad_check=False).execute(schedule, profile, chain)
+        assert run.status == "ok", (planner, run.message)
+        assert fake.races == [], "\n".join(fake.races)
+        errors[planner] = run.metrics["prediction_error"]
+    assert len(errors) >= len(PLANNERS) // 2, refused  # the sweep ran most of the planners
+    off = {p: e for p, e in errors.items()
+           if not abs(e) <= STILL_DEPARTS.get((model, p, fraction), 1e-9)}
+    assert not off, off
 
 
 FAULTS = {

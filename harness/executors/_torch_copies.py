@@ -4,7 +4,8 @@
 one per direction when ``duplex``), into and out of pinned host buffers from a pool
 that is reused across iterations. A copy is ordered after the compute it depends on
 with an event; the compute stream waits for a copy only where the schedule says so
-(``Transfer.wait_op``) or before a backward that reads the data. A storage that a copy
+(``Transfer.wait_op``), before a backward that reads the data, or, for a block that kept its
+head on the device, before a prefetch regrows it (its offload's shrink must be over). A storage that a copy
 still reads is released with ``record_stream``, so the caching allocator reuses its
 memory only once both the copy and the compute that wrote it are done (the
 simulator's rule: an offload releases at max(copy end, end of F_i), papers/004
@@ -163,7 +164,8 @@ class CpuCopies:
 
 
 class CudaCopies:
-    """Copies on side CUDA streams with events; the compute stream waits only where told."""
+    """Copies on side CUDA streams with events; the compute stream waits where told and before it
+    regrows a block whose offload kept its head (``prefetch``)."""
 
     cuda = True
 

@@ -66,7 +66,7 @@ class Block:
     packed_by: set[int] = field(default_factory=set)
     host: torch.Tensor | None = None
     moved: int = 0
-    ready: object = None  # event after which the device bytes are valid (a prefetch's copy)
+    ready: object = None  # event of the last copy of the block (its offload's, then its prefetch's)
 
     @property
     def device_bytes(self) -> int:

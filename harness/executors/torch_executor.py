@@ -11,11 +11,15 @@ It trains with exactly the schedule's decisions, operation by operation in
 - a transfer is issued at the start or end of its ``issue_op``; an offload whose data
   is not produced yet (issued at the start of F_i) goes when F_i is over; offloads and
   prefetches run on side CUDA streams into pinned host buffers reused across
-  iterations (``_torch_copies``); the compute stream waits for a copy only before its
-  ``wait_op`` (vDNN's per-layer synchronisation) and before the backward that reads
-  the data (before R_i for a checkpoint: a transfer of an ``Fc`` stage moves the input
-  x_i that Fc_i keeps, held in the store as a block of the stage from Fc_i to R_i); a prefetch that does not fit waits for memory: it is retried at every
-  later operation and forced (after a device synchronisation) before its backward;
+  iterations (``_torch_copies``), each engine's in list order; the compute stream waits
+  for a copy only before its ``wait_op`` (vDNN's per-layer synchronisation), before the
+  backward that reads the data (before R_i for a checkpoint: a transfer of an ``Fc``
+  stage moves the input x_i that Fc_i keeps, held in the store as a block of the stage
+  from Fc_i to R_i) and, for a block that kept its head, before the prefetch regrows it
+  (its offload must be over); a prefetch that does not fit waits for memory, holding back
+  the copies listed after it on its engine: it is retried after every later operation and
+  forced before its ``wait_op``, its backward, or a later copy on its engine that an
+  operation waits for (with a device synchronisation only if the allocator refuses it);
 - B_i runs the backward of stage i from its output's gradient to its input's;
 - sub-batches are gradient accumulation (``Schedule.sub_batches``: the batch split in
   that many parts, gradients summed);
@@ -28,11 +32,14 @@ It trains with exactly the schedule's decisions, operation by operation in
   transfers then do not run: PyTorch's hooks copy everything).
 
 The budget is enforced for real on CUDA (``torch.cuda.set_per_process_memory_fraction``):
-an out-of-memory is a Run with status ``oom``. On both devices a prefetch waits, in issue
-order, until the weights, the saved data held, the offloads still copying, the allocation of
-the operation about to run and its own bytes fit the schedule's (chain) budget, the
-simulator's rule, and is forced when its backward needs it; on CUDA an operation likewise
-waits for the oldest offloads still copying until its allocation fits. On the CPU the same code runs with host memory standing in for device
+an out-of-memory is a Run with status ``oom``. On both devices a prefetch waits, in list
+order on its engine, until the simulator's memory as the operation about to run starts
+(every saved tensor on the device, less the bytes the store has on the host:
+``Lowered.resident_in_use``) and its own bytes fit the schedule's (chain) budget; where only
+offloads still copying keep it out, the host waits for the oldest of them, unless the
+simulator starts the prefetch past the middle of that operation (then it is tried again once
+the operation is issued). On CUDA an operation likewise waits for the oldest offloads still
+copying until its allocation fits. On the CPU the same code runs with host memory standing in for device
 memory; ``emulate_budget`` then checks the bytes held (weights + saved data, measured on the
 storages) against the budget after every operation.
 
@@ -367,7 +374,7 @@ class _Execution:
         self.staged_grads: dict[int, torch.Tensor] = {}
         self.releasing: list[tuple[Any, int]] = []
         self._reset_queues()
-        self._reset_counts()  # room_waits, room_wait_s: operations' host waits for offloads (_make_room)
+        self._reset_counts()  # room_waits, room_wait_s: host waits for offloads (_wait_for_offloads)
         self.next_op = 0  # the operation the compute stream runs next (a prefetch's room counts its allocation)
 
     # -- setup
@@ -651,7 +658,7 @@ class _Execution:
 
     def _make_room(self, k: int) -> None:
         """The simulator's rule for an operation: it starts once its allocation fits the budget
-        beside the weights, the saved bytes held and the offloads still copying; so wait (on the
+        beside the memory in use as it starts (``_in_use``) and the offloads still copying; so wait (on the
         host, where the allocator decides) for the oldest offloads until it fits. Without this a
         forward ran ahead of the copies freeing its memory, the allocator's reserve grew to the
         cap, and there it synchronised with every copy at once (the H200's vDNN++, capacity and
@@ -712,8 +719,11 @@ class _Execution:
 
     def _room(self, group: GroupKey, j: int | None = None) -> bool:
         """The simulator's rule for a prefetch (``harness.simulate.reference``): it starts when the
-        weights, the saved bytes held, the allocation of the operation about to run (the compute
-        stream is served first) and its own moved bytes fit the schedule's budget.
+        memory in use as the operation about to run starts (``_in_use``: its allocation counts, the
+        compute stream is served first), the offloads still copying and its own moved bytes fit the
+        schedule's budget. Where only those offloads keep it out, the host waits for the oldest of
+        them (``_wait_for_offloads``), unless the simulator starts it past the middle of that
+        operation (``_after_next_op``): then it is left for the next try.
 
         The budget is the chain's (``Schedule.budget_bytes``), on CUDA too, where the allocator's cap
         is the device budget above it (the runtime's bytes and the allocator's fragmentation):
@@ -823,7 +833,8 @@ class _Execution:
             metrics["max_memory_reserved"] = int(torch.cuda.max_memory_reserved(self.chain.device))
             if self.cap is not None:
                 metrics["memory_fraction"] = self.cap
-            # the operations' host waits for offloads to free their memory, over the timed iterations
+            # the host's waits for offloads to free their memory (before an operation or a prefetch),
+            # over the timed iterations
             metrics["room_waits"] = int(self.room_waits)
             metrics["room_wait_s"] = self.room_wait_s
             peak = int(metrics["max_memory_allocated"])

@@ -74,10 +74,9 @@ def min_memory(profile: Profile, memory_optimal: bool = False) -> int:
 
 
 def _stage_needs(profile: Profile, i: int, algorithm: int) -> tuple[int, int]:
-    choice = [-1] * profile.n_stages
-    choice[i] = algorithm
-    needs = op_needs(profile, choice)
-    return needs[2 * i][1], needs[2 * i + 1][1]
+    """F_i's and B_i's needs (``op_needs``) with stage i on ``algorithm``: they depend on its own alone."""
+    m = stage_memory(profile, i, algorithm)
+    return profile.weight_bytes + m.forward_need, profile.weight_bytes + m.backward_need
 
 
 _HUGE = 2**50  # a workspace larger than any profile's memory: the peak is then at its operation

@@ -610,6 +610,10 @@ def run_table(frame) -> Any:
             cells[bound] = "-"  # no schedule runs below the weights: a finite bound would read as reachable
         if row["status"] != "ok":
             cells[status] = f"[red]{cells[status]}[/red]"
+        if row["status"] == "error":  # what a refused or broken run held is no measure of the schedule
+            for title, col in columns:
+                if col in ("peak_bytes", "moved_bytes"):
+                    cells[columns.index((title, col))] = "-"
         key = tuple(row[k] for k in UNIT_KEY)
         for a in allocators:
             placed = arenas[a].get(key)
@@ -623,8 +627,9 @@ def run_table(frame) -> Any:
     return table
 
 
-def failure_lines(frame, width: int = 160) -> list[str]:
-    """One line per case that did not run (oom, error, invalid...): its id and why, shortened.
+def failure_lines(frame, width: int = 400) -> list[str]:
+    """One line per case that did not run (oom, error, invalid...): its id and why, shortened past
+    ``width`` characters (a CUDA out-of-memory's advice on the allocator; rows.csv keeps it whole).
 
     Infeasible budgets are left out: the table says them and their reason is always the
     same kind ("needs at least N bytes").
@@ -675,7 +680,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     per_line = f", {len(lines)} lines of {len(allocators)} allocators each" if len(allocators) > 1 else ""
     console.print(f"{len(frame)} rows{per_line} ({summary}); ran {outcome.ran} now, {outcome.skipped} already done")
     for line in failure_lines(frame):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line each, even in a file
     for note in [*outcome.notes, *above]:
         if note not in told:
             console.print(f"note: {note}", markup=False, highlight=False)

@@ -264,6 +264,10 @@ class Registry:
                         + ", ".join(sorted(self.names(kind))))
             elif close := close_names(name, self.names(kind), n=1):
                 hint = f"did you mean {close[0]!r}? available: " + ", ".join(sorted(self.names(kind)))
+            elif kind in ("planner", "allocator"):
+                hint = ("available: " + (", ".join(sorted(self.names(kind))) or "(none registered)")
+                        + "; the methods bundled with membudget are packages of their own: pip install -e "
+                          "plugins/<method> from its source (README.md, \"On a fresh machine\")")
             raise UnknownPlugin(kind, name, self.names(kind), hint=hint) from None
 
     def profiler(self, name: str) -> Any:

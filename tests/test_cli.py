@@ -1044,6 +1044,26 @@ def test_run_table_names_the_executor_when_a_suite_has_several():
     assert "executor" in lines[0] and "torch" in lines[2] and "simulate" in lines[1]
 
 
+def test_an_error_rows_peak_is_left_out_of_the_run_table_and_an_ooms_is_not():
+    """A schedule the validator refused ran only up to its failure: its peak, below the budget it broke
+    (QA, 2026-12-01: "peak 506.49 MiB" beside a budget of 579.22 MiB), is no measure of it. An oom row's
+    is the bytes the device held when it failed, which the table keeps."""
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.cli import run_table
+
+    frame = pd.DataFrame([
+        _rows(status="error", message="invalid schedule: F4 allocates ...", peak_bytes=531093504, moved_bytes=7 * 2**20),
+        _rows(status="oom", case_id="m/b8/3x8x8/greedy/f0.5/torch", executor="torch", peak_bytes=3 * 2**30)])
+    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console.print(run_table(frame))
+    header, error, oom = console.export_text().splitlines()[:3]
+    assert "peak" in header and "moved" in header
+    assert "506.49 MiB" not in error and "7.00 MiB" not in error and "error" in error
+    assert "3.00 GiB" in oom
+
+
 def test_run_table_names_every_case_key_that_varies():
     """QA (2026-11-28): two input sizes (or seeds, or repeats) of one planner and budget printed as two lines
     with nothing to tell them apart."""
@@ -1078,6 +1098,22 @@ def test_failures_are_listed_with_their_message_and_infeasible_budgets_are_not()
     assert lines[0].startswith("oom: m/oom: out of memory under the budget of 10 bytes: CUDA out of memory.")
     assert lines[0].endswith("...") and len(lines[0]) <= len("oom: m/oom: ") + 80
     assert lines[1] == "error: m/error: (no message)"
+
+
+def test_a_failure_line_keeps_the_numbers_of_a_long_message_on_one_line(capsys, tmp_path):
+    """The numbers of a validator's refusal come some 200 characters in; `membudget run` printed them cut
+    at 160 and, into a file, folded at the console's width (QA, 2026-12-01)."""
+    import pandas as pd
+
+    from harness.cli import failure_lines
+
+    message = ("invalid schedule: the schedule cannot run within the budget: infeasible: F4 allocates 135676928 "
+               "bytes at its start but only 109181952 of the budget's 607357408 are free (weights 46751744, "
+               "saved 451423232, in flight 0)")
+    frame = pd.DataFrame([_rows(status="error", message=message, case_id="torchvision:resnet18/b32/3x224x224/"
+                                "qa-too-big/f0/simulate")])
+    (line,) = failure_lines(frame)
+    assert line.endswith("in flight 0)") and "607357408" in line
 
 
 def test_a_planner_out_of_memory_is_a_one_line_error(capsys, profile_file, monkeypatch):

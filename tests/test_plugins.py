@@ -34,8 +34,20 @@ def test_unknown_name_lists_the_choices() -> None:
     assert "unknown planner 'gredy'; did you mean 'greedy'? available: " in str(err.value)
     assert "keep-all" in str(err.value)
     with pytest.raises(UnknownPlugin) as err:
-        registry().planner("zzzzzz")  # nothing close: the choices alone
+        registry().planner("zzzzzz")  # nothing close: the choices, and where the bundled methods are
     assert "unknown planner 'zzzzzz'; available: " in str(err.value)
+    assert str(err.value).endswith("pip install -e plugins/<method> from its source (README.md, \"On a fresh machine\")")
+
+
+def test_a_bundled_method_not_installed_says_how_to_install_it(monkeypatch) -> None:
+    """QA (2026-12-01): with the core alone installed, a suite naming dynprog said only "unknown planner
+    'dynprog'; available: ...": nothing said it is a package of its own."""
+    monkeypatch.setenv("MEMBUDGET_BLOCK_PLUGINS", "membudget-dynprog")
+    reg = Registry().load()
+    with pytest.raises(UnknownPlugin, match=r"unknown planner 'dynprog'; available: .*keep-all.*; the methods "
+                                            r"bundled with membudget are packages of their own: pip install -e "
+                                            r"plugins/<method>"):
+        reg.planner("dynprog")
 
 
 def test_a_profiler_missing_for_want_of_torch_says_how_to_install_it(monkeypatch) -> None:

@@ -156,6 +156,9 @@ def test_byte_budgets_parse_units(tmp_path):
     ("{fractions: [0, 1]}", "{peak_fractions: [1.5]}", "budgets:", "budgets.peak_fractions[0]", "(0, 1]"),
     ("{fractions: [0, 1]}", "{fractions: [0, 50%]}", "budgets:", "budgets.fractions[1]",
      "a fraction of the span min..peak is a number within 0..1 (a suite writes 0.5, not 50%), got '50%'"),
+    # QA (2026-12-01): 50 was "must be within 0..100% (0..1 in a suite)", which 50 reads as met
+    ("{fractions: [0, 1]}", "{fractions: [0, 50]}", "budgets:", "budgets.fractions[1]",
+     "a fraction of the span min..peak is a number within 0..1 (a suite writes 0.5, not 50), got 50"),
     ("{fractions: [0, 1]}", "{peak_fractions: [true]}", "budgets:", "budgets.peak_fractions[0]",
      "a fraction of the keep-all peak is a number in (0, 1], got True"),
     ("    batch_sizes: [1, 2]", "    batch_size: [1, 2]", "batch_size:", "models[0].batch_size", "unknown field"),

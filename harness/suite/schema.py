@@ -76,6 +76,9 @@ class Budgets(_Strict):
             try:
                 check_fraction(fraction)
             except ValueError as exc:
+                if 1 < fraction <= 100 and float(fraction).is_integer():  # 50 would read "within 0..100%" as met
+                    raise ValueError(f"[{k}]: a fraction of the span min..peak is a number within 0..1 (a suite "
+                                     f"writes {fraction / 100:g}, not {fraction:g}), got {fraction!r}") from None
                 raise ValueError(f"[{k}]: {exc}") from None
         return value
 

@@ -150,7 +150,10 @@ def execute_unit(task: UnitTask) -> UnitResult:
         return UnitResult(rows)
     case, profile, bounds = task.cases[0], task.profile, task.bounds
     budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
-    workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
+    if case.profiler == "file":  # the case's model is the file's path: an executor runs the model the profile names
+        workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), case.device, profile.dtype)
+    else:
+        workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
     earlier = None
     if task.earlier is not None and not any(c.allocator for c in task.cases):  # a placement needs a run's trace
         earlier = functools.partial(task.earlier.taken_by, rows[0], want_timeline=task.want_timeline)

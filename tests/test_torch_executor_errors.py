@@ -208,6 +208,39 @@ def test_a_suite_runs_the_torch_executor_beside_the_simulator(tmp_path, monkeypa
                for r in torch_rows if r["status"] == "ok")
 
 
+def test_a_suite_of_profile_files_runs_the_model_each_profile_names(tmp_path, monkeypatch):
+    """QA (2026-12-01): with ``profiler: file`` every torch case was an error row, "unknown model
+    'prof/cnn_b8.json'": the executor was handed the file's path as the model to build, where
+    ``membudget simulate p.json --executor torch`` runs the model the profile names."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    from harness.model import save
+    from harness.results import read_rows_csv
+    from harness.runner import run_suite
+    from harness.suite import load_suite
+
+    _, profile = setup()
+    save(profile, tmp_path / "measured.json")
+    suite = tmp_path / "files.yaml"
+    suite.write_text(textwrap.dedent("""
+        name: torch-files
+        profiler: file
+        device: cpu
+        models:
+          - model: measured.json
+            batch_sizes: [4]
+        budgets: {fractions: [0.0, 1.0]}
+        planners: [keep-all, greedy]
+        executors: [simulate, torch]
+    """))
+    outcome = run_suite(load_suite(suite), tmp_path / "results", progress=False)
+    torch_rows = {(r["planner"], r["budget_label"]): r
+                  for r in read_rows_csv(outcome.run_dir / "rows.csv") if r["executor"] == "torch"}
+    for key in (("keep-all", "f1"), ("greedy", "f0")):
+        assert torch_rows[key]["status"] == "ok", torch_rows[key]["message"]
+        assert float(torch_rows[key]["grad_error"]) <= 1e-6
+    assert int(torch_rows[("greedy", "f0")]["moved_bytes"]) > 0
+
+
 def test_a_profile_measured_on_this_device_needs_no_note_and_any_other_does():
     import dataclasses
 

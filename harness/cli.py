@@ -512,6 +512,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     report.update({k: fields.get(k) for k in (
         "makespan_s", "lower_bound_s", "ratio_to_lb", "budget_lower_bound_s", "ratio_to_budget_lb", "slowdown",
         "throughput", "idle_s", "peak_bytes", "moved_bytes", "reserved_predicted_bytes")})
+    # a measuring executor's own columns (grad_error, predicted_s, prediction_error, the spread...) as the
+    # row has them; the metrics without a column of their own in --json
+    report.update({k: fields[k] for k in run.metrics if k in fields and k not in report})
+    if args.json and fields.get("metrics"):
+        report["metrics"] = fields["metrics"]
     if args.timeline and run.feasible:
         Path(args.timeline).write_text(json.dumps(
             {"case_id": f"{profile.model}/{args.planner}/{budget}", "planner": args.planner, "model": profile.model,

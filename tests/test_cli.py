@@ -1366,6 +1366,14 @@ def test_simulate_with_a_real_executor_says_so_before_it_starts(capsys, tmp_path
     assert code == 0 and err.startswith("membudget: note: executor torch trains builtin:tiny-cnn at batch 2 for real")
     assert "status" in out
     assert _run(capsys, "simulate", path, "--planner", "keep-all", "--budget", "peak")[2] == ""  # the simulator: no note
+    # QA (2026-12-01): its measured columns were dropped, where docs/cli.md says "as a suite's row has them"
+    for line in ("grad_error", "predicted_s", "prediction_error", "time_iqr_s"):
+        assert f"\n{line}" in out, out
+    code, out, _ = _run(capsys, "simulate", path, "--planner", "keep-all", "--budget", "peak", "--executor", "torch",
+                        "--json")
+    report = json.loads(out)
+    assert code == 0 and report["grad_error"] <= 1e-6 and report["prediction_error"] == pytest.approx(
+        report["makespan_s"] / report["predicted_s"] - 1) and isinstance(report["metrics"], dict)
 
 
 def test_a_run_into_a_log_file_writes_no_progress_bar_debris(capsys, tmp_path):

@@ -5,7 +5,9 @@ adding offloading to rematerialization (recomputation) removes about a third of 
 overhead, and that the two together cut activation memory 4-6x at under 20% overhead. For
 the rows of one model (one batch and input size) on one executor, this module computes:
 
-- ``overhead_share``: over the budgets where both ran and recomputation costs anything, the
+- ``overhead_share``: over the budgets where both ran and recomputation costs anything (its schedule
+  recomputes some saved data, ``recomputed_bytes`` > 0, and takes longer than T_ideal: a measured row
+  that recomputes nothing is above T_ideal by the executor's overhead and noise alone), the
   overhead the combined strategy removes over the overhead recomputation has, both summed:
   sum(T_recompute - T_combined) / sum(T_recompute - T_ideal), so that a budget where
   recomputation costs next to nothing weighs next to nothing (a mean of per-budget ratios
@@ -93,6 +95,17 @@ def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str
     return out
 
 
+def _recomputes_nothing(rows: pd.DataFrame, planner: str) -> set[str]:
+    """The budget labels at which every row of ``planner`` says its schedule recomputes nothing
+    (``recomputed_bytes`` 0; rows written before the column existed say nothing)."""
+    if "recomputed_bytes" not in rows:
+        return set()
+    mine = rows[rows["planner"] == planner]
+    recomputed = pd.to_numeric(mine["recomputed_bytes"], errors="coerce")
+    said = mine.assign(r=recomputed).groupby("budget_label", sort=False)["r"]
+    return {label for label, values in said if values.notna().all() and (values == 0).all()}
+
+
 def _first(rows: pd.DataFrame, column: str) -> float | None:
     values = pd.to_numeric(rows[column], errors="coerce").dropna()
     return float(values.iloc[0]) if len(values) else None
@@ -111,8 +124,9 @@ def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Cl
     combined = COMBINED if COMBINED in times else None
     share, used = None, 0
     if recompute and combined and ideal:
+        idle = _recomputes_nothing(rows, recompute)
         pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec) in times[recompute].items()
-                 if budget in times[combined] and t_rec > ideal * (1 + 1e-9)]
+                 if budget in times[combined] and budget not in idle and t_rec > ideal * (1 + 1e-9)]
         if pairs:
             removed = sum(t_rec - t_comb for t_rec, t_comb in pairs)
             share, used = removed / sum(t_rec - ideal for t_rec, _ in pairs), len(pairs)

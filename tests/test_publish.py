@@ -698,6 +698,32 @@ def test_a_winner_whose_arena_exceeds_the_budget_gets_the_fastest_that_fits_besi
     assert all(line[-1] == "-" for line in lines if not line[0].startswith("f1"))
 
 
+def test_the_allocator_check_counts_the_placed_schedules_not_the_measured_runs(results, tmp_path):
+    """QA (2026-12-01): a suite of simulate and torch rows with an allocator read "26 of the 52 schedules
+    that ran need a larger arena", where the 26 torch runs were never placed (a measured run records no
+    trace): the line counts the placed ones and says the measured runs are not in it."""
+    from harness.publish import ARENA_FLAG
+
+    _, _, _, run_b = results
+
+    def measured_twins(frame):
+        twins = frame.copy()
+        twins["executor"] = "torch"
+        twins["case_id"] = twins["case_id"].str.replace("/simulate", "/torch", regex=False)
+        twins["arena_bytes"] = twins["arena_fits_budget"] = ""
+        return pd.concat([frame, twins], ignore_index=True)
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "both", measured_twins)
+    publish([run], tmp_path / "site")
+    text = (tmp_path / "site" / "pub" / "index.md").read_text()
+    rows = [r for r in read_rows_csv(run_b / "rows.csv") if r["status"] == "ok"]
+    ran = {(r["model"], r["batch_size"], r["planner_label"], r["budget_label"]) for r in rows}
+    line = next(li for li in text.splitlines() if li.startswith("Allocator check"))
+    assert f"of the {len(ran)} schedules that ran need a larger arena than their budget ({ARENA_FLAG})" in line
+    assert line.endswith("The measured runs are not in it: an executor that runs the model records no memory "
+                         "trace to place.")
+
+
 def test_the_page_explains_the_budget_labels_it_has_and_says_when_no_allocator_checked_the_traces(results,
                                                                                                    tmp_path):
     """QA: every page said 'pN budgets are ...' with only fN budgets, and a suite without allocators showed

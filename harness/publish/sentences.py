@@ -220,7 +220,7 @@ FIT_COLUMN = (
 CLAIMS = (
     "{paper} report that offloading removes about a third of recomputation's overhead, and that the two "
     "together cut activation memory 4-6x at under 20% overhead. Share: over the budgets where both ran "
-    "(and recomputation costs anything), the sum of T_recompute - T_hybrid over the sum of T_recompute - T_ideal "
+    "(and recomputation costs anything: its schedule recomputes, and takes longer than T_ideal), the sum of T_recompute - T_hybrid over the sum of T_recompute - T_ideal "
     "(the overhead removed over the overhead, in total), T_recompute from the recompute planner, else torch-checkpoint; held within 1/3 +- 0.1. Reduction: activation memory (the "
     "budget less the resident weights) of the keep-all peak over that of the smallest budget of the suite at "
     "which the combined strategy (hybrid; without it, the fastest strategy that ran, named) runs within 1.2x "
@@ -265,9 +265,13 @@ def arena_summary(tables: list[ExecutorTable]) -> str | None:
     winners are the chain model's answer only: how many of the schedules that ran need a larger arena
     than their budget, and at how many budgets none fits; that nothing was checked where a simulated
     table placed no trace (the suite lists no allocator model); None otherwise (measured tables only)."""
-    checked = [t for t in tables if (t.rows["allocator"] != "").any()]
+    listed = [t for t in tables if (t.rows["allocator"] != "").any()]
+    # a measuring executor records no memory trace: its rows name the allocator but hold no placement
+    checked = [t for t in listed if t.rows["arena_bytes"].notna().any()]
+    unplaced = (" The measured runs are not in it: an executor that runs the model records no memory trace to "
+                "place." if len(checked) < len(listed) else "")
     if not checked:
-        if any(kind_of(t.rows) == "simulated" for t in tables):
+        if not listed and any(kind_of(t.rows) == "simulated" for t in tables):
             return (f"Allocator check: none. The suite lists no allocator model, so no schedule's memory trace "
                     f"was placed: no {ARENA_FLAG} says whether a real allocator would fit it in the budget (see "
                     "the pages of suites with allocators).")
@@ -280,12 +284,13 @@ def arena_summary(tables: list[ExecutorTable]) -> str | None:
     columns = [c for c in columns if c]
     none_fit = sum(all(c.over_allocators for c in column) for column in columns)
     if not over:
-        return (f"Allocator check ({names}): every schedule that ran places its memory trace within its budget.")
+        return (f"Allocator check ({names}): every schedule that ran places its memory trace within its budget."
+                + unplaced)
     return (f"Allocator check ({names}): {len(over)} of the {len(ran)} schedules that ran need a larger arena "
             f"than their budget ({ARENA_FLAG}), and at {none_fit} of {len(columns)} budgets none fits. Where a "
             f"winner is marked {ARENA_FLAG}, its time is the chain model's answer: a real allocator would likely "
             "need more memory than the budget (the last column of each 'fastest strategy' table names the "
-            "fastest that fits).")
+            "fastest that fits)." + unplaced)
 
 
 def more_memory_note(table: ExecutorTable) -> str | None:
@@ -334,8 +339,8 @@ def close_call_note(table: ExecutorTable) -> str | None:
         parts.append(f"at {budget}, {winner} {first.time_s * 1e3:.2f} ±{first.spread_s * 1e3:.2f} ms against "
                      f"{runner_up} {second.time_s * 1e3:.2f} ±{second.spread_s * 1e3:.2f} ms")
     return (f"Within the spreads: {'; '.join(parts)}. The runner-up's time less its spread is not above the "
-            f"{FASTEST}'s plus its own, so these timings do not tell the two apart (more timed iterations or "
-            "repeats, on a quieter machine, may).")
+            f"{FASTEST}'s plus its own, so these timings do not tell the two apart (more repeats, the suite's "
+            "repeats:, on a quieter machine, may).")
 
 
 def same_schedule_note(table: ExecutorTable) -> str | None:
@@ -351,7 +356,7 @@ def same_schedule_note(table: ExecutorTable) -> str | None:
         return None
     return (f"One schedule, timed apart: {'; '.join(parts)} ran the same schedule (one fingerprint: the same "
             f"operations, copies, algorithms, sub-batches, copy layout and chain budget), so their times differ by measurement noise alone "
-            f"and no {FASTEST} or lead among them is a result (more timed iterations or repeats, on a quieter "
+            f"and no {FASTEST} or lead among them is a result (more repeats, the suite's repeats:, on a quieter "
             "machine, bring them together).")
 
 
@@ -362,8 +367,10 @@ def grad_note(table: ExecutorTable) -> str | None:
     if not checked:
         return None
     error, planner, budget = max(checked)
+    # where every run's error is the same (0: bit-identical gradients), naming one run reads as singling it out
+    where = "every one" if all(e == error for e, _, _ in checked) else f"{planner} at {budget}"
     text = (f"Gradient check (grad_error: each run's gradients against the unmodified model's on the same batch): "
-            f"the largest of the {len(checked)} that ran is {error:.1e} ({planner} at {budget}).")
+            f"the largest of the {len(checked)} that ran is {error:.1e} ({where}).")
     flagged = [c for c in table.cells.values() if c.trained_differently]
     if flagged:
         text += (f" {GRAD_FLAG} {len(flagged)} differ by more than {GRAD_TOLERANCE:.0%}: they did not train the "

@@ -247,7 +247,8 @@ def claims_table(tables: Sequence[ExecutorTable]) -> tuple[list[str], list[list[
         elif c.overhead_share is None:
             share = f"no budget where {c.recompute_planner} and hybrid both ran with an overhead"
         else:
-            share = f"{c.overhead_share:.2f} over {c.share_budgets} budgets ({c.recompute_planner} vs hybrid)"
+            budgets = "budget" if c.share_budgets == 1 else "budgets"
+            share = f"{c.overhead_share:.2f} over {c.share_budgets} {budgets} ({c.recompute_planner} vs hybrid)"
         if c.memory_reduction is None:
             reduction = f"no budget within {OVERHEAD_LIMIT:.1f}x the ideal time"
         else:

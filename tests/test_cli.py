@@ -762,6 +762,26 @@ def test_compare_says_what_two_runs_do_not_share(capsys, tmp_path):
     assert code == 0 and json.loads(out)["unlike"] == []
 
 
+def test_compare_says_when_two_runs_of_one_suite_simulated_different_profiles(capsys, tmp_path):
+    """QA (2026-12-01): two runs of a suite that profiles anew (the torch profiler) differed by 18-30% in
+    their simulated times, and compare said nothing of their profiles."""
+    suite = support.write_suite(tmp_path)
+    for run_id in ("x", "y"):
+        assert _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", run_id)[0] == 0
+    runs = next(p for p in (tmp_path / "r").iterdir() if p.is_dir())
+    a, b = runs / "x", runs / "y"
+    shared = len(list((b / "profiles").glob("*.json")))
+    assert json.loads(_run(capsys, "compare", str(a), str(b), "--json")[1])["unlike"] == []
+    profile = next((b / "profiles").glob("*.json"))
+    data = json.loads(profile.read_text())
+    data["stages"][0]["fwd_time"] *= 1.3
+    profile.write_text(json.dumps(data))
+    result = json.loads(_run(capsys, "compare", str(a), str(b), "--json")[1])
+    assert result["unlike"] == [f"A's and B's profiles differ for 1 of the {shared} workloads they share "
+                                f"({profile.stem}): each run profiled anew, and its simulated times follow its "
+                                "profiles"]
+
+
 def test_a_suite_budget_above_the_devices_memory_is_said_by_the_run_and_its_page(capsys, tmp_path):
     """QA: ``plan --budget 20GiB`` on a 16 GiB device warns "no such card can train it"; a suite with that
     budget ran and published a winner there without a word."""

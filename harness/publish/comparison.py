@@ -71,6 +71,33 @@ def _unlike(meta_a: dict[str, Any], rows_a: pd.DataFrame, meta_b: dict[str, Any]
     return notes
 
 
+# what the simulator reads of a profile: its stages (times, bytes, algorithms) and the host link's rates
+_SIMULATED_FIELDS = ("stages", "d2h_bandwidth", "h2d_bandwidth", "weight_bytes", "output_bytes", "runtime_bytes")
+
+
+def _profiles_unlike(folder_a: Path, folder_b: Path) -> str | None:
+    """A sentence when the two runs' saved profiles of a workload they share differ in what the simulator
+    reads (each run of a suite whose profiler measures profiles anew: their simulated times follow), else None."""
+    import json
+
+    def read(path: Path) -> Any:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return {key: data.get(key) for key in _SIMULATED_FIELDS} if isinstance(data, dict) else None
+
+    shared = sorted({p.name for p in (folder_a / "profiles").glob("*.json")}
+                    & {p.name for p in (folder_b / "profiles").glob("*.json")})
+    differ = [name for name in shared
+              if read(folder_a / "profiles" / name) != read(folder_b / "profiles" / name)]
+    if not differ:
+        return None
+    named = ", ".join(name.removesuffix(".json") for name in differ[:3]) + (", ..." if len(differ) > 3 else "")
+    return (f"A's and B's profiles differ for {len(differ)} of the {len(shared)} workloads they share ({named}): "
+            "each run profiled anew, and its simulated times follow its profiles")
+
+
 def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float | None = None) -> dict[str, Any]:
     """Per-case differences of two runs (matched by case id): status, times, memory.
 
@@ -79,7 +106,8 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     moved bytes changed by more than ``tolerance`` (relative, either way; default
     ``rtol``); a case in one run only is beyond any tolerance. ``beyond_tolerance`` lists
     those case ids (``membudget compare`` exits 1 when it is not empty). ``unlike`` says, a
-    sentence each, what the runs do not share (suite, device, profiler, kind of times, CUDA device).
+    sentence each, what the runs do not share (suite, device, profiler, kind of times, CUDA device; where
+    they share all those, profiles that differ in what the simulator reads).
     """
     tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = _one_run(a), _one_run(b)
@@ -106,9 +134,12 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
         cases.append(entry)
     only_in_a = [c for c in fa.index if c not in fb.index]
     only_in_b = [c for c in fb.index if c not in fa.index]
+    unlike = _unlike(meta_a, fa, meta_b, fb)
+    profiles = None if unlike else _profiles_unlike(Path(run_a.path), Path(run_b.path))  # else implied
+    unlike += [profiles] if profiles else []
     return {
         "a": str(run_a.path), "b": str(run_b.path),
-        "unlike": _unlike(meta_a, fa, meta_b, fb),
+        "unlike": unlike,
         "summary": {"common": len(common), "same": same, "changed": len(common) - same,
                     "status_changed": int(status_changed)},
         "cases": cases,

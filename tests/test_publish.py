@@ -906,6 +906,31 @@ def test_a_strategy_slower_with_more_memory_is_marked_and_its_step_named(results
     assert MORE_MEMORY_MARK not in (tmp_path / "plain" / "pub" / "index.md").read_text()
 
 
+def test_a_measured_step_that_the_simulator_times_alike_is_not_marked(results, tmp_path):
+    """QA (2026-12-01): measured on a CPU, greedy at f1 was marked slower with more memory than at a smaller
+    budget, where the simulator timed the two plans alike: the gap was the machine's noise, not a plan the
+    planner missed. A measured pair is marked only if the simulator's times beside them step too."""
+    from harness.publish.tables import MORE_MEMORY_MARK
+
+    _, _, _, run_b = results
+
+    def slower(predicted_step):
+        def edit(frame):
+            chain4 = frame["model"].str.endswith("chain4") & (frame["planner"] == "prefix")
+            at = {label: frame.index[chain4 & (frame["budget_label"] == label)] for label in ("f0", "f0.5")}
+            fast = float(frame.loc[at["f0"], "makespan_s"].iloc[0])
+            frame.loc[at["f0.5"], "makespan_s"] = str(3 * fast)
+            frame.loc[at["f0"], "predicted_s"] = str(fast)
+            frame.loc[at["f0.5"], "predicted_s"] = str(fast * predicted_step)
+            return frame
+        return edit
+
+    for step, marked in ((1.0, False), (2.0, True)):
+        run = _copy_with(run_b, tmp_path / "results" / "pub" / f"step{step}", slower(step))
+        publish([run], tmp_path / f"site{step}")
+        assert (MORE_MEMORY_MARK in (tmp_path / f"site{step}" / "pub" / "index.md").read_text()) == marked, step
+
+
 def test_a_budget_where_strategies_ran_out_of_memory_names_them_under_its_star(results, tmp_path):
     """QA: the gpu-smoke page starred modnn at f0.25 while greedy, dynprog and four others, which the
     simulator ranks faster, had run out of memory there: the star then reads as a verdict on them. The note

@@ -137,7 +137,8 @@ class Cell:
     ``sub_batches``, how many parts the schedule splits the batch into (1: it does not);
     ``needed_bytes``, on a refused budget, the most its planner said it would need (NaN: not said);
     ``schedule``, the fingerprint of what it ran (``Schedule.fingerprint``; empty: rows older than
-    the column, or repeats that ran different schedules).
+    the column, or repeats that ran different schedules); ``predicted_s``, for a measured run, the
+    simulator's time for the same schedule (NaN: a simulated cell, or none given).
     """
 
     status: str
@@ -152,6 +153,7 @@ class Cell:
     sub_batches: int = 1
     needed_bytes: float = math.nan
     schedule: str = ""
+    predicted_s: float = math.nan
 
     @property
     def ok(self) -> bool:
@@ -205,12 +207,14 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         grads = pd.to_numeric(planned["grad_error"], errors="coerce").dropna()
         parts = planned["sub_batches"].dropna()
         prints = set(planned.get("schedule_fingerprint", ()))  # a frame built by hand may not have it
+        predicted = pd.to_numeric(planned.get("predicted_s", pd.Series(dtype=float)), errors="coerce").dropna()
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
             time_s / float(ideal.iloc[0]) if len(ideal) and ideal.iloc[0] > 0 else math.nan,
             repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
             sub_batches=int(parts.max()) if len(parts) else 1, schedule=prints.pop() if len(prints) == 1 else "",
+            predicted_s=float(predicted.median()) if len(predicted) else math.nan,
         )
     return out
 
@@ -232,21 +236,25 @@ MORE_MEMORY_SLACK = 0.01
 
 def slower_with_more_memory(cells: dict[tuple[str, str], Cell], budgets: Sequence[str]) -> dict[tuple[str, str], str]:
     """(planner, budget) -> the smaller budget at which the same planner ran faster, by more than
-    ``MORE_MEMORY_SLACK`` and (measured rows) beyond both cells' spreads. The plan made for the smaller
-    budget fits the larger one, so such a cell is the planner's shortfall, not the budget's. ``budgets``
-    ascending (``budget_order``); the fastest smaller budget is named."""
+    ``MORE_MEMORY_SLACK`` and (measured rows) beyond both cells' spreads, and, where both were measured
+    with the simulator's time beside them, by more than ``MORE_MEMORY_SLACK`` in those too (a measured gap
+    between two plans the simulator times alike is the device's noise, not a plan the planner missed).
+    The plan made for the smaller budget fits the larger one, so such a cell is the planner's shortfall,
+    not the budget's. ``budgets`` ascending (``budget_order``); the fastest smaller budget is named."""
     out: dict[tuple[str, str], str] = {}
     for planner in dict.fromkeys(p for p, _ in cells):
-        best: tuple[float, float, str] | None = None  # the fastest so far: time, spread, budget
+        best: tuple[Cell, float, str] | None = None  # the fastest so far: its cell, spread, budget
         for budget in budgets:
             cell = cells.get((planner, budget))
             if cell is None or not cell.ranked:
                 continue
             spread = 0.0 if math.isnan(cell.spread_s) else cell.spread_s
-            if best is not None and (cell.time_s - spread > (best[0] + best[1]) * (1 + MORE_MEMORY_SLACK)):
-                out[(planner, budget)] = best[2]
-            if best is None or cell.time_s < best[0]:
-                best = (cell.time_s, spread, budget)
+            if best is not None and (cell.time_s - spread > (best[0].time_s + best[1]) * (1 + MORE_MEMORY_SLACK)):
+                alike = cell.predicted_s <= best[0].predicted_s * (1 + MORE_MEMORY_SLACK)  # False with a NaN
+                if not alike:
+                    out[(planner, budget)] = best[2]
+            if best is None or cell.time_s < best[0].time_s:
+                best = (cell, spread, budget)
     return out
 
 

@@ -302,8 +302,11 @@ def more_memory_note(table: ExecutorTable) -> str | None:
     steps = [(table.cells[(p, b)].time_s / table.cells[(p, smaller)].time_s, p, b, smaller)
              for (p, b), smaller in slower.items()]
     ratio, planner, budget, smaller = max(steps)
+    measured = ("beyond the spreads, and in the simulator's times of the two plans too; "
+                if kind_of(table.rows) == "measured" else "")
     return (f"{MORE_MEMORY_MARK}: slower by more than {MORE_MEMORY_SLACK:.0%} than the same strategy at a smaller "
-            f"budget of this table ({len(steps)} cell{'s' if len(steps) > 1 else ''}; the largest step, {planner} at {budget}, is {ratio:.2f}x "
+            f"budget of this table ({measured}{len(steps)} cell{'s' if len(steps) > 1 else ''}; the largest step, "
+            f"{planner} at {budget}, is {ratio:.2f}x "
             f"its time at {smaller}). The plan made for the smaller budget fits the larger one too: the planner "
             "did not find it, so its time at the smaller budget is a bound on what it should take here.")
 

@@ -81,9 +81,10 @@ class Claims:
         return self.memory_reduction >= REDUCTION_CLAIM
 
 
-def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float]]]:
-    """planner name -> budget label -> (budget bytes, iteration time) of the strategies that ran and trained
-    the same network (``Cell.ranked``); a planner listed under several labels keeps its fastest at each budget."""
+def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float, str]]]:
+    """planner name -> budget label -> (budget bytes, iteration time, planner label) of the strategies that ran
+    and trained the same network (``Cell.ranked``); a planner listed under several labels keeps its fastest
+    at each budget, and says which label that was."""
     names = dict(zip(rows["planner_label"], rows["planner"]))
     sizes = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
     out: dict[str, dict[str, tuple[int, float]]] = {}
@@ -91,19 +92,18 @@ def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str
         if cell.ranked and not pd.isna(sizes.get(budget)):  # ran, and trained the same network
             at = out.setdefault(names[label], {})
             if budget not in at or cell.time_s < at[budget][1]:
-                at[budget] = (int(sizes[budget]), cell.time_s)
+                at[budget] = (int(sizes[budget]), cell.time_s, label)
     return out
 
 
-def _recomputes_nothing(rows: pd.DataFrame, planner: str) -> set[str]:
-    """The budget labels at which every row of ``planner`` says its schedule recomputes nothing
-    (``recomputed_bytes`` 0; rows written before the column existed say nothing)."""
+def _recomputes_nothing(rows: pd.DataFrame, budget: str, label: str) -> bool:
+    """Whether the ``ok`` rows of planner label ``label`` at ``budget`` say that its schedule recomputes
+    nothing (``recomputed_bytes`` 0 in each; rows written before the column existed say nothing)."""
     if "recomputed_bytes" not in rows:
-        return set()
-    mine = rows[rows["planner"] == planner]
+        return False
+    mine = rows[(rows["planner_label"] == label) & (rows["budget_label"] == budget) & (rows["status"] == "ok")]
     recomputed = pd.to_numeric(mine["recomputed_bytes"], errors="coerce")
-    said = mine.assign(r=recomputed).groupby("budget_label", sort=False)["r"]
-    return {label for label, values in said if values.notna().all() and (values == 0).all()}
+    return bool(len(recomputed)) and bool(recomputed.notna().all()) and bool((recomputed == 0).all())
 
 
 def _first(rows: pd.DataFrame, column: str) -> float | None:
@@ -124,9 +124,9 @@ def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Cl
     combined = COMBINED if COMBINED in times else None
     share, used = None, 0
     if recompute and combined and ideal:
-        idle = _recomputes_nothing(rows, recompute)
-        pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec) in times[recompute].items()
-                 if budget in times[combined] and budget not in idle and t_rec > ideal * (1 + 1e-9)]
+        pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec, label) in times[recompute].items()
+                 if budget in times[combined] and t_rec > ideal * (1 + 1e-9)
+                 and not _recomputes_nothing(rows, budget, label)]
         if pairs:
             removed = sum(t_rec - t_comb for t_rec, t_comb in pairs)
             share, used = removed / sum(t_rec - ideal for t_rec, _ in pairs), len(pairs)
@@ -136,11 +136,11 @@ def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Cl
         candidates, strategy = times, "fastest of " + ", ".join(sorted(times)) if times else "nothing ran"
     peak, weights = _first(rows, "peak_memory_bytes"), _first(rows, "weight_bytes")
     activation = int(peak - weights) if peak is not None and weights is not None else None
-    within = [size for at in candidates.values() for size, t in at.values()
+    within = [size for at in candidates.values() for size, t, _ in at.values()
               if ideal and t <= OVERHEAD_LIMIT * ideal]
     reduction, budget, grid = None, None, None
     if activation is not None and weights is not None:
-        smallest = min((size for at in times.values() for size, _ in at.values()), default=None)
+        smallest = min((size for at in times.values() for size, _, _ in at.values()), default=None)
         if smallest is not None:  # the reduction's budget is one where a strategy ran: grid >= reduction
             grid = activation / (smallest - weights) if smallest > weights else float("inf")
         if within:

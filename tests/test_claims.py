@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from harness.claims import check_claims, verdict
@@ -84,6 +85,15 @@ def test_a_budget_where_recomputation_recomputes_nothing_is_no_overhead_of_it():
     assert c.share_budgets == 1 and c.overhead_share == pytest.approx(0.5)
     assert "0.50 over 1 budget (recompute vs hybrid)" in claims_table([ExecutorTable.of(model_groups(rows)[0],
                                                                                           "simulate")])[1][0][1]
+    # a planner under two labels (review): the label whose time is taken decides, not the planner's other rows
+    other = rows[rows["planner"] == "recompute"].copy()
+    other["planner_label"] = "recompute[exact]"
+    other["case_id"] = other["case_id"] + "/exact"
+    other["makespan_s"] = other["makespan_s"] * 2  # slower: never the one taken
+    other["recomputed_bytes"] = 60
+    both = pd.concat([rows, other], ignore_index=True)
+    c = check_claims(both, summarise(both))
+    assert c.share_budgets == 1 and c.overhead_share == pytest.approx(0.5)
 
 
 def test_where_nothing_runs_small_enough_to_show_fourfold_the_reduction_is_unchecked():

@@ -711,6 +711,7 @@ def test_the_allocator_check_counts_the_placed_schedules_not_the_measured_runs(r
         twins["executor"] = "torch"
         twins["case_id"] = twins["case_id"].str.replace("/simulate", "/torch", regex=False)
         twins["arena_bytes"] = twins["arena_fits_budget"] = ""
+        twins["time_iqr_s"] = "0.001"  # timed iterations: a measured run
         return pd.concat([frame, twins], ignore_index=True)
 
     run = _copy_with(run_b, tmp_path / "results" / "pub" / "both", measured_twins)

@@ -227,7 +227,7 @@ def test_a_suite_of_profile_files_runs_the_model_each_profile_names(tmp_path, mo
         device: cpu
         models:
           - model: measured.json
-            batch_sizes: [4]
+            batch_sizes: [2]  # not the file's 4: the file profiler scales it, the executor trains batch 2
         budgets: {fractions: [0.0, 1.0]}
         planners: [keep-all, greedy]
         executors: [simulate, torch]
@@ -237,6 +237,7 @@ def test_a_suite_of_profile_files_runs_the_model_each_profile_names(tmp_path, mo
                   for r in read_rows_csv(outcome.run_dir / "rows.csv") if r["executor"] == "torch"}
     for key in (("keep-all", "f1"), ("greedy", "f0")):
         assert torch_rows[key]["status"] == "ok", torch_rows[key]["message"]
+        assert torch_rows[key]["batch_size"] == "2"
         assert float(torch_rows[key]["grad_error"]) <= 1e-6
     assert int(torch_rows[("greedy", "f0")]["moved_bytes"]) > 0
 

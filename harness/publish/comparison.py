@@ -72,7 +72,8 @@ def _unlike(meta_a: dict[str, Any], rows_a: pd.DataFrame, meta_b: dict[str, Any]
 
 
 # what the simulator reads of a profile: its stages (times, bytes, algorithms) and the host link's rates
-_SIMULATED_FIELDS = ("stages", "d2h_bandwidth", "h2d_bandwidth", "weight_bytes", "output_bytes", "runtime_bytes")
+_SIMULATED_FIELDS = ("stages", "d2h_bandwidth", "h2d_bandwidth", "weight_bytes", "output_bytes", "runtime_bytes",
+                     "variants")
 
 
 def _profiles_unlike(folder_a: Path, folder_b: Path) -> str | None:

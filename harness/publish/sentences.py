@@ -267,7 +267,7 @@ def arena_summary(tables: list[ExecutorTable]) -> str | None:
     table placed no trace (the suite lists no allocator model); None otherwise (measured tables only)."""
     listed = [t for t in tables if (t.rows["allocator"] != "").any()]
     # a measuring executor records no memory trace: its rows name the allocator but hold no placement
-    checked = [t for t in listed if t.rows["arena_bytes"].notna().any()]
+    checked = [t for t in listed if kind_of(t.rows) != "measured"]
     unplaced = (" The measured runs are not in it: an executor that runs the model records no memory trace to "
                 "place." if len(checked) < len(listed) else "")
     if not checked:
@@ -302,7 +302,7 @@ def more_memory_note(table: ExecutorTable) -> str | None:
     steps = [(table.cells[(p, b)].time_s / table.cells[(p, smaller)].time_s, p, b, smaller)
              for (p, b), smaller in slower.items()]
     ratio, planner, budget, smaller = max(steps)
-    measured = ("beyond the spreads, and in the simulator's times of the two plans too; "
+    measured = ("beyond the spreads, and, where the simulator timed both plans, in its times too; "
                 if kind_of(table.rows) == "measured" else "")
     return (f"{MORE_MEMORY_MARK}: slower by more than {MORE_MEMORY_SLACK:.0%} than the same strategy at a smaller "
             f"budget of this table ({measured}{len(steps)} cell{'s' if len(steps) > 1 else ''}; the largest step, "

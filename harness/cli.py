@@ -497,7 +497,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from harness.simulate.executor import Simulator
 
         executor = Simulator(offload_start=args.offload_start)
-    workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), profile.device, profile.dtype)
+    workload = Workload.of(profile, profile.device)
     if args.executor.startswith("torch") and not args.json:  # QA: minutes of silence on a CPU, the reason at the end
         print(f"membudget: note: executor {args.executor} trains {profile.model} at batch {profile.batch_size} for "
               "real (warm-up and timed iterations): minutes on a CPU for a large model", file=sys.stderr, flush=True)

@@ -22,6 +22,11 @@ class Workload:
     device: str = "cpu"
     dtype: str = "float32"
 
+    @classmethod
+    def of(cls, profile: Profile, device: str) -> Workload:
+        """The workload ``profile`` describes (its model, batch, input size and dtype), on ``device``."""
+        return cls(profile.model, profile.batch_size, tuple(profile.input_shape), device, profile.dtype)
+
 
 @runtime_checkable
 class Profiler(Protocol):

@@ -151,7 +151,7 @@ def execute_unit(task: UnitTask) -> UnitResult:
     case, profile, bounds = task.cases[0], task.profile, task.bounds
     budget = case.budget.resolve(bounds.min_memory, bounds.peak_memory)
     if case.profiler == "file":  # the case's model is the file's path: an executor runs the model the profile names
-        workload = Workload(profile.model, profile.batch_size, tuple(profile.input_shape), case.device, profile.dtype)
+        workload = Workload.of(profile, case.device)
     else:
         workload = Workload(case.model, case.batch_size, case.input_size, case.device, case.dtype)
     earlier = None

@@ -148,7 +148,7 @@ def resolve_device(workload: Workload | None, device: str | None) -> torch.devic
 def workload_on(workload: Workload | None, profile: Profile, device: torch.device) -> Workload:
     """``workload`` (or, when None, the profile's model, batch, input and dtype) on ``device``."""
     if workload is None:
-        return Workload(profile.model, profile.batch_size, tuple(profile.input_shape), str(device), profile.dtype)
+        return Workload.of(profile, str(device))
     return workload
 
 

@@ -81,29 +81,19 @@ class Claims:
         return self.memory_reduction >= REDUCTION_CLAIM
 
 
-def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float, str]]]:
-    """planner name -> budget label -> (budget bytes, iteration time, planner label) of the strategies that ran
-    and trained the same network (``Cell.ranked``); a planner listed under several labels keeps its fastest
-    at each budget, and says which label that was."""
+def _times(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> dict[str, dict[str, tuple[int, float, Any]]]:
+    """planner name -> budget label -> (budget bytes, iteration time, cell) of the strategies that ran and
+    trained the same network (``Cell.ranked``); a planner listed under several labels keeps its fastest cell
+    at each budget."""
     names = dict(zip(rows["planner_label"], rows["planner"]))
     sizes = rows.groupby("budget_label", sort=False)["budget_bytes"].median()
-    out: dict[str, dict[str, tuple[int, float]]] = {}
+    out: dict[str, dict[str, tuple[int, float, Any]]] = {}
     for (label, budget), cell in cells.items():
         if cell.ranked and not pd.isna(sizes.get(budget)):  # ran, and trained the same network
             at = out.setdefault(names[label], {})
             if budget not in at or cell.time_s < at[budget][1]:
-                at[budget] = (int(sizes[budget]), cell.time_s, label)
+                at[budget] = (int(sizes[budget]), cell.time_s, cell)
     return out
-
-
-def _recomputes_nothing(rows: pd.DataFrame, budget: str, label: str) -> bool:
-    """Whether the ``ok`` rows of planner label ``label`` at ``budget`` say that its schedule recomputes
-    nothing (``recomputed_bytes`` 0 in each; rows written before the column existed say nothing)."""
-    if "recomputed_bytes" not in rows:
-        return False
-    mine = rows[(rows["planner_label"] == label) & (rows["budget_label"] == budget) & (rows["status"] == "ok")]
-    recomputed = pd.to_numeric(mine["recomputed_bytes"], errors="coerce")
-    return bool(len(recomputed)) and bool(recomputed.notna().all()) and bool((recomputed == 0).all())
 
 
 def _first(rows: pd.DataFrame, column: str) -> float | None:
@@ -124,9 +114,9 @@ def check_claims(rows: pd.DataFrame, cells: Mapping[tuple[str, str], Any]) -> Cl
     combined = COMBINED if COMBINED in times else None
     share, used = None, 0
     if recompute and combined and ideal:
-        pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec, label) in times[recompute].items()
-                 if budget in times[combined] and t_rec > ideal * (1 + 1e-9)
-                 and not _recomputes_nothing(rows, budget, label)]
+        # a cell whose schedule recomputes nothing has no overhead of recomputation (NaN: not said, counted)
+        pairs = [(t_rec, times[combined][budget][1]) for budget, (_, t_rec, cell) in times[recompute].items()
+                 if budget in times[combined] and t_rec > ideal * (1 + 1e-9) and cell.recomputed_bytes != 0]
         if pairs:
             removed = sum(t_rec - t_comb for t_rec, t_comb in pairs)
             share, used = removed / sum(t_rec - ideal for t_rec, _ in pairs), len(pairs)

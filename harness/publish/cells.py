@@ -138,7 +138,8 @@ class Cell:
     ``needed_bytes``, on a refused budget, the most its planner said it would need (NaN: not said);
     ``schedule``, the fingerprint of what it ran (``Schedule.fingerprint``; empty: rows older than
     the column, or repeats that ran different schedules); ``predicted_s``, for a measured run, the
-    simulator's time for the same schedule (NaN: a simulated cell, or none given).
+    simulator's time for the same schedule (NaN: a simulated cell, or none given); ``recomputed_bytes``,
+    the most saved data its schedule recomputes (NaN: rows older than the column).
     """
 
     status: str
@@ -154,6 +155,7 @@ class Cell:
     needed_bytes: float = math.nan
     schedule: str = ""
     predicted_s: float = math.nan
+    recomputed_bytes: float = math.nan
 
     @property
     def ok(self) -> bool:
@@ -208,6 +210,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
         parts = planned["sub_batches"].dropna()
         prints = set(planned.get("schedule_fingerprint", ()))  # a frame built by hand may not have it
         predicted = pd.to_numeric(planned.get("predicted_s", pd.Series(dtype=float)), errors="coerce").dropna()
+        recomputed = pd.to_numeric(planned.get("recomputed_bytes", pd.Series(dtype=float)), errors="coerce")
         out[planner, budget] = Cell(
             "ok", time_s, spread,
             time_s / float(budget_lb.iloc[0]) if len(budget_lb) and budget_lb.iloc[0] > 0 else math.nan,
@@ -215,6 +218,7 @@ def summarise(rows: pd.DataFrame, statistic: str = "trimmed-mean") -> dict[tuple
             repeats=len(planned), over_allocators=names, grad_error=float(grads.max()) if len(grads) else math.nan,
             sub_batches=int(parts.max()) if len(parts) else 1, schedule=prints.pop() if len(prints) == 1 else "",
             predicted_s=float(predicted.median()) if len(predicted) else math.nan,
+            recomputed_bytes=float(recomputed.max()) if recomputed.notna().all() else math.nan,
         )
     return out
 

@@ -615,9 +615,9 @@ def run_table(frame) -> Any:
             cells[bound] = "-"  # no schedule runs below the weights: a finite bound would read as reachable
         if row["status"] != "ok":
             cells[status] = f"[red]{cells[status]}[/red]"
-        # what a refused or broken run held is no measure of the schedule; an allocator's refusal came after
-        # the schedule ran in full
-        if row["status"] == "error" and not str(_clean(row.get("message")) or "").startswith("allocator "):
+        # what a schedule the validator refused held before it stopped is no measure of it (an allocator's
+        # refusal, also an error, came after the schedule ran in full)
+        if _clean(row.get("valid")) is False:
             for title, col in columns:
                 if col in ("peak_bytes", "moved_bytes"):
                     cells[columns.index((title, col))] = "-"

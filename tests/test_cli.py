@@ -1074,11 +1074,12 @@ def test_an_error_rows_peak_is_left_out_of_the_run_table_and_an_ooms_is_not():
     from harness.cli import run_table
 
     frame = pd.DataFrame([
-        _rows(status="error", message="invalid schedule: F4 allocates ...", peak_bytes=531093504, moved_bytes=7 * 2**20),
+        _rows(status="error", message="invalid schedule: F4 allocates ...", valid=False, peak_bytes=531093504,
+              moved_bytes=7 * 2**20),
         _rows(status="oom", case_id="m/b8/3x8x8/greedy/f0.5/torch", executor="torch", peak_bytes=3 * 2**30),
         # an allocator's refusal came after the schedule ran in full: its peak stands (review)
         _rows(status="error", message="allocator caching: refused", case_id="m/b8/3x8x8/greedy/f0.5/simulate/c",
-              executor="simulate", budget_label="f1", peak_bytes=5 * 2**20)])
+              executor="simulate", budget_label="f1", valid=True, peak_bytes=5 * 2**20)])
     console = Console(width=250, record=True, file=open("/dev/null", "w"))
     console.print(run_table(frame))
     header, *lines = console.export_text().splitlines()

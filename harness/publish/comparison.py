@@ -71,22 +71,19 @@ def _unlike(meta_a: dict[str, Any], rows_a: pd.DataFrame, meta_b: dict[str, Any]
     return notes
 
 
-# what the simulator reads of a profile: its stages (times, bytes, algorithms) and the host link's rates
-_SIMULATED_FIELDS = ("stages", "d2h_bandwidth", "h2d_bandwidth", "weight_bytes", "output_bytes", "runtime_bytes",
-                     "variants")
-
-
 def _profiles_unlike(folder_a: Path, folder_b: Path) -> str | None:
-    """A sentence when the two runs' saved profiles of a workload they share differ in what the simulator
-    reads (each run of a suite whose profiler measures profiles anew: their simulated times follow), else None."""
-    import json
+    """A sentence when the two runs' saved profiles of a workload they share differ (each run of a suite
+    whose profiler measures profiles anew: their simulated times follow), their notes aside (how it was
+    measured, not what), else None."""
+    from dataclasses import replace
 
-    def read(path: Path) -> Any:
+    from harness.model import ModelError, Profile, load
+
+    def read(path: Path) -> Profile | None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            return replace(load(Profile, path), notes={})
+        except (OSError, ModelError):
             return None
-        return {key: data.get(key) for key in _SIMULATED_FIELDS} if isinstance(data, dict) else None
 
     shared = sorted({p.name for p in (folder_a / "profiles").glob("*.json")}
                     & {p.name for p in (folder_b / "profiles").glob("*.json")})
@@ -108,7 +105,7 @@ def compare(a: str | Path, b: str | Path, rtol: float = 1e-6, tolerance: float |
     ``rtol``); a case in one run only is beyond any tolerance. ``beyond_tolerance`` lists
     those case ids (``membudget compare`` exits 1 when it is not empty). ``unlike`` says, a
     sentence each, what the runs do not share (suite, device, profiler, kind of times, CUDA device; where
-    they share all those, profiles that differ in what the simulator reads).
+    they share all those, saved profiles that differ, their notes aside).
     """
     tolerance = rtol if tolerance is None else tolerance
     run_a, run_b = _one_run(a), _one_run(b)

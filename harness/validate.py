@@ -35,9 +35,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.model import OP_KINDS, Op, Profile, Run, Schedule, Transfer, duplex_of, op_index
-from harness.simulate.lowering import pass_profiles
 
 _EPS = 1e-9
+
+
+def _passes(profile: Profile, schedule: Schedule) -> list[Profile]:
+    """The profile of each sub-batch pass, derived here as the module says: the batch split as evenly
+    as it goes, the larger passes first (``sub_batches`` of them, each of at least one sample)."""
+    n = max(schedule.sub_batches, 1)
+    if n == 1:
+        return [profile]
+    base, extra = divmod(profile.batch_size, n)
+    sizes = [max(base + (k < extra), 1) for k in range(n)]
+    at = {b: profile.at_batch(b) for b in set(sizes)}
+    return [at[b] for b in sizes]
 
 
 def _spacing(t: float) -> float:
@@ -194,7 +205,7 @@ def check_structure(schedule: Schedule, profile: Profile) -> list[Violation]:
     if out:  # the transfers' sizes below are read through the algorithms
         return out
 
-    passes = pass_profiles(profile, schedule)
+    passes = _passes(profile, schedule)
     offloads: dict[tuple[int, int], int] = {}
     prefetches: dict[tuple[int, int], int] = {}
     for j, tr in enumerate(schedule.transfers):
@@ -251,7 +262,7 @@ def check_run(schedule: Schedule, profile: Profile, run: Run, budget: float,
     (copy engines ``duplex``, default: the schedule's)."""
     duplex = duplex_of(schedule, duplex)
     out: list[Violation] = []
-    passes = pass_profiles(profile, schedule)
+    passes = _passes(profile, schedule)
     compute = [e for e in run.timeline if e.stream == "compute"]
     if len(compute) != len(schedule.ops):
         return [Violation(f"the timeline has {len(compute)} compute operations, the schedule {len(schedule.ops)}")]

@@ -196,3 +196,20 @@ def test_a_backward_without_the_part_of_the_next_input_it_needs_is_caught() -> N
 
     assert not b1_refused(exact)
     assert b1_refused(tuple(b for b in exact if b.name != "x2.held"))
+
+
+def test_a_lowering_that_splits_the_batch_wrongly_is_caught(monkeypatch) -> None:
+    """The validator derives the sub-batch passes itself: a lowering whose split puts the larger
+    pass last (batch 4 in 3 passes as 1, 1, 2 instead of 2, 1, 1) runs operations for the wrong
+    durations, and check_run says so instead of repeating the mistake."""
+    import harness.simulate.lowering as lowering
+
+    profile = random_chain(random.Random(11), 5)
+    schedule = Schedule("split", 10**12, training_ops(5, 3), sub_batches=3)
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, float("inf")) == []
+    even = lowering.pass_sizes
+    monkeypatch.setattr(lowering, "pass_sizes", lambda batch, n: sorted(even(batch, n)))
+    lowering._OPS_CACHE.clear()
+    wrong = simulate(schedule, profile, engine="reference")
+    assert "lasts" in messages(check_run(schedule, profile, wrong, float("inf")))

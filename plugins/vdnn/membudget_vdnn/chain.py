@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from harness.errors import InfeasibleBudget
 from harness.model import Profile, Schedule
-from harness.schedules import best_ordered_schedule, check_budget, just_in_time_need
-from harness.simulate.executor import timing
+from harness.schedules import check_budget, fastest_ordered_schedule, just_in_time_need
 from harness.units import format_bytes
 
 
@@ -34,12 +33,6 @@ def candidate_sets(profile: Profile) -> list[tuple[int, ...]]:
     return sets
 
 
-def _makespan(schedule: Schedule, profile: Profile, duplex: bool) -> float:
-    _, tm = timing(schedule, profile, duplex=duplex)
-    ends = [tm.op_end.max()] + ([tm.tr_end.max()] if len(tm.tr_end) else [])
-    return float(max(ends))
-
-
 class VdnnChain:
     """VDNN of papers/004 section 6.1: the best ratio-threshold offload set, no-wait and ordered.
 
@@ -54,12 +47,9 @@ class VdnnChain:
         check_budget(profile, budget_bytes, self.name)
         best, best_time = None, float("inf")
         for offload in candidate_sets(profile):
-            schedule = best_ordered_schedule(profile, budget_bytes, offload, planner=self.name, duplex=duplex,
-                                             options={"offload": list(offload)})
-            if schedule is None:
-                continue
-            makespan = _makespan(schedule, profile, duplex)
-            if makespan < best_time:
+            schedule, makespan = fastest_ordered_schedule(profile, budget_bytes, offload, planner=self.name,
+                                                          duplex=duplex, options={"offload": list(offload)})
+            if schedule is not None and makespan < best_time:
                 best, best_time = schedule, makespan
         if best is None:
             need = min(just_in_time_need(profile, offload, duplex) for offload in candidate_sets(profile))

@@ -27,7 +27,7 @@ So a schedule's predicted reservation under a device budget B is the caching all
 peak under the cap B - ``runtime_bytes``, plus ``runtime_bytes`` (``DeviceMemory``; when the
 trace cannot be served under that cap, the smallest cap that serves it plus the runtime, which
 is above B). ``plan_for_device`` gives a planner the budget minus the runtime bytes and shrinks
-it by the excess until the prediction fits, so that a plan the harness calls feasible holds in
+it until the prediction fits (a search: see there), so that a plan the harness calls feasible holds in
 the device budget; ``check_fits`` refuses a trace (simulated, or replayed from a real run) that
 would exceed a budget, with the number; ``arena_fits`` says whether an allocator's arena holds
 in a budget under either budget model (capped, for an allocator that gives cached memory back at a cap).
@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence, Union
 from harness.errors import InfeasibleBudget
 from harness.model import MemoryBlock, Profile, Schedule
 
-MAX_ROUNDS = 12  # plans tried before a budget is declared too small for a planner
+MAX_ROUNDS = 16  # plans tried before a budget is declared too small for a planner
 
 
 @dataclass(frozen=True)
@@ -156,42 +156,114 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
 
     The planner first gets ``budget - profile.runtime_bytes``. While the caching allocator
     model's arena of the simulated trace plus the runtime bytes exceeds ``budget``, the chain
-    budget steps down by the excess; once a plan fits, the chain budget is bisected between
-    it and the last one that did not, so that the plan kept is the one of the largest chain
-    budget found to fit (fragmentation is not monotone in the budget, so this is a search,
-    not a formula). At most ``MAX_ROUNDS`` plans. A planner's own refusal
-    (``InfeasibleBudget``) goes through, with the device bytes it would need.
+    budget steps down: by the excess while the reservation follows the chain budget down, by
+    twice the last step while it does not (a plan's fragmentation can grow as its chain bytes
+    shrink, so that an excess of a few MiB stays put over many small steps). Once a plan fits,
+    the chain budget is bisected between it and the last one that did not, so that the plan
+    kept is the one of the largest chain budget found to fit (fragmentation is not monotone in
+    the budget, so this is a search, not a formula). A step below the planner's minimum, which
+    the planner refuses, is followed by a plan at that minimum (``InfeasibleBudget.needed_bytes``):
+    its leanest plan. At most ``MAX_ROUNDS`` plans.
+
+    When no plan fits, ``InfeasibleBudget`` says what the leanest plan tried would reserve (its
+    ``needed_bytes``: the smallest cap that plan runs under, plus the runtime); when the
+    planner refuses the first chain budget already, the same of its plan at the minimum it
+    names (or that minimum plus the runtime bytes, if that plan cannot be made).
     """
     options = options or {}
-    too_big, best = None, None
-    planning = budget - profile.runtime_bytes
-    last: DeviceMemory | None = None
+    precision = max(1, budget // 1000)
+    search = _Search(budget - profile.runtime_bytes, precision)
+    tried: list[DevicePlan] = []
+    first_refusal: InfeasibleBudget | None = None
     for _ in range(MAX_ROUNDS):
-        if planning <= 0:
+        if search.planning is None:
             break
-        plan = _plan_once(planner, profile, budget, planning, options, duplex)
+        planning = search.planning
+        try:
+            plan = _plan_once(planner, profile, budget, planning, options, duplex)
+        except InfeasibleBudget as exc:
+            if first_refusal is not None:
+                break  # not even at the minimum it named
+            if search.too_big is None and not tried:
+                first_refusal = exc
+                minimum = exc.chain_minimum
+                search.planning = minimum if minimum is not None and minimum > planning else None
+                continue
+            search.refused(planning, exc.chain_minimum)
+            continue
         if plan.memory is None:
             return plan  # the simulator cannot run it: the executor reports why
-        last = plan.memory
-        excess = plan.memory.reserved_bytes - budget
+        tried.append(plan)
+        if first_refusal is not None:
+            break  # the plan at the planner's minimum, made only to say what it would reserve
+        search.judged(plan, plan.memory.reserved_bytes - budget)
+    if search.best is not None and first_refusal is None:
+        return search.best
+    leanest = min((p.memory for p in tried), key=lambda m: m.reserved_bytes, default=None)
+    name = getattr(planner, "name", "the planner")
+    if first_refusal is not None:
+        if leanest is None:
+            raise first_refusal
+        raise InfeasibleBudget(f"{first_refusal}; its plan at that minimum would need {leanest.describe()}",
+                               needed_bytes=max(leanest.reserved_bytes, budget + 1))
+    needed = f"; the leanest plan it tried needs {leanest.describe()}" if leanest is not None else ""
+    raise InfeasibleBudget(f"{name} finds no plan whose predicted reservation holds in the device budget of "
+                           f"{budget} bytes{needed}",
+                           needed_bytes=leanest.reserved_bytes if leanest is not None else None)
+
+
+class _Search:
+    """The chain budgets ``plan_for_device`` tries, from what each plan reserved (see there)."""
+
+    def __init__(self, planning: int, precision: int):
+        self.planning: int | None = planning if planning > 0 else None
+        self.precision = precision
+        self.best: DevicePlan | None = None  # the fitting plan of the largest chain budget
+        self.too_big: int | None = None  # the smallest chain budget whose plan did not fit
+        self.floor: int | None = None  # the largest chain budget the planner refused
+        self._step = 0
+        self._last: tuple[int, int] | None = None  # (chain budget, reservation) of the last plan too big
+
+    def judged(self, plan: DevicePlan, excess: int) -> None:
+        planning, reserved = plan.planning_budget, plan.memory.reserved_bytes
         if excess <= 0:
-            best = plan
-            if too_big is None:
-                return best  # the first chain budget fits: nothing to gain above it
+            if self.best is None or planning > self.best.planning_budget:
+                self.best = plan
+            if self.too_big is None:
+                self.planning = None  # the first chain budget fits: nothing to gain above it
+                return
         else:
-            too_big = planning
-        if best is None:
-            planning -= excess
+            self.too_big = planning if self.too_big is None else min(self.too_big, planning)
+            if self.best is None and self.floor is None:
+                following = self._last is None or self._last[1] - reserved >= (self._last[0] - planning) // 2
+                self._step = max(excess, self.precision) if following else max(excess, 2 * self._step)
+                self._last = (planning, reserved)
+                self._next(planning - self._step)
+                return
+        self._bisect()
+
+    def refused(self, planning: int, minimum: int | None) -> None:
+        """The planner refused ``planning``; ``minimum``: the chain budget it says it needs (it
+        refuses every budget below it, so only ``minimum`` and above are left to try)."""
+        floor = minimum - 1 if minimum is not None and minimum > planning else planning
+        self.floor = floor if self.floor is None else max(self.floor, floor)
+        if self.best is None and minimum is not None and planning < minimum < self.too_big:
+            self._next(minimum)  # its leanest plan
+            return
+        self._bisect()
+
+    def _bisect(self) -> None:
+        lower = max(b for b in (self.best and self.best.planning_budget, self.floor) if b is not None)
+        if self.too_big - lower <= self.precision:
+            self.planning = None
         else:
-            planning = (best.planning_budget + too_big) // 2
-            if too_big - best.planning_budget <= max(1, budget // 1000):
-                break
-    if best is not None:
-        return best
-    needed = f"; its last plan needed {last.describe()}" if last is not None else ""
-    raise InfeasibleBudget(f"{getattr(planner, 'name', 'the planner')} finds no plan whose predicted reservation "
-                           f"holds in the device budget of {budget} bytes{needed}",
-                           needed_bytes=last.reserved_bytes if last is not None else None)
+            self.planning = (lower + self.too_big) // 2
+
+    def _next(self, planning: int) -> None:
+        if self.floor is not None and planning <= self.floor:
+            self._bisect()
+        else:
+            self.planning = planning if planning > 0 else None
 
 
 def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, options: dict[str, Any],
@@ -204,9 +276,11 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
         schedule = replace(checked_plan(planner, profile, planning, options), device_budget_bytes=budget)
     except InfeasibleBudget as exc:
         needed = None if exc.needed_bytes is None else exc.needed_bytes + (budget - planning)
-        raise InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
-                               f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
-                               needed_bytes=needed) from None
+        refusal = InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
+                                   f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
+                                   needed_bytes=needed)
+        refusal.chain_minimum = exc.needed_bytes  # the chain budget the planner said it needs
+        raise refusal from None
     run = simulate(schedule, profile, duplex=duplex)
     if not run.feasible:
         return DevicePlan(schedule, planning, None)

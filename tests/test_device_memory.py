@@ -364,3 +364,98 @@ def test_a_suite_flags_the_caching_arena_only_where_the_capped_replay_fails(tmp_
         assert r["arena_fits_budget"] == ("true" if arena <= budget or served else "false"), r["case_id"]
     assert over and any(r["arena_fits_budget"] == "true" and int(r["arena_bytes"]) > int(r["budget_bytes"])
                         for r in rows)
+
+
+GiB = 2**30
+
+
+class _Reservations:
+    """A stand-in for ``_plan_once``: each chain budget's plan reserves ``reserve(planning)`` device bytes
+    (runtime 0); a chain budget below ``minimum`` is refused as a planner refuses it, naming ``minimum``."""
+
+    def __init__(self, reserve, minimum: int):
+        self.reserve, self.minimum, self.calls = reserve, minimum, []
+
+    def __call__(self, planner, profile, budget, planning, options, duplex):
+        import harness.device_memory as dm
+        from harness.model import Schedule
+
+        self.calls.append(planning)
+        if planning < self.minimum:
+            refusal = InfeasibleBudget(f"needs at least {self.minimum}", needed_bytes=self.minimum)
+            refusal.chain_minimum = self.minimum
+            raise refusal
+        reserved = self.reserve(planning)
+        chain = min(planning, reserved)
+        return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, dm.DeviceMemory(chain, 0, reserved - chain))
+
+
+def _search(monkeypatch, reserve, minimum: int, budget: int):
+    import harness.device_memory as dm
+
+    stand_in = _Reservations(reserve, minimum)
+    monkeypatch.setattr(dm, "_plan_once", stand_in)
+    profile = replace(load(Profile, PROFILE), runtime_bytes=0)
+    return stand_in, (lambda: plan_for_device(object(), profile, budget))
+
+
+def test_a_reservation_that_does_not_follow_the_chain_budget_down_is_still_searched_past(monkeypatch):
+    """The GPT-2-medium case a QA run found (greedy, 24 GiB): the plans of every chain budget from 21.0
+    to 21.8 GiB reserve 24.04 GiB, 40 MiB too much, as their fragmentation grows while their chain
+    bytes shrink. Steps of the excess alone (40 MiB, twelve plans) never left that plateau, so greedy
+    was refused at 24 GiB after planning at 16; the steps now double while the reservation stays put,
+    and the plan kept fits, of a chain budget within the search's precision of the plateau's edge."""
+    budget, edge = 24 * GiB, 21 * GiB
+
+    def reserve(planning):
+        return budget + 40 * 2**20 if planning > edge else planning + 2 * GiB + (planning - edge) // 8
+
+    stand_in, plan = _search(monkeypatch, reserve, 3 * GiB, budget)
+    found = plan()
+    assert found.memory.reserved_bytes <= budget
+    assert edge - budget // 1000 <= found.planning_budget <= edge
+    assert len(stand_in.calls) <= 16
+
+
+def test_a_step_below_the_planners_minimum_tries_its_leanest_plan(monkeypatch):
+    """Doubling steps may land below the planner's minimum: the refusal names that minimum, and the
+    search plans there next (its leanest plan), then bisects upwards when it fits."""
+    budget, minimum = 10 * GiB, 9 * GiB
+
+    def reserve(planning):  # only the plans within 256 MiB of the minimum fit
+        return budget - 1 if planning <= minimum + 256 * 2**20 else budget + 2**20
+
+    stand_in, plan = _search(monkeypatch, reserve, minimum, budget)
+    found = plan()
+    assert found.memory.reserved_bytes <= budget
+    assert minimum in stand_in.calls and found.planning_budget >= minimum
+
+
+@pytest.mark.parametrize("budget", [5 * GiB, 9 * GiB, 10 * GiB, 11 * GiB])
+def test_a_refusal_under_a_device_budget_names_what_the_leanest_plan_reserves(monkeypatch, budget):
+    """Whatever the budget below it, a planner that cannot fit says the same need: the reservation of its
+    plan at its minimum (12 GiB here), not its chain minimum plus whatever the search had set aside (the
+    'needs' of the published table used to grow with the budget a refusal was made at)."""
+    minimum = 10 * GiB
+
+    def reserve(planning):
+        return planning + 2 * GiB
+
+    _, plan = _search(monkeypatch, reserve, minimum, budget)
+    with pytest.raises(InfeasibleBudget) as refused:
+        plan()
+    assert refused.value.needed_bytes == 12 * GiB
+
+
+def test_a_planner_that_fits_a_device_budget_fits_the_larger_ones_too():
+    """On the H200's ResNet-50 profile (2026-11-29), moDNN plans for the device at 0.55 and at the whole
+    span, and at 0.9 of it as well: the search used to stop there after twelve plans, steps of 3 to 50 MiB that
+    never left a plateau of reservations above the budget, and refused the larger budget."""
+    profile = load(Profile, H200_RUN / "profiles" / "torchvision_resnet50-b256-3x224x224-float32.json")
+    lo, hi = min_memory(profile), peak_memory(profile)
+    planner = registry().planner("modnn")
+    for fraction in (0.55, 0.9, 1.0):
+        budget = int(lo + fraction * (hi - lo))
+        plan = plan_for_device(planner, profile, budget)
+        assert plan.memory.reserved_bytes <= budget, fraction
+        assert not validate(plan.schedule, profile, plan.planning_budget)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.bounds import lower_bound, min_memory, peak_memory, schedule_lower_bound
+from harness.bounds import algorithm_frontier, lower_bound, min_memory, op_needs, peak_memory, schedule_lower_bound
 from harness.model import Algorithm, Profile, Schedule, Stage, Transfer, training_ops
 from harness.plugins import registry
 from harness.schedules import best_ordered_schedule
@@ -158,3 +158,56 @@ def test_keep_all_at_the_peak_meets_its_bound_where_a_faster_algorithm_needs_mor
     # with room for the native kernel, the budget's bound is its time: 3.0, below keep-all
     roomy = peak_memory(_with_choice(profile, (0, -1)))
     assert lower_bound(profile, roomy) == pytest.approx(3.0)
+
+
+def _profile(d2h: float, h2d: float, algorithms=(), workspace: int = 10**5) -> Profile:
+    stages = tuple(Stage(f"s{i}", "conv", 1e-3, 1e-3, 10**6, 10**6, 10**6, fwd_workspace=workspace,
+                         algorithms=algorithms) for i in range(6))
+    return Profile("t", 1, (1,), "x", 10**12, d2h, h2d, 0, 10**6, stages)
+
+
+def test_duplex_engines_overlap_the_two_directions_of_the_bound() -> None:
+    """Prop. 3 with two engines: the out and back terms overlap, so the bound is at most the one-engine
+    bound and at least half of it (each direction still has to move M_peak - M), strictly below it when
+    the transfer term dominates; with very unequal links the slower direction alone bounds it."""
+    profile = _profile(1e4, 1e7)  # slow device-to-host
+    budget = min_memory(profile)
+    single, duplex = lower_bound(profile, budget, duplex=False), lower_bound(profile, budget, duplex=True)
+    assert single > profile.compute_time  # transfer-bound
+    assert duplex < single <= 2 * duplex
+    moved = peak_memory(profile) - budget
+    assert duplex >= moved / profile.d2h_bandwidth
+
+
+def test_a_known_peak_does_not_hide_the_algorithm_choices() -> None:
+    """lower_bound(m_peak=...) is a shortcut for profiles without algorithms only: with a leaner
+    alternative, passing the default keep-all peak must not change the bound (the frontier decides)."""
+    lean = Algorithm("lean", 1.5e-3, 1.5e-3, 0, 0)
+    profile = _profile(1e5, 1e5, algorithms=(lean,), workspace=10**7)
+    assert len(algorithm_frontier(profile)) >= 2  # the lean choices peak lower
+    m_peak = peak_memory(profile)
+    for budget in (min_memory(profile), (min_memory(profile) + m_peak) // 2):
+        assert lower_bound(profile, budget, m_peak=m_peak) == lower_bound(profile, budget)
+
+
+def test_the_frontier_trades_memory_for_time_only() -> None:
+    """algorithm_frontier: ascending peaks, each point strictly faster than the one before (a point
+    that is not faster is dominated and not part of the frontier)."""
+    fast = Algorithm("fast", 0.5e-3, 0.5e-3, 10**7, 10**7)
+    slow_fat = Algorithm("slow-fat", 2e-3, 2e-3, 10**7 // 2, 10**7 // 2)
+    profile = _profile(1e5, 1e5, algorithms=(fast, slow_fat))
+    points = algorithm_frontier(profile)
+    assert len(points) >= 2
+    for (p0, c0), (p1, c1) in zip(points, points[1:]):
+        assert p0 < p1 and c1 < c0
+
+
+def test_op_needs_reads_the_algorithm_asked_for() -> None:
+    """op_needs(profile, algorithm): for one stage kept whole, the larger need is the simulated keep-all
+    peak of the schedule running that algorithm."""
+    hungry = Algorithm("hungry", 1e-3, 1e-3, 5 * 10**6, 7 * 10**6)
+    stage = Stage("s", "conv", 1e-3, 1e-3, 10**6, 10**6, 10**6, algorithms=(hungry,))
+    profile = Profile("t", 1, (1,), "x", 10**12, 1e5, 1e5, 123, 10**6, (stage,))
+    for choice in (-1, 0):
+        run = simulate(Schedule("k", 10**12, training_ops(1), algorithms=(choice,)), profile)
+        assert max(need for _, need in op_needs(profile, [choice])) == run.peak_bytes

@@ -18,7 +18,7 @@ from harness.allocators.caching import K_ROUND_LARGE, CachingAllocator, min_cap,
 from harness.allocators.trace import max_live_bytes, read_csv
 from harness.bounds import min_memory, peak_memory
 from harness.device_memory import (
-    calibrate_runtime_bytes, check_fits, device_memory, keep_all_memory, plan_for_device,
+    MAX_ROUNDS, calibrate_runtime_bytes, check_fits, device_memory, keep_all_memory, plan_for_device,
 )
 from harness.errors import InfeasibleBudget
 from harness.model import MemoryBlock, Profile, load, save
@@ -459,3 +459,49 @@ def test_a_planner_that_fits_a_device_budget_fits_the_larger_ones_too():
         plan = plan_for_device(planner, profile, budget)
         assert plan.memory.reserved_bytes <= budget, fraction
         assert not validate(plan.schedule, profile, plan.planning_budget)
+
+
+def test_the_runtime_bytes_alone_can_push_the_arena_to_the_cap():
+    """The caching allocator runs capped at budget - runtime: when the uncapped arena fits the budget but
+    not with the runtime bytes on top (70 + 10 > 75 MiB), the process still reaches its cap and releases
+    the freed segment, so the trace fits (40 MiB arena + 10 MiB runtime), and check_fits accepts it."""
+    freed = [MemoryBlock(0, "a", 30 * MiB, 0, 1), MemoryBlock(1, "b", 40 * MiB, 2, 3)]
+    arena = CachingAllocator().place(freed).arena_bytes
+    budget, runtime = 75 * MiB, 10 * MiB
+    assert arena <= budget < arena + runtime
+    memory = device_memory(freed, runtime, budget=budget)
+    assert memory.reserved_bytes <= budget
+    assert check_fits(freed, budget, runtime).reserved_bytes == memory.reserved_bytes
+
+
+class Recording:
+    """A planner that records every chain budget it is asked to plan for."""
+
+    def __init__(self, inner):
+        self.inner, self.budgets, self.name = inner, [], inner.name
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    def plan(self, profile, budget, *args, **kwargs):
+        self.budgets.append(budget)
+        return self.inner.plan(profile, budget, *args, **kwargs)
+
+
+def test_a_device_plan_is_the_largest_chain_budget_found_to_fit():
+    """Once a stepped-down chain budget fits, plan_for_device bisects towards the last one that overflowed
+    (docstring): it ends within budget/1000 of it, or after MAX_ROUNDS plans, never stuck at its first fit."""
+    profile = load(Profile, PROFILE)
+    reserved = CachingAllocator().place(read_csv(TRACE)).arena_bytes
+    profile = replace(profile, runtime_bytes=calibrate_runtime_bytes(profile, reserved))
+    lo, hi = min_memory(profile), peak_memory(profile)
+    budget = int(lo + 0.75 * (hi - lo))
+    planner = Recording(registry().planner("greedy"))
+    plan = plan_for_device(planner, profile, budget)
+    tried = planner.budgets
+    assert plan.memory.reserved_bytes <= budget
+    overflowed = [b for b in tried if b > plan.planning_budget]
+    assert overflowed, "the first chain budget overflowed (the case this test is about)"
+    gap = min(overflowed) - plan.planning_budget
+    assert gap <= max(1, budget // 1000) or len(tried) >= MAX_ROUNDS
+    assert len(set(tried)) == len(tried)  # no chain budget is planned twice

@@ -8,12 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.bounds import op_needs as bound_needs
+from harness.bounds import peak_memory
 from harness.memory import (movable_bytes, recompute_peak, schedule_blocks, schedule_needs, segment_needs,
                             stage_memory)
-from harness.model import Profile, Stage, training_ops, Schedule
+from harness.model import Algorithm, Profile, Stage, training_ops, Schedule
 from harness.schedules import recompute_ops
 from harness.simulate.executor import simulate
 from harness.simulate.lowering import lower
+from harness.validate import validate
 from harness.testing import chains
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -231,3 +233,21 @@ def test_an_fc_stages_checkpoint_is_its_movable_tensor_by_hand() -> None:
     low = lower(schedule, profile)
     assert list(low.tr_bytes) == [100, 100] and list(low.tr_wait_op) == [-1, 4]
     assert low.t_size[0] == 100 and low.op_tensor[0] == 0 and low.op_tensor[4] == -1
+
+
+def test_a_chosen_algorithm_s_workspace_is_what_the_simulator_allocates() -> None:
+    """A schedule that picks an algorithm with MORE workspace than the default runs with that workspace:
+    the memory rules (stage_memory) read the schedule's algorithm, so the simulated peak is the default's
+    plus the difference, the validator accepts the run there, and one byte less does not fit."""
+    hungry = Algorithm("fast", 0.5, 0.5, 5000, 7000)
+    stage = Stage("c", "conv", 1.0, 1.0, 100, 100, 100, fwd_workspace=10, bwd_workspace=20, algorithms=(hungry,))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1e6, 1e6, 0, 100, (stage, stage))
+    assert stage_memory(profile, 0, 0).bwd_workspace == hungry.bwd_workspace
+    assert stage_memory(profile, 0, hungry).fwd_workspace == hungry.fwd_workspace
+    default_peak = peak_memory(profile)
+    schedule = Schedule("fast", 10**9, training_ops(2), algorithms=(0, 0))
+    run = simulate(schedule, profile)
+    assert run.feasible and run.peak_bytes > default_peak
+    assert validate(schedule, profile, run.peak_bytes) == []
+    assert validate(schedule, profile, run.peak_bytes - 1)
+    assert not simulate(schedule, profile, budget=default_peak).feasible

@@ -15,7 +15,7 @@ from harness.bounds import lower_bound, min_memory, op_needs, peak_memory
 from harness.model import Profile, Schedule, Stage, Transfer, training_ops
 from harness.schedules import best_ordered_schedule, keep_all_schedule, ordered_schedule
 from harness.testing import chains
-from harness.validate import validate
+from harness.validate import check_run, validate
 from harness.simulate.executor import simulate, timing
 
 
@@ -393,3 +393,54 @@ def test_offloaded_checkpoints_simulate_as_the_validator_sweeps(profile: Profile
     assert data_.recomputed == recomputed, (segments, offload)
     assert data_.offloaded == sum(held[i] for i in offload), (segments, offload)
     assert data_.kept == sum(held[i] for i in movable if i not in offload), (segments, offload)
+
+
+ENGINES = ["kernel", "reference"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_zero_byte_prefetch_waits_for_an_offload_still_queued(engine) -> None:
+    """A prefetch waits until its offload has ENDED, not just until the host holds its bytes: a zero-byte
+    prefetch on its own engine (duplex) issued while its zero-byte offload still waits behind another
+    offload must not start first. Judged by the validator on the run of either engine."""
+    stages = (Stage("s0", "conv", 0.1, 1.0, 0, 1000, 0), Stage("s1", "conv", 0.1, 1.0, 0, 1000, 0))
+    profile = Profile("t", 1, (1,), "x", 10**9, 1000.0, 1000.0, 0, 0, stages)
+    transfers = (Transfer(0, "offload", 0), Transfer(1, "offload", 1, nbytes=0),
+                 Transfer(1, "prefetch", 1, nbytes=0), Transfer(0, "prefetch", 1, "end"))
+    schedule = Schedule("x", 10**6, training_ops(2), transfers, duplex=True)
+    run = simulate(schedule, profile, engine=engine)
+    assert run.feasible
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    copies = {e.label: e for e in run.timeline if e.stream != "compute"}
+    assert copies["prefetch 1"].start >= copies["offload 1"].end
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_backward_never_runs_while_its_data_is_still_being_offloaded(engine) -> None:
+    """B_i waits until every offload of its tensor is released: with a slow link B1 comes while the
+    offload of stage 1 (never prefetched) still runs; it must not start (the run is stuck and says why)."""
+    s = Stage("s", "conv", 1.0, 1.0, 100, 1000, 0)
+    profile = Profile("slow", 1, (1,), "x", 10**9, 10.0, 10.0, 0, 0, (s, s))  # 100 s to move 1000 B
+    schedule = Schedule("broken", 10**6, training_ops(2), (Transfer(1, "offload", 1),))
+    run = simulate(schedule, profile, engine=engine)
+    assert run.status == "infeasible" and "never prefetched" in run.message
+
+
+def test_a_prefetched_checkpoint_is_awaited_by_its_recomputation_whatever_wait_op_says() -> None:
+    """lowering: a checkpoint's prefetch is awaited by R_i (which reads it), also when the schedule names a
+    later operation (B_i) as the one that waits: the run must still validate."""
+    from tests.test_memory import checkpoint_offload_schedule
+
+    profile, schedule = checkpoint_offload_schedule(400)
+    ops = [op.label for op in schedule.ops]
+    late = tuple(replace(tr, wait_op=ops.index("B0")) if tr.direction == "prefetch" else tr
+                 for tr in schedule.transfers)
+    schedule = replace(schedule, transfers=late)
+    for engine in ENGINES:
+        run = simulate(schedule, profile, engine=engine)
+        assert run.feasible
+        r0 = next(e for e in run.timeline if e.label == "R0")
+        back = next(e for e in run.timeline if e.label.startswith("prefetch"))
+        assert r0.start >= back.end
+        assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    assert validate(schedule, profile) == []

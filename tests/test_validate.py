@@ -6,10 +6,10 @@ import dataclasses
 import random
 
 from harness.bounds import min_memory, peak_memory
-from harness.model import Op, Schedule, Transfer, training_ops
+from harness.model import MemoryBlock, Op, Profile, Schedule, Stage, Transfer, training_ops
 from harness.schedules import best_ordered_schedule, ordered_schedule
 from harness.simulate.executor import simulate
-from harness.validate import check_run, validate
+from harness.validate import check_needs, check_run, validate
 from tests.test_simulate import random_chain, two_stage_chain
 
 
@@ -213,3 +213,113 @@ def test_a_lowering_that_splits_the_batch_wrongly_is_caught(monkeypatch) -> None
     lowering._OPS_CACHE.clear()
     wrong = simulate(schedule, profile, engine="reference")
     assert "lasts" in messages(check_run(schedule, profile, wrong, float("inf")))
+
+
+def _refused_without(label: str, parts: dict, drop: str, schedule, profile, run, compute) -> tuple[bool, bool]:
+    """(refused with every part, refused without ``drop``) for a trace holding ``parts`` over operation ``label``."""
+    ev = next(e for e in compute if e.label == label)
+    exact = tuple(MemoryBlock(k, name, size, ev.start, ev.end) for k, (name, size) in enumerate(parts.items()))
+
+    def refused(trace) -> bool:
+        found = check_needs(schedule, [profile], dataclasses.replace(run, trace=trace), compute)
+        return any(v.message.startswith(f"{label} runs with") for v in found)
+
+    return refused(exact), refused(tuple(b for b in exact if b.name != drop))
+
+
+def test_the_last_backward_needs_the_output_and_its_gradient() -> None:
+    """check_needs, eq. (6) for the last stage: B_{L-1} holds the model output AND the output's
+    gradient (two blocks of output_bytes). A trace with only one of them is refused."""
+    profile = random_chain(random.Random(5), 3)
+    assert profile.output_bytes > 0
+    s2 = profile.stages[2]
+    schedule = Schedule("keep-all", peak_memory(profile), training_ops(3))
+    run = simulate(schedule, profile, engine="reference")
+    compute = [e for e in run.timeline if e.stream == "compute"]
+    parts = {"weights": profile.weight_bytes, "saved2": s2.saved_bytes, "out": profile.output_bytes,
+             "grad_out": profile.output_bytes, "y2": s2.grad_bytes, "wB2": s2.bwd_workspace}
+    with_all, without = _refused_without("B2", parts, "grad_out", schedule, profile, run, compute)
+    assert not with_all
+    assert without
+
+
+def test_a_forward_needs_its_workspace() -> None:
+    """check_needs, eq. (1): F_i holds max(x_i, saved_i), x_{i+1} and its workspace. A trace without
+    the workspace over F_i is refused."""
+    stage = Stage("s", "conv", 1.0, 1.0, 100, 150, 100, fwd_workspace=70, bwd_workspace=30)
+    profile = Profile("ws", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 10, 40, (stage,) * 3)
+    schedule = Schedule("keep-all", peak_memory(profile), training_ops(3))
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    compute = [e for e in run.timeline if e.stream == "compute"]
+    parts = {"weights": profile.weight_bytes, "x1": max(stage.input_bytes, stage.saved_bytes),
+             "x2": profile.stages[2].input_bytes, "wF1": stage.fwd_workspace}
+    with_all, without = _refused_without("F1", parts, "wF1", schedule, profile, run, compute)
+    assert not with_all
+    assert without
+
+
+def test_an_operation_that_starts_before_the_copy_it_waits_for_is_caught() -> None:
+    """check_run's wait_op rule (vDNN's sync): F1 of a synced schedule waits for offload 0; a run
+    whose offload ends after F1 has started is refused for that, by name."""
+    s = Stage("s", "conv", 1.0, 1.0, 100, 300, 0)
+    profile = Profile("sync", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0, (s, s))
+    schedule = ordered_schedule(profile, 10**6, {0: None}, planner="t", sync=True)
+    assert any(tr.wait_op is not None for tr in schedule.transfers)
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    f1 = next(e for e in run.timeline if e.label == "F1")
+    timeline = [dataclasses.replace(e, start=e.start - 0.5, end=e.end - 0.5)
+                if e.stream == "compute" and e.start >= f1.start else e for e in run.timeline]
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, timeline=tuple(timeline)),
+                               schedule.budget_bytes))
+    assert "F1 starts before offload 0 completes" in found
+
+
+def test_a_prefetch_that_starts_while_its_offload_runs_is_caught() -> None:
+    """check_run: the data reaches the host when its offload ends; a prefetch that starts after it is
+    issued but before that end is refused as such (test_a_run_that_lies accepts either message)."""
+    s = Stage("s", "conv", 1.0, 1.0, 100, 300, 0)
+    profile = Profile("early", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 0, (s, s, s))
+    ops = training_ops(3)  # F0 F1 F2 B2 B1 B0
+    schedule = Schedule("t", 10**6, ops, (Transfer(0, "offload", 0), Transfer(0, "prefetch", 1)), duplex=True)
+    assert validate(schedule, profile) == []
+    run = simulate(schedule, profile, engine="reference")
+    off, pre = (e for e in run.timeline if e.stream != "compute")
+    f1_start = next(e for e in run.timeline if e.label == "F1").start
+    assert f1_start < off.end  # the prefetch is issued while the offload still runs
+    start = (f1_start + off.end) / 2
+    early = dataclasses.replace(pre, start=start, end=start + (pre.end - pre.start))
+    timeline = tuple(early if e is pre else e for e in run.timeline)
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, timeline=timeline), schedule.budget_bytes))
+    assert "prefetch 0 starts before the data reached the host" in found
+
+
+def test_a_zero_length_block_above_the_budget_is_caught() -> None:
+    """trace_peaks: a block that lives no time (a zero-duration operation's workspace) still occupies
+    the device on top of what is live; one that takes the trace above the budget is refused."""
+    profile, schedule = good_schedule()
+    run = simulate(schedule, profile, engine="reference")
+    assert check_run(schedule, profile, run, schedule.budget_bytes) == []
+    t = run.timeline[len(run.timeline) // 2].start
+    spike = MemoryBlock(len(run.trace), "spike", int(schedule.budget_bytes) + 1, t, t)
+    found = messages(check_run(schedule, profile, dataclasses.replace(run, trace=run.trace + (spike,)),
+                               schedule.budget_bytes))
+    assert "above the budget" in found
+
+
+def test_the_copy_engines_asked_for_decide_the_verdict() -> None:
+    """validate(duplex=...) runs the schedule on the engines asked for, not the schedule's own: a
+    prefetch at the head of a shared engine, waiting for memory only the offload behind it would free,
+    deadlocks one engine but not two (test_the_schedule_carries_... only compares two empty verdicts)."""
+    stages = (Stage("s0", "conv", 1.0, 1.0, 60, 60, 0), Stage("s1", "conv", 1.0, 1.0, 50, 50, 0),
+              Stage("s2", "conv", 1.0, 1.0, 50, 50, 0))
+    profile = Profile("hol", 1, (1,), "synthetic", 10**6, 100.0, 100.0, 0, 20, stages)
+    transfers = (Transfer(0, "offload", 0), Transfer(0, "prefetch", 1), Transfer(1, "offload", 1),
+                 Transfer(1, "prefetch", 2))
+    single = Schedule("t", 115, training_ops(3), transfers, duplex=False)
+    two = dataclasses.replace(single, duplex=True)
+    assert validate(two, profile) == []
+    assert "cannot run within the budget" in messages(validate(single, profile))
+    assert validate(single, profile, duplex=True) == []
+    assert "cannot run within the budget" in messages(validate(two, profile, duplex=False))

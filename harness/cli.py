@@ -377,7 +377,7 @@ def _plan(args: argparse.Namespace):
     options = _options(args.option)
     check_planner_options(args.planner, planner, options)
     try:
-        planned = plan_case(planner, profile, budget, options)
+        planned = plan_case(planner, profile, budget, options, device_budget=args.budget_model == "device")
     except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
         need = exc.needed_bytes
         percent = f"; did you mean {args.budget.strip()}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
@@ -415,6 +415,8 @@ def _plan(args: argparse.Namespace):
         "non_default_algorithms": sum(1 for a in schedule.algorithms if a >= 0),
         "plan_time_s": plan_time, "notes": schedule.notes,
     }
+    if args.budget_model == "device":  # the chain budget the planner got, and the reservation's parts
+        summary.update(budget_model="device", **planned.fields)
     if 0 < profile.device_memory < budget:  # a budget is what a card holds: this one holds less
         from harness.units import format_bytes
 
@@ -468,7 +470,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except InvalidSchedule as exc:
         return _invalid(args, exc)
     schedule = planned.schedule
-    report.update(_validation(schedule, profile, budget))
+    report.update(_validation(schedule, profile, planned.planning_budget))
     if args.output:
         from harness.model import save
 
@@ -535,8 +537,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         report["reservation_note"] = (
             f"the budget counts the chain model's bytes; for this schedule's memory trace the caching allocator "
             f"model (uncapped) predicts {format_bytes(reserved)} reserved, above {format_bytes(budget)}: a CUDA "
-            "process held to the budget may run out of memory (a suite's budget_model: device plans within what the "
-            "GPU gives; docs/cli.md, 'What a budget means')")
+            "process held to the budget may run out of memory (--budget-model device, or a suite's budget_model: "
+            "device, plans within what the GPU gives; docs/cli.md, 'What a budget means')")
     report = {k: _clean(v) for k, v in report.items()}
     _json(report) if args.json else _print_report(report)
     return 0 if run.feasible and fields.get("valid") is not False else 1
@@ -609,8 +611,9 @@ def run_table(frame) -> Any:
     bound = [col for _, col in columns].index("budget_lower_bound_s")
     for row in lines.to_dict("records"):
         cells = [escape(_cell(col, row.get(col))) for _, col in columns]  # a run from before a column existed lacks it
-        if _clean(row.get("budget_bytes")) is not None and not cells[budget].upper().endswith("B"):
-            cells[budget] += f" ({_cell('budget_bytes', row['budget_bytes'])})"  # f0.25 says no size of its own
+        if _clean(row.get("budget_bytes")) is not None and not cells[budget].upper().endswith("IB"):
+            # f0.25 says no size of its own, and 24GB (decimal) is easily read as 24 GiB (QA)
+            cells[budget] += f" ({_cell('budget_bytes', row['budget_bytes'])})"
         if below_the_weights(row.get("budget_bytes"), row.get("weight_bytes")):
             cells[bound] = "-"  # no schedule runs below the weights: a finite bound would read as reachable
         if row["status"] != "ok":
@@ -814,6 +817,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--budget", required=True, action=_Once,
                        help="bytes (4GiB, 512MiB), or 50%% of min..peak, min, peak")
         p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="planner option")
+        p.add_argument("--budget-model", choices=("chain", "device"), default="chain", action=_Once,
+                       help="what --budget counts: the chain model's bytes (default), or what the process may "
+                            "reserve on the GPU, the runtime bytes and the caching allocator's fragmentation set "
+                            "aside (a suite's budget_model: device; docs/cli.md, 'What a budget means')")
         p.add_argument("--json", action="store_true", help="print JSON")
         if name == "plan":
             p.add_argument("-o", "--output", help="write the schedule JSON here")

@@ -1441,3 +1441,37 @@ def test_json_output_is_one_document_whatever_a_plugin_prints(capfd, profile_fil
     code = main(["plan", str(path), "--planner", "prefix", "--budget", "50%"])  # without --json, as before
     out, _ = capfd.readouterr()
     assert code == 0 and "planner says hello" in out and "child says hello" in out
+
+
+def test_plan_and_simulate_take_the_device_budget_model(capsys):
+    """QA: a user with a 16 GiB card had to write a suite to plan within what the GPU gives. With
+    --budget-model device, plan and simulate plan as a suite's budget_model: device does (the H200's
+    ResNet-50 profile, its 1.32 GiB of runtime bytes set aside): the planner gets a smaller chain budget,
+    the predicted reservation fits, the validator judges the schedule at its chain budget; the same
+    budget read as the chain model's bytes gives a plan whose reservation the simulator calls too big."""
+    path = ROOT / "results" / "gpu-smoke" / "published-2" / "profiles" / "torchvision_resnet50-b256-3x224x224-float32.json"
+    args = [str(path), "--planner", "greedy", "--budget", "16GiB", "--json"]
+    code, out, _ = _run(capsys, "plan", *args, "--budget-model", "device")
+    report = json.loads(out)
+    assert code == 0 and report["valid"] and report["budget_model"] == "device"
+    assert report["planning_budget_bytes"] < report["budget_bytes"] - report["runtime_bytes"]
+    assert report["reserved_predicted_bytes"] <= report["budget_bytes"]
+    code, out, _ = _run(capsys, "simulate", *args, "--budget-model", "device")
+    device = json.loads(out)
+    assert code == 0 and device["status"] == "ok" and "reservation_note" not in device
+    assert device["reserved_predicted_bytes"] <= device["budget_bytes"]
+    code, out, _ = _run(capsys, "simulate", *args)
+    chain = json.loads(out)
+    assert chain["reserved_predicted_bytes"] > chain["budget_bytes"] and "reservation_note" in chain
+
+
+def test_the_run_table_gives_a_decimal_budget_its_size_in_binary_units(capsys, tmp_path):
+    """QA: '24GB' stood in the budget column without its size, easily read as 24 GiB; a label in binary
+    units says its size already and gets nothing more."""
+    text = support.SUITE.format(name="units").replace("budgets: {fractions: [0, 0.5, 1.0]}",
+                                                       "budgets: {bytes: [2MB, 2MiB]}")
+    code, out, _ = _run(capsys, "run", str(support.write_suite(tmp_path, text)), "-o", str(tmp_path / "r"),
+                        "--no-progress")
+    assert code == 0
+    assert "2MB (1.91 MiB)" in out
+    assert "2MiB (" not in out and "2MiB" in out

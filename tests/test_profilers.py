@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -496,3 +497,38 @@ def test_profile_command_passes_options_to_the_profiler(tmp_path):
     assert p.measured and "median of 1 runs" in p.notes["times"]
     with pytest.raises(ProfilingError, match="does not take"):
         profile_command("builtin:mlp", "torch", "cpu", 2, (3, 8, 8), repetitions=3)
+
+
+def test_a_card_the_table_does_not_list_is_described_in_a_json_file(tmp_path):
+    """QA: an engineer with an A10 had no way to profile for it. A device file gives the roofline's
+    numbers: the profile carries its name, memory and host link, and a card with twice the FP32 peak and
+    memory bandwidth runs every stage in no more time; the bundled example is a valid file."""
+    example = Path(__file__).resolve().parents[1] / "suites" / "devices" / "nvidia-a10.json"
+    a10 = devices.spec(str(example))
+    assert a10.name == "A10" and a10.memory == 24 * 2**30 and a10.flops_for("bfloat16") == 125e12
+    card = {"name": "Card", "memory": "24GiB", "fp32_tflops": 10, "memory_bandwidth_gbs": 500, "host_link_gbs": 20}
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    slow.write_text(json.dumps(card))
+    fast.write_text(json.dumps({**card, "fp32_tflops": 20, "memory_bandwidth_gbs": 1000}))
+    p_slow, p_fast = analytic("builtin:tiny-cnn", device=str(slow)), analytic("builtin:tiny-cnn", device=str(fast))
+    assert p_slow.device == "Card" and p_slow.device_memory == 24 * 2**30 and p_slow.h2d_bandwidth == 20e9
+    assert sizes(p_slow) == sizes(p_fast)
+    assert all(f.fwd_time <= s.fwd_time and f.bwd_time <= s.bwd_time for s, f in zip(p_slow.stages, p_fast.stages))
+    assert p_fast.compute_time < p_slow.compute_time
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"name": "x", "memory": "1GiB", "fp32_tflop": 1}', "unknown field 'fp32_tflop'; did you mean 'fp32_tflops'?"),
+    ('{"name": "x", "memory": "1GiB", "fp32_tflops": 1}', "missing memory_bandwidth_gbs, host_link_gbs ("),
+    ('{"name": "x", "memory": "1GiB", "fp32_tflops": 0, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
+     "fp32_tflops must be a positive number, got 0"),
+    ('{"name": "x", "memory": "lots", "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}', "memory: "),
+    ('[1, 2]', "must hold one JSON object of name, memory"),
+    ('{"name": ', "not a JSON file"),
+])
+def test_a_device_file_that_is_wrong_says_so_in_one_line(tmp_path, text, needle):
+    path = tmp_path / "card.json"
+    path.write_text(text)
+    with pytest.raises(ProfilingError) as err:
+        analytic("builtin:tiny-cnn", device=str(path))
+    assert f"device file {path}: " in str(err.value) and needle in str(err.value) and "\n" not in str(err.value)

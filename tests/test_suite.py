@@ -443,6 +443,23 @@ def test_unknown_device_spec_is_an_error_at_load_time(tmp_path):
     assert "V100-PCIe" in err.choices
 
 
+def test_a_device_file_is_found_from_the_suites_folder(tmp_path, monkeypatch):
+    """A suite names a device file as it names a profile file, from its own folder, wherever it is run
+    from; a wrong file is refused at load time with the suite's line."""
+    example = (Path(__file__).resolve().parents[1] / "suites" / "devices" / "nvidia-a10.json").read_text()
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "a10.json").write_text(example)
+    text = (Path(__file__).resolve().parents[1] / "suites" / "quick.yaml").read_text()
+    path = tmp_path / "on-a10.yaml"
+    path.write_text(text.replace("device: V100-PCIe", "device: cards/a10.json"))
+    monkeypatch.chdir(Path(__file__).resolve().parent)  # not the suite's folder
+    suite = load_suite(path)
+    assert {c.device for c in suite.cases()} == {str(tmp_path / "cards" / "a10.json")}
+    (tmp_path / "cards" / "a10.json").write_text('{"name": "A10"}')
+    err = _error(path)
+    assert f"{path}:{_line_of(path, 'cards/a10.json')}: device: device file " in str(err) and "missing memory" in str(err)
+
+
 TORCH_SUITE = """\
 name: t
 profiler: torch

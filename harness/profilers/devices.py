@@ -96,13 +96,89 @@ SPECS: tuple[DeviceSpec, ...] = (
 )
 
 
+class DeviceFileError(KeyError):
+    """A device file that cannot be read as a ``DeviceSpec``: one line saying why."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+# a device file's fields: (key, meaning); the first five are required
+DEVICE_FILE_FIELDS = (
+    ("name", "the name rows and profiles carry, e.g. A10"),
+    ("memory", "the card's memory: bytes, or a text such as 24GiB"),
+    ("fp32_tflops", "peak FP32 TFLOP/s"),
+    ("memory_bandwidth_gbs", "device memory bandwidth, GB/s"),
+    ("host_link_gbs", "pinned host<->device copy rate, GB/s (PCIe 4.0 x16: about 25)"),
+    ("fp16_tflops", "peak FP16 TFLOP/s (default: FP32's)"),
+    ("bf16_tflops", "peak BF16 TFLOP/s (default: FP32's)"),
+    ("launch_latency_s", "per-kernel launch latency, seconds (default 5e-6)"),
+    ("source", "where the numbers come from (default: the file's path)"),
+)
+_REQUIRED = 5
+
+
+def from_file(path: str) -> DeviceSpec:
+    """The ``DeviceSpec`` a JSON file describes (``DEVICE_FILE_FIELDS``): a card the table does not list."""
+    from harness.plugins import close_names
+    from harness.units import parse_bytes
+
+    def bad(why: str) -> DeviceFileError:
+        return DeviceFileError(f"device file {path}: {why}")
+
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad(f"not a JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise bad("must hold one JSON object of " + ", ".join(k for k, _ in DEVICE_FILE_FIELDS))
+    known = [k for k, _ in DEVICE_FILE_FIELDS]
+    for key in data:
+        if key not in known:
+            near = close_names(key, known, 1)
+            raise bad(f"unknown field {key!r}" + (f"; did you mean {near[0]!r}?" if near else
+                                                  f"; the fields are {', '.join(known)}"))
+    missing = [k for k in known[:_REQUIRED] if k not in data]
+    if missing:
+        raise bad(f"missing {', '.join(missing)} ("
+                  + "; ".join(f"{k}: {m}" for k, m in DEVICE_FILE_FIELDS if k in missing) + ")")
+    numbers = {}
+    for key in ("fp32_tflops", "memory_bandwidth_gbs", "host_link_gbs", "fp16_tflops", "bf16_tflops",
+                "launch_latency_s"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise bad(f"{key} must be a positive number, got {value!r}")
+        numbers[key] = float(value)
+    try:
+        memory = parse_bytes(data["memory"])
+    except (TypeError, ValueError) as exc:
+        raise bad(f"memory: {exc}") from None
+    if memory <= 0:
+        raise bad(f"memory must be a positive size, got {data['memory']!r}")
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise bad("name must be a text, e.g. \"A10\"")
+    return _spec(name.strip(), numbers["fp32_tflops"], numbers["memory_bandwidth_gbs"],
+                 numbers["host_link_gbs"] * GB, memory, str(data.get("source") or f"described in {path}"),
+                 fp16=numbers.get("fp16_tflops"), bf16=numbers.get("bf16_tflops"),
+                 latency=numbers.get("launch_latency_s", 5e-6))
+
+
 def spec(name: str) -> DeviceSpec:
-    """The spec called ``name`` (case-insensitive, aliases accepted); ``KeyError`` lists the choices."""
+    """The spec called ``name`` (case-insensitive, aliases accepted), or the one a ``.json`` file describes
+    (``from_file``); ``KeyError`` lists the choices."""
+    if name.strip().lower().endswith(".json"):
+        return from_file(name.strip())
     wanted = name.strip().lower()
     for s in SPECS:
         if wanted == s.name.lower() or wanted in s.aliases:
             return s
-    raise KeyError(f"no device spec {name!r}; known: {', '.join(s.name for s in SPECS)}")
+    raise KeyError(f"no device spec {name!r}; known: {', '.join(s.name for s in SPECS)}, or a JSON file describing "
+                   "the card (docs/cli.md, 'A device of your own')")
 
 
 def match_gpu(device_name: str) -> DeviceSpec | None:
@@ -131,7 +207,8 @@ def names() -> list[str]:
 
 def summary(device: DeviceSpec) -> str:
     """One line: memory, FP32 peak, memory and host bandwidth, aliases (``membudget list --kind device``)."""
-    line = (f"{device.memory / GiB:g} GiB, {device.flops_for('float32') / TFLOPS:g} TFLOP/s FP32, "
+    line = (f"{device.memory / GiB:g} GiB, {device.flops_for('float32') / TFLOPS:g} TFLOP/s FP32 "
+            f"({device.flops_for('float16') / TFLOPS:g} FP16, {device.flops_for('bfloat16') / TFLOPS:g} BF16), "
             f"{device.memory_bandwidth / GB:g} GB/s memory, {device.host_bandwidth / GB:g} GB/s host link")
     return line + (f"; aliases {', '.join(device.aliases)}" if device.aliases else "")
 

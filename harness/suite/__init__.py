@@ -39,6 +39,7 @@ plugins named, duplicates, matches that find no case); ``errors`` holds ``SuiteE
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -68,6 +69,9 @@ def load_suite(path: str | Path, *, check_names: bool = True, check_option_value
         spec = SuiteSpec.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc, str(path), locations) from None
+    device = str(spec.device)
+    if device.lower().endswith(".json") and not Path(device).is_absolute():  # a device file, as profile files are:
+        spec = spec.model_copy(update={"device": os.path.normpath(path.parent / device)})  # from the suite's folder
     suite = Suite(spec=spec, source=str(path), locations=locations, raw=raw)
     if check_names:
         check_plugin_names(suite, option_values=check_option_values)

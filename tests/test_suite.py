@@ -124,6 +124,26 @@ def test_a_profile_file_keeps_its_own_device_and_dtype(tmp_path, change, words):
         assert str(_error(path)) == f"{path.parent / words}"
 
 
+def test_a_profile_file_s_dtype_is_the_cases_when_the_suite_names_none(tmp_path):
+    """QA: a bfloat16 profile file in a suite without a dtype was refused ("dtype: float32, but ... is
+    bfloat16", pointing at line 1, where no dtype stood): the suite's default is not a choice. The file's
+    dtype is the cases' now; a dtype the suite writes is still held against the file."""
+    from dataclasses import replace
+
+    from harness.model import Profile, load, save
+
+    root = Path(__file__).resolve().parent.parent
+    profile = load(Profile, root / "results" / "profiles" / "resnet50-b32-h100-measured.json")
+    save(replace(profile, dtype="bfloat16"), tmp_path / "bf16.json")
+    entry = f"  - model: {tmp_path / 'bf16.json'}\n    profiler: file\n    batch_sizes: [32]\n"
+    text = BASE.replace("device: synthetic", "device: H100").replace("budgets:", entry + "budgets:")
+    suite = load_suite(_suite(tmp_path, text))
+    assert {c.dtype for c in suite.cases() if c.profiler == "file"} == {"bfloat16"}
+    assert {c.dtype for c in suite.cases() if c.profiler == "synthetic"} == {"float32"}
+    path = _suite(tmp_path, text.replace("device: H100", "device: H100\ndtype: float32"), filename="named.yaml")
+    assert "dtype: float32, but models[1]'s profile file is bfloat16" in str(_error(path))
+
+
 def test_a_missing_profile_file_says_where_a_relative_path_was_looked_for(tmp_path):
     """QA: a suite copied elsewhere said "no profile file '../results/profiles/x.json'", not where that is."""
     text = BASE.replace("budgets:", "  - {model: ../results/x.json, profiler: file, batch_sizes: [2]}\nbudgets:")

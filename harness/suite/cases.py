@@ -222,7 +222,7 @@ class Suite:
                 tags = ((f"r{repeat}",) if tag_repeat else ()) + ((f"s{seed}",) if tag_seed else ())
                 out.append(Case(
                     suite=spec.name, model=model, batch_size=batch, input_size=size, device=spec.device,
-                    profiler=self.profiler_of(entry), dtype=entry.dtype or spec.dtype, planner=planner.name,
+                    profiler=self.profiler_of(entry), dtype=self.dtype_of(entry), planner=planner.name,
                     planner_label=planner.display, executor=executor.name,
                     allocator=allocator.display if allocator else "", budget=budget,
                     repeat=repeat, seed=seed, planner_options=planner.options, tags=tags,
@@ -230,6 +230,15 @@ class Suite:
                     allocator_options=allocator.options if allocator else {},
                 ))
         return out
+
+    def dtype_of(self, entry: ModelEntry) -> str:
+        """The dtype of a model entry: its own, else the suite's; a profile file's own when neither says
+        one (its times are of that dtype: QA had to repeat it in the suite)."""
+        if entry.dtype:
+            return entry.dtype
+        if "dtype" not in self.raw and self.profiler_of(entry) == "file":
+            return self.profile_file(entry).dtype or self.spec.dtype
+        return self.spec.dtype
 
     def profiler_of(self, entry: ModelEntry) -> str:
         """The profiler of a model entry: its own, else the suite's."""

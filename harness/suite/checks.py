@@ -165,7 +165,7 @@ def _check_profile_file_labels(suite: Suite, k: int, entry: ModelEntry) -> None:
                              f"{'x'.join(map(str, profile.input_shape))} (its times are): leave the input size "
                              "out of that model, or profile the model at that size",
                              source=source, line=line, field=field_name(at))
-    dtype = entry.dtype or suite.spec.dtype
+    dtype = suite.dtype_of(entry)
     if profile.dtype and dtype != profile.dtype:
         at = ("models", k, "dtype") if entry.dtype else ("dtype",)
         source, line = suite.line_of(*at)
@@ -228,7 +228,7 @@ def _check_devices_and_dtypes(suite: Suite) -> None:
     for k, entry in enumerate(spec.models):
         if suite.profiler_of(entry) not in ("analytic", "torch"):  # they build the model in this dtype
             continue
-        complaint = unknown_dtype(entry.dtype or spec.dtype)
+        complaint = unknown_dtype(suite.dtype_of(entry))
         if complaint:
             raise refuse(complaint, *(("models", k, "dtype") if entry.dtype else ("dtype",)))
 

@@ -67,7 +67,7 @@ from harness.profilers.allocations import Allocations
 _aten = torch.ops.aten
 _CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}
 _FREE = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.detach, _aten.lift_fresh,
-         _aten.alias, _aten._to_copy}
+         _aten.alias, _aten._to_copy, _aten._unsafe_view, _aten._assert_tensor_metadata}
 
 
 @dataclass
@@ -94,7 +94,8 @@ class OpCounter(TorchDispatchMode):
 
     FLOPs come from ``torch.utils.flop_counter.flop_registry`` (0 for operations it does not
     know, elementwise ones mostly); bytes are the sizes of the tensor arguments and results.
-    Views and allocations are skipped. ``im2col_bytes`` records the largest per-sample
+    Views, allocations and operations that launch no kernel (``_unsafe_view``, ``_assert_tensor_metadata``)
+    are skipped. ``im2col_bytes`` records the largest per-sample
     im2col matrix a convolution would need (for the modelled algorithm alternatives).
     """
 

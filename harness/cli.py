@@ -376,8 +376,11 @@ def _plan(args: argparse.Namespace):
     planner = registry().planner(args.planner)
     options = _options(args.option)
     check_planner_options(args.planner, planner, options)
+    from harness.jit_time import stopwatch
+
     try:
-        planned = plan_case(planner, profile, budget, options, device_budget=args.budget_model == "device")
+        with stopwatch() as watch:  # what Numba spent compiling: a first use is otherwise a silent wait (QA)
+            planned = plan_case(planner, profile, budget, options, device_budget=args.budget_model == "device")
     except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
         need = exc.needed_bytes
         percent = f"; did you mean {args.budget.strip()}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
@@ -401,6 +404,10 @@ def _plan(args: argparse.Namespace):
 
         raise MembudgetError(f"{_planner_words(args)} failed: "
                              f"{classify(exc)[1]}") from None
+    if watch.jit_seconds >= 1.0:
+        print(f"membudget: note: {watch.jit_seconds:.1f} s of this went to compiling {args.planner}'s Numba kernels "
+              "(their first use with this Numba cache; later runs load them, and plan_time_s leaves them out)",
+              file=sys.stderr, flush=True)
     schedule, plan_time = planned.schedule, planned.plan_time_s
     summary = {
         "model": profile.model, "batch_size": profile.batch_size, "planner": args.planner,

@@ -1498,3 +1498,24 @@ def test_the_run_table_says_what_an_arena_above_its_budget_means(capsys, tmp_pat
     code, out, _ = _run(capsys, "run", str(support.write_suite(tmp_path, text)), "-o", str(tmp_path / "r"),
                         "--run-id", "x", "--resume", "--no-progress")
     assert out.count("(fits capped)") == capped and out.count("(over)") == over
+
+
+def test_plan_says_when_its_wait_was_numba_compiling(capsys, profile_file, monkeypatch):
+    """QA: the first `simulate` with hybrid took 24 s in silence, the next 3 s. The seconds Numba spends
+    compiling (its compiler lock, as the rows' times leave out) are said on stderr when they are many;
+    a plan that compiles nothing says nothing."""
+    from numba.core import event
+
+    from tests.test_suite_support import SlowFirst
+
+    def compile_for_a_while():
+        with event.trigger_event("numba:compiler_lock"):
+            __import__("time").sleep(1.1)
+
+    _, path = profile_file
+    monkeypatch.setattr(SlowFirst, "compiled", False)
+    monkeypatch.setattr(SlowFirst, "compile", staticmethod(compile_for_a_while))
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "slow-first", "--budget", "peak")
+    assert code == 0 and "s of this went to compiling slow-first's Numba kernels" in err
+    code, _, err = _run(capsys, "plan", str(path), "--planner", "slow-first", "--budget", "peak")
+    assert code == 0 and "compiling" not in err

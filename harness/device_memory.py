@@ -163,17 +163,21 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
     kept is the one of the largest chain budget found to fit (fragmentation is not monotone in
     the budget, so this is a search, not a formula). A step below the planner's minimum, which
     the planner refuses, is followed by a plan at that minimum (``InfeasibleBudget.needed_bytes``):
-    its leanest plan. At most ``MAX_ROUNDS`` plans.
+    its leanest plan; when that plan does not fit either, the search ends there (a plan between it
+    and the last one too big might fit, fragmentation being what it is, but is not looked for). A plan
+    the simulator cannot run counts as too big. At most ``MAX_ROUNDS`` plans.
 
     When no plan fits, ``InfeasibleBudget`` says what the leanest plan tried would reserve (its
     ``needed_bytes``: the smallest cap that plan runs under, plus the runtime); when the
     planner refuses the first chain budget already, the same of its plan at the minimum it
-    names (or that minimum plus the runtime bytes, if that plan cannot be made).
+    names (or that minimum plus the runtime bytes, if that plan cannot be made; and the plan itself
+    when it fits after all, a minimum that was loose).
     """
     options = options or {}
     precision = max(1, budget // 1000)
     search = _Search(budget - profile.runtime_bytes, precision)
     tried: list[DevicePlan] = []
+    unrunnable: DevicePlan | None = None  # the first plan the simulator could not run
     first_refusal: InfeasibleBudget | None = None
     for _ in range(MAX_ROUNDS):
         if search.planning is None:
@@ -182,34 +186,46 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
         try:
             plan = _plan_once(planner, profile, budget, planning, options, duplex)
         except InfeasibleBudget as exc:
+            minimum = getattr(exc, "chain_minimum", None)
             if first_refusal is not None:
                 break  # not even at the minimum it named
-            if search.too_big is None and not tried:
+            if search.too_big is None and not tried and unrunnable is None:
                 first_refusal = exc
-                minimum = exc.chain_minimum
                 search.planning = minimum if minimum is not None and minimum > planning else None
                 continue
-            search.refused(planning, exc.chain_minimum)
+            search.refused(planning, minimum)
             continue
-        if plan.memory is None:
-            return plan  # the simulator cannot run it: the executor reports why
+        if first_refusal is not None:  # the plan at the planner's minimum
+            if plan.memory is not None and plan.memory.reserved_bytes <= budget:
+                return plan  # the minimum the planner named was loose: its leanest plan fits
+            if plan.memory is not None:
+                tried.append(plan)
+            break
+        if plan.memory is None:  # the simulator cannot run it: smaller chain budgets may run
+            unrunnable = unrunnable or plan
+            search.unrunnable(planning)
+            continue
         tried.append(plan)
-        if first_refusal is not None:
-            break  # the plan at the planner's minimum, made only to say what it would reserve
         search.judged(plan, plan.memory.reserved_bytes - budget)
-    if search.best is not None and first_refusal is None:
+    if search.best is not None:
         return search.best
     leanest = min((p.memory for p in tried), key=lambda m: m.reserved_bytes, default=None)
-    name = getattr(planner, "name", "the planner")
     if first_refusal is not None:
         if leanest is None:
             raise first_refusal
         raise InfeasibleBudget(f"{first_refusal}; its plan at that minimum would need {leanest.describe()}",
-                               needed_bytes=max(leanest.reserved_bytes, budget + 1))
-    needed = f"; the leanest plan it tried needs {leanest.describe()}" if leanest is not None else ""
-    raise InfeasibleBudget(f"{name} finds no plan whose predicted reservation holds in the device budget of "
-                           f"{budget} bytes{needed}",
-                           needed_bytes=leanest.reserved_bytes if leanest is not None else None)
+                               needed_bytes=leanest.reserved_bytes)
+    if leanest is None and unrunnable is not None:
+        return unrunnable  # nothing the simulator could run: the executor reports why
+    if leanest is not None:
+        needed_bytes, said = leanest.reserved_bytes, f"; the leanest plan it tried needs {leanest.describe()}"
+    else:  # the runtime bytes leave no chain budget at all
+        from harness.bounds import min_memory
+
+        needed_bytes = max(budget + 1, profile.runtime_bytes + min_memory(profile))
+        said = f"; the runtime bytes alone are {profile.runtime_bytes}"
+    raise InfeasibleBudget(f"{getattr(planner, 'name', 'the planner')} finds no plan whose predicted reservation "
+                           f"holds in the device budget of {budget} bytes{said}", needed_bytes=needed_bytes)
 
 
 class _Search:
@@ -247,8 +263,18 @@ class _Search:
         refuses every budget below it, so only ``minimum`` and above are left to try)."""
         floor = minimum - 1 if minimum is not None and minimum > planning else planning
         self.floor = floor if self.floor is None else max(self.floor, floor)
-        if self.best is None and minimum is not None and planning < minimum < self.too_big:
+        if self.best is None and minimum is not None and planning < minimum and (
+                self.too_big is None or minimum < self.too_big):
             self._next(minimum)  # its leanest plan
+            return
+        self._bisect()
+
+    def unrunnable(self, planning: int) -> None:
+        """The simulator could not run the plan of ``planning``: counted as too big, and stepped past."""
+        self.too_big = planning if self.too_big is None else min(self.too_big, planning)
+        if self.best is None and self.floor is None:
+            self._step = max(2 * self._step, self.precision)
+            self._next(planning - self._step)
             return
         self._bisect()
 
@@ -262,8 +288,9 @@ class _Search:
     def _next(self, planning: int) -> None:
         if self.floor is not None and planning <= self.floor:
             self._bisect()
-        else:
-            self.planning = planning if planning > 0 else None
+        else:  # never below one byte: the planner's refusal there names its minimum, planned next
+            planning = max(planning, 1)
+            self.planning = planning if self.too_big is None or planning < self.too_big else None
 
 
 def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, options: dict[str, Any],

@@ -386,6 +386,8 @@ class _Reservations:
             refusal.chain_minimum = self.minimum
             raise refusal
         reserved = self.reserve(planning)
+        if reserved is None:  # a plan the simulator cannot run
+            return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, None)
         chain = min(planning, reserved)
         return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, dm.DeviceMemory(chain, 0, reserved - chain))
 
@@ -505,3 +507,44 @@ def test_a_device_plan_is_the_largest_chain_budget_found_to_fit():
     gap = min(overflowed) - plan.planning_budget
     assert gap <= max(1, budget // 1000) or len(tried) >= MAX_ROUNDS
     assert len(set(tried)) == len(tried)  # no chain budget is planned twice
+
+
+def test_a_plateau_down_to_the_planners_minimum_is_searched_to_it(monkeypatch):
+    """Doubling steps that would pass below zero stop at one byte, which the planner refuses naming its
+    minimum: the search plans there (a review found it gave up once a step passed zero, refusing a budget
+    at which every plan from 1 to 1.5 GiB fits)."""
+    budget = 10 * GiB
+
+    def reserve(planning):
+        return budget + 2**20 if planning > 1.5 * GiB else planning + GiB
+
+    _, plan = _search(monkeypatch, reserve, GiB, budget)
+    found = plan()
+    assert found.memory.reserved_bytes <= budget and found.planning_budget >= GiB
+
+
+def test_a_plan_the_simulator_cannot_run_never_replaces_one_that_fits(monkeypatch):
+    """Within the search, a chain budget whose plan the simulator cannot run counts as too big: the plan
+    kept is the fitting one (a review found the unrunnable plan returned in its place); and after a first
+    refusal, an unrunnable plan at the planner's minimum is not returned above the budget: the refusal is."""
+    budget = 10 * GiB
+
+    def reserve(planning):  # too big above 8 GiB, unrunnable between 8.3 and 8.7 GiB
+        return None if 8.3 * GiB < planning < 8.7 * GiB else planning + 2 * GiB
+
+    _, plan = _search(monkeypatch, reserve, GiB, budget)
+    found = plan()
+    assert found.memory is not None and found.memory.reserved_bytes <= budget
+    _, plan = _search(monkeypatch, lambda planning: None, 11 * GiB, budget)
+    with pytest.raises(InfeasibleBudget) as refused:
+        plan()
+    assert refused.value.needed_bytes > budget
+
+
+def test_a_loose_minimum_whose_leanest_plan_fits_is_kept(monkeypatch):
+    """A planner that refuses the first chain budget and names a minimum its plan beats (reserving less
+    than the device budget there) is given that plan, not a refusal of a budget it fits."""
+    budget = 10 * GiB
+    _, plan = _search(monkeypatch, lambda planning: planning - 2 * GiB, 11 * GiB, budget)
+    found = plan()
+    assert found.planning_budget == 11 * GiB and found.memory.reserved_bytes <= budget

@@ -521,9 +521,15 @@ def test_a_card_the_table_does_not_list_is_described_in_a_json_file(tmp_path):
     ('{"name": "x", "memory": "1GiB", "fp32_tflop": 1}', "unknown field 'fp32_tflop'; did you mean 'fp32_tflops'?"),
     ('{"name": "x", "memory": "1GiB", "fp32_tflops": 1}', "missing memory_bandwidth_gbs, host_link_gbs ("),
     ('{"name": "x", "memory": "1GiB", "fp32_tflops": 0, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
-     "fp32_tflops must be a positive number, got 0"),
+     "fp32_tflops must be a positive number (below 1e30), got 0"),
     ('{"name": "x", "memory": "lots", "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}', "memory: "),
     ('[1, 2]', "must hold one JSON object of name, memory"),
+    ('{"name": "x", "memory": "1GiB", "fp32_tflops": null, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
+     "missing fp32_tflops ("),
+    ('{"name": "x", "memory": [1], "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
+     "memory must be bytes or a text such as 24GiB, got [1]"),
+    ('{"name": "x", "memory": "1GiB", "fp32_tflops": 1e308, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
+     "fp32_tflops must be a positive number (below 1e30)"),
     ('{"name": ', "not a JSON file"),
 ])
 def test_a_device_file_that_is_wrong_says_so_in_one_line(tmp_path, text, needle):

@@ -417,8 +417,10 @@ def test_a_zero_byte_prefetch_waits_for_an_offload_still_queued(engine) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_backward_never_runs_while_its_data_is_still_being_offloaded(engine) -> None:
-    """B_i waits until every offload of its tensor is released: with a slow link B1 comes while the
-    offload of stage 1 (never prefetched) still runs; it must not start (the run is stuck and says why)."""
+    """B_i never reads a tensor while its offload still runs: with a slow link B1 comes while the offload
+    of stage 1 (a schedule without its prefetch, which the validator refuses) still runs, and the
+    simulator must not let B1 take the data on its way out; the run is stuck and says why (on a fast
+    link the offload ends first and the run is stuck the same way: that case tests nothing here)."""
     s = Stage("s", "conv", 1.0, 1.0, 100, 1000, 0)
     profile = Profile("slow", 1, (1,), "x", 10**9, 10.0, 10.0, 0, 0, (s, s))  # 100 s to move 1000 B
     schedule = Schedule("broken", 10**6, training_ops(2), (Transfer(1, "offload", 1),))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -127,7 +128,7 @@ def from_file(path: str) -> DeviceSpec:
         return DeviceFileError(f"device file {path}: {why}")
 
     try:
-        data = json.loads(open(path, encoding="utf-8").read())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise bad("no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -140,7 +141,7 @@ def from_file(path: str) -> DeviceSpec:
             near = close_names(key, known, 1)
             raise bad(f"unknown field {key!r}" + (f"; did you mean {near[0]!r}?" if near else
                                                   f"; the fields are {', '.join(known)}"))
-    missing = [k for k in known[:_REQUIRED] if k not in data]
+    missing = [k for k in known[:_REQUIRED] if data.get(k) is None]
     if missing:
         raise bad(f"missing {', '.join(missing)} ("
                   + "; ".join(f"{k}: {m}" for k, m in DEVICE_FILE_FIELDS if k in missing) + ")")
@@ -150,9 +151,11 @@ def from_file(path: str) -> DeviceSpec:
         value = data.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-            raise bad(f"{key} must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e30:
+            raise bad(f"{key} must be a positive number (below 1e30), got {value!r}")
         numbers[key] = float(value)
+    if isinstance(data["memory"], bool) or not isinstance(data["memory"], (str, int, float)):
+        raise bad(f"memory must be bytes or a text such as 24GiB, got {data['memory']!r}")
     try:
         memory = parse_bytes(data["memory"])
     except (TypeError, ValueError) as exc:

@@ -1481,22 +1481,14 @@ def test_the_run_table_says_what_an_arena_above_its_budget_means(capsys, tmp_pat
     """QA: the caching model's arena above the budget stood beside a page saying every schedule fits.
     The arena is what an uncapped process reserves; the run table marks each arena above its budget
     'fits capped' where the row's capped replay serves it and 'over' where it does not, as the rows say."""
-    from harness.model import Profile, load
-
-    profile = load(Profile, ROOT / "results" / "quick" / "published" / "profiles"
-                   / "torchvision_resnet18-b32-3x224x224-float32.json")
-    save(profile, tmp_path / "r18.json")
-    text = (f"name: marks\nprofiler: file\ndevice: synthetic\nmodels:\n  - model: {tmp_path / 'r18.json'}\n"
-            f"    batch_sizes: [{profile.batch_size}]\nbudgets: {{fractions: [0.0, 0.25, 0.5, 0.75, 1.0]}}\n"
-            "planners: [keep-all, recompute, greedy, dynprog, vdnn-all]\nexecutors: [simulate]\nallocators: [caching]\n")
-    code, out, _ = _run(capsys, "run", str(support.write_suite(tmp_path, text)), "-o", str(tmp_path / "r"),
-                        "--run-id", "x", "--no-progress", "--json")
+    _, suite = support.resnet18_caching_suite(tmp_path, "marks")
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "x", "--no-progress", "--json")
     rows = [r for r in json.loads(out)["rows"] if r["status"] == "ok"]
     capped = sum(1 for r in rows if r["arena_bytes"] > r["budget_bytes"] and r["arena_fits_budget"])
     over = sum(1 for r in rows if r["arena_fits_budget"] is False)
     assert capped  # the case the mark is for
-    code, out, _ = _run(capsys, "run", str(support.write_suite(tmp_path, text)), "-o", str(tmp_path / "r"),
-                        "--run-id", "x", "--resume", "--no-progress")
+    code, out, _ = _run(capsys, "run", str(suite), "-o", str(tmp_path / "r"), "--run-id", "x", "--resume",
+                        "--no-progress")
     assert out.count("(fits capped)") == capped and out.count("(over)") == over
 
 

@@ -345,13 +345,8 @@ def test_a_suite_flags_the_caching_arena_only_where_the_capped_replay_fails(tmp_
     from harness.suite import load_suite
     from tests import test_suite_support as support
 
-    profile = load(Profile, ROOT / "results" / "quick" / "published" / "profiles"
-                   / "torchvision_resnet18-b32-3x224x224-float32.json")
-    save(profile, tmp_path / "r18.json")
-    text = (f"name: capped\nprofiler: file\ndevice: synthetic\nmodels:\n  - model: {tmp_path / 'r18.json'}\n"
-            f"    batch_sizes: [{profile.batch_size}]\nbudgets: {{fractions: [0.0, 0.25, 0.5, 0.75, 1.0]}}\n"
-            "planners: [keep-all, recompute, greedy, dynprog, vdnn-all]\nexecutors: [simulate]\nallocators: [caching]\n")
-    suite = load_suite(support.write_suite(tmp_path, text))
+    profile, path = support.resnet18_caching_suite(tmp_path, "capped")
+    suite = load_suite(path)
     rows = [r for r in read_rows_csv(run_suite(suite, tmp_path / "out", progress=False).run_dir / "rows.csv")
             if r["status"] == "ok"]
     assert rows

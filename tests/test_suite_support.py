@@ -518,3 +518,18 @@ def gpu_script(name: str, module_name: str | None = None):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def resnet18_caching_suite(folder: Path, name: str):
+    """The quick suite's ResNet-18 profile as a file, and a suite over it at five fractions of the span, five
+    planners and the caching allocator model (whose uncapped arenas exceed some budgets): (profile, suite path)."""
+    from harness.model import Profile, load, save
+
+    root = Path(__file__).resolve().parents[1]
+    profile = load(Profile, root / "results" / "quick" / "published" / "profiles"
+                   / "torchvision_resnet18-b32-3x224x224-float32.json")
+    save(profile, Path(folder) / "r18.json")
+    text = (f"name: {name}\nprofiler: file\ndevice: synthetic\nmodels:\n  - model: {Path(folder) / 'r18.json'}\n"
+            f"    batch_sizes: [{profile.batch_size}]\nbudgets: {{fractions: [0.0, 0.25, 0.5, 0.75, 1.0]}}\n"
+            "planners: [keep-all, recompute, greedy, dynprog, vdnn-all]\nexecutors: [simulate]\nallocators: [caching]\n")
+    return profile, write_suite(folder, text)

@@ -1504,7 +1504,10 @@ def test_plan_says_when_its_wait_was_numba_compiling(capsys, profile_file, monke
         with event.trigger_event("numba:compiler_lock"):
             __import__("time").sleep(1.1)
 
+    import harness.case
+
     _, path = profile_file
+    monkeypatch.setattr(harness.case, "_WARMED", set())  # this test's warm-up is no other test's
     monkeypatch.setattr(SlowFirst, "compiled", False)
     monkeypatch.setattr(SlowFirst, "compile", staticmethod(compile_for_a_while))
     code, _, err = _run(capsys, "plan", str(path), "--planner", "slow-first", "--budget", "peak")

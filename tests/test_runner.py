@@ -373,12 +373,14 @@ def test_planning_time_leaves_out_the_first_call_compile(tmp_path, monkeypatch):
     a row timed across it would read 3600 s, every row reads 0."""
     from types import SimpleNamespace
 
+    import harness.case
     import harness.jit_time
 
     clock = [0.0]
     monkeypatch.setattr(harness.jit_time, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(support.SlowFirst, "compile", staticmethod(lambda: clock.__setitem__(0, clock[0] + 3600)))
-    support.SlowFirst.compiled = False
+    monkeypatch.setattr(support.SlowFirst, "compiled", False)
+    monkeypatch.setattr(harness.case, "_WARMED", set())  # warmed by no earlier test of this process
     suite = _suite(tmp_path, support.SUITE.format(name="jit").replace("[keep-all, prefix]", "[slow-first]"))
     rows = _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)
     assert support.SlowFirst.compiled and clock[0] == 3600 and all(r["status"] == "ok" for r in rows)

@@ -819,7 +819,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("profile", cmd_profile, "profile a model into a profile JSON file")
     p.add_argument("model", help="registered model name, e.g. torchvision:resnet50")
     p.add_argument("--profiler", default="analytic")
-    p.add_argument("--device", help=f"device spec (analytic; default {DEFAULT_DEVICE}) or torch device")
+    p.add_argument("--device", help=f"device spec (analytic; default {DEFAULT_DEVICE}; membudget list --kind device), "
+                                    "a JSON file describing a card (docs/cli.md, 'A device of your own'), or a torch "
+                                    "device (cpu, cuda)")
     p.add_argument("--batch", type=_positive_int, required=True)
     p.add_argument("--input-size", help="one input's shape: C,H,W (3,224,224), or a sequence length (1024) for a "
                                         "model fed token ids; default: the model's")

@@ -148,6 +148,7 @@ class DevicePlan:
     schedule: Schedule
     planning_budget: int
     memory: DeviceMemory | None  # None when the simulator could not run the schedule
+    makespan: float = float("inf")  # the simulated iteration time, as the device runs it
 
 
 def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[str, Any] | None = None,
@@ -159,9 +160,10 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
     budget steps down: by the excess while the reservation follows the chain budget down, by
     twice the last step while it does not (a plan's fragmentation can grow as its chain bytes
     shrink, so that an excess of a few MiB stays put over many small steps). Once a plan fits,
-    the chain budget is bisected between it and the last one that did not, so that the plan
-    kept is the one of the largest chain budget found to fit (fragmentation is not monotone in
-    the budget, so this is a search, not a formula). A step below the planner's minimum, which
+    the chain budget is bisected between it and the last one that did not; the plan kept is the
+    fastest found to fit, as the device runs it (fragmentation is not monotone in the budget, so
+    this is a search, not a formula, and a smaller chain budget's plan, timed by the device's
+    rule for offloads rather than the one its planner planned by, may be the faster). A step below the planner's minimum, which
     the planner refuses, is followed by a plan at that minimum (``InfeasibleBudget.needed_bytes``):
     its leanest plan; when that plan does not fit either, the search ends there (a plan between it
     and the last one too big might fit, fragmentation being what it is, but is not looked for). A plan
@@ -234,7 +236,8 @@ class _Search:
     def __init__(self, planning: int, precision: int):
         self.planning: int | None = planning if planning > 0 else None
         self.precision = precision
-        self.best: DevicePlan | None = None  # the fitting plan of the largest chain budget
+        self.best: DevicePlan | None = None  # the fastest fitting plan (of the largest chain budget among equals)
+        self.fits: int | None = None  # the largest chain budget whose plan fits
         self.too_big: int | None = None  # the smallest chain budget whose plan did not fit
         self.floor: int | None = None  # the largest chain budget the planner refused
         self._step = 0
@@ -243,7 +246,8 @@ class _Search:
     def judged(self, plan: DevicePlan, excess: int) -> None:
         planning, reserved = plan.planning_budget, plan.memory.reserved_bytes
         if excess <= 0:
-            if self.best is None or planning > self.best.planning_budget:
+            self.fits = planning if self.fits is None else max(self.fits, planning)
+            if self.best is None or (plan.makespan, -planning) < (self.best.makespan, -self.best.planning_budget):
                 self.best = plan
             if self.too_big is None:
                 self.planning = None  # the first chain budget fits: nothing to gain above it
@@ -279,7 +283,7 @@ class _Search:
         self._bisect()
 
     def _bisect(self) -> None:
-        lower = max(b for b in (self.best and self.best.planning_budget, self.floor) if b is not None)
+        lower = max(b for b in (self.fits, self.floor) if b is not None)
         if self.too_big - lower <= self.precision:
             self.planning = None
         else:
@@ -303,12 +307,12 @@ def _plan_once(planner: Any, profile: Profile, budget: int, planning: int, optio
         schedule = replace(checked_plan(planner, profile, planning, options), device_budget_bytes=budget)
     except InfeasibleBudget as exc:
         needed = None if exc.needed_bytes is None else exc.needed_bytes + (budget - planning)
-        refusal = InfeasibleBudget(f"{exc} (a chain budget of {planning} bytes is what is left of the device "
-                                   f"budget of {budget} bytes once the runtime and fragmentation are set aside)",
-                                   needed_bytes=needed)
+        refusal = InfeasibleBudget(f"{exc} (the chain budget of {planning} bytes it was given for the device "
+                                   f"budget of {budget} bytes, its {profile.runtime_bytes} runtime bytes and room for "
+                                   "fragmentation set aside)", needed_bytes=needed)
         refusal.chain_minimum = exc.needed_bytes  # the chain budget the planner said it needs
         raise refusal from None
     run = simulate(schedule, profile, duplex=duplex)
     if not run.feasible:
         return DevicePlan(schedule, planning, None)
-    return DevicePlan(schedule, planning, device_memory(run.trace, profile.runtime_bytes, budget))
+    return DevicePlan(schedule, planning, device_memory(run.trace, profile.runtime_bytes, budget), run.makespan)

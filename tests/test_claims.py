@@ -112,6 +112,16 @@ def test_where_nothing_runs_small_enough_to_show_fourfold_the_reduction_is_unche
     assert c.grid_reduction == pytest.approx(5.0) and c.reduction_held is False
 
 
+def test_a_suite_whose_budgets_are_all_at_the_peak_shows_no_reduction():
+    """QA: a suite whose budgets were all above the keep-all peak published "0.31x" as an activation-memory
+    reduction; with no budget below the peak there is none to show, and the page says so."""
+    rows = _rows({"recompute": {"b110": 1.0}, "hybrid": {"b110": 1.0}})
+    c = check_claims(rows, summarise(rows))
+    assert c.grid_reduction == pytest.approx(1.0) and c.reduction_held is None
+    row = claims_table(ExecutorTable.of(g, "simulate") for g in model_groups(rows))[1][0]
+    assert row[-2] == "no budget below the keep-all peak" and row[-1] == "not checked"
+
+
 def test_without_a_combined_planner_the_share_is_not_run_and_the_reduction_says_whose():
     rows = _rows({"keep-all": {"b30": None, "b60": None, "b110": 1.0},
                   "torch-checkpoint": {"b30": 1.5, "b60": 1.15, "b110": 1.0},

@@ -368,8 +368,8 @@ class _Reservations:
     """A stand-in for ``_plan_once``: each chain budget's plan reserves ``reserve(planning)`` device bytes
     (runtime 0); a chain budget below ``minimum`` is refused as a planner refuses it, naming ``minimum``."""
 
-    def __init__(self, reserve, minimum: int):
-        self.reserve, self.minimum, self.calls = reserve, minimum, []
+    def __init__(self, reserve, minimum: int, time=lambda planning: float("inf")):
+        self.reserve, self.minimum, self.time, self.calls = reserve, minimum, time, []
 
     def __call__(self, planner, profile, budget, planning, options, duplex):
         import harness.device_memory as dm
@@ -384,13 +384,14 @@ class _Reservations:
         if reserved is None:  # a plan the simulator cannot run
             return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, None)
         chain = min(planning, reserved)
-        return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, dm.DeviceMemory(chain, 0, reserved - chain))
+        return dm.DevicePlan(Schedule("stand-in", planning, ()), planning, dm.DeviceMemory(chain, 0, reserved - chain),
+                             self.time(planning))
 
 
-def _search(monkeypatch, reserve, minimum: int, budget: int):
+def _search(monkeypatch, reserve, minimum: int, budget: int, time=lambda planning: float("inf")):
     import harness.device_memory as dm
 
-    stand_in = _Reservations(reserve, minimum)
+    stand_in = _Reservations(reserve, minimum, time)
     monkeypatch.setattr(dm, "_plan_once", stand_in)
     profile = replace(load(Profile, PROFILE), runtime_bytes=0)
     return stand_in, (lambda: plan_for_device(object(), profile, budget))
@@ -543,3 +544,24 @@ def test_a_loose_minimum_whose_leanest_plan_fits_is_kept(monkeypatch):
     _, plan = _search(monkeypatch, lambda planning: planning - 2 * GiB, 11 * GiB, budget)
     found = plan()
     assert found.planning_budget == 11 * GiB and found.memory.reserved_bytes <= budget
+
+
+def test_the_fastest_plan_found_to_fit_is_kept(monkeypatch):
+    """A QA run found hybrid slower at 15 GiB than at 14 under the device budget: the search kept the plan of
+    the largest chain budget that fits, and a smaller chain budget's plan, timed as the device runs its
+    offloads (not by the rule its planner planned by), was the faster. The plan kept is now the fastest of
+    those found to fit; of equally fast ones, the larger chain budget's."""
+    budget = 10 * GiB
+
+    def reserve(planning):  # every chain budget up to 9.5 GiB fits
+        return 9 * GiB if planning <= 9.5 * GiB else 11 * GiB
+
+    def time(planning):  # the plans above 9 GiB of chain budget are the slower
+        return 2.0 if planning > 9 * GiB else 1.0
+
+    stand_in, plan = _search(monkeypatch, reserve, GiB, budget, time)
+    found = plan()
+    assert found.makespan == 1.0 and found.memory.reserved_bytes <= budget
+    assert any(9 * GiB < p <= 9.5 * GiB for p in stand_in.calls)  # a larger fitting, slower plan was tried
+    _, plan = _search(monkeypatch, reserve, GiB, budget)  # no times: the larger chain budget, as before
+    assert plan().planning_budget > 9 * GiB

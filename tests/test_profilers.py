@@ -524,6 +524,8 @@ def test_a_card_the_table_does_not_list_is_described_in_a_json_file(tmp_path):
      "fp32_tflops must be a positive number (below 1e30), got 0"),
     ('{"name": "x", "memory": "lots", "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}', "memory: "),
     ('[1, 2]', "must hold one JSON object of name, memory"),
+    ('{"name": "x", "memory": 24, "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
+     'memory must be at least 1 MiB, got 24 (a number is bytes: write "24GiB")'),
     ('{"name": "x", "memory": "1GiB", "fp32_tflops": null, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',
      "missing fp32_tflops ("),
     ('{"name": "x", "memory": [1], "fp32_tflops": 1, "memory_bandwidth_gbs": 1, "host_link_gbs": 1}',

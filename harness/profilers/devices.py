@@ -111,10 +111,10 @@ DEVICE_FILE_FIELDS = (
     ("fp32_tflops", "peak FP32 TFLOP/s"),
     ("memory_bandwidth_gbs", "device memory bandwidth, GB/s"),
     ("host_link_gbs", "pinned host<->device copy rate, GB/s (PCIe 4.0 x16: about 25)"),
-    ("fp16_tflops", "peak FP16 TFLOP/s (default: FP32's)"),
-    ("bf16_tflops", "peak BF16 TFLOP/s (default: FP32's)"),
-    ("launch_latency_s", "per-kernel launch latency, seconds (default 5e-6)"),
-    ("source", "where the numbers come from (default: the file's path)"),
+    ("fp16_tflops", "peak FP16 TFLOP/s (absent or null: FP32's)"),
+    ("bf16_tflops", "peak BF16 TFLOP/s (absent or null: FP32's)"),
+    ("launch_latency_s", "per-kernel launch latency, seconds (absent or null: 5e-6)"),
+    ("source", "where the numbers come from (absent or null: the file's path)"),
 )
 _REQUIRED = 5
 
@@ -160,8 +160,8 @@ def from_file(path: str) -> DeviceSpec:
         memory = parse_bytes(data["memory"])
     except (TypeError, ValueError) as exc:
         raise bad(f"memory: {exc}") from None
-    if memory <= 0:
-        raise bad(f"memory must be a positive size, got {data['memory']!r}")
+    if memory < 2**20:  # "memory": 24 is 24 bytes: no card
+        raise bad(f"memory must be at least 1 MiB, got {data['memory']!r} (a number is bytes: write \"24GiB\")")
     name = data["name"]
     if not isinstance(name, str) or not name.strip():
         raise bad("name must be a text, e.g. \"A10\"")

@@ -384,9 +384,11 @@ def _plan(args: argparse.Namespace):
     except InfeasibleBudget as exc:  # named: a plugin's bare message ("cannot") does not say whose it is
         need = exc.needed_bytes
         percent = f"; did you mean {args.budget.strip()}%?" if re.fullmatch(r"\d{1,3}", args.budget.strip()) else ""
-        raise InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
-                               + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else "")
-                               + percent, need) from None
+        refusal = InfeasibleBudget(f"planner {args.planner} cannot plan for {budget} bytes: {exc}"
+                                   + (f" (it needs at least {need} bytes)" if need and str(need) not in str(exc) else "")
+                                   + percent, need)
+        refusal.budget_bytes = budget  # for --json (_refused_json)
+        raise refusal from None
     except InvalidSchedule:  # the command's verdict (exit 1), with every violation
         raise
     except MemoryError:  # e.g. --option slots=1000000000: a table too large for this machine
@@ -462,6 +464,14 @@ def _print_report(report: dict[str, Any]) -> None:
         _out(f"  violation: {message}")
 
 
+def _refused_json(args: argparse.Namespace, exc: InfeasibleBudget) -> None:
+    """With --json, a refused budget is also a JSON object on stdout, its need a number (QA: a script scanning
+    budgets had to read it out of the error line); the exit status stays 2."""
+    if args.json:
+        _json({"planner": args.planner, "status": "infeasible", "budget_bytes": getattr(exc, "budget_bytes", None),
+               "budget_model": args.budget_model, "needed_bytes": exc.needed_bytes, "message": str(exc)})
+
+
 def _invalid(args: argparse.Namespace, exc: InvalidSchedule) -> int:
     """The verdict on a schedule whose structure no memory rule or executor can read: exit 1."""
     report = {"planner": args.planner, "valid": False, "violations": [str(v) for v in exc.violations]}
@@ -476,6 +486,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         profile, budget, planned, report = _plan(args)
     except InvalidSchedule as exc:
         return _invalid(args, exc)
+    except InfeasibleBudget as exc:
+        _refused_json(args, exc)
+        raise
     schedule = planned.schedule
     report.update(_validation(schedule, profile, planned.planning_budget))
     if args.output:
@@ -499,6 +512,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         profile, budget, planned, report = _plan(args)
     except InvalidSchedule as exc:
         return _invalid(args, exc)
+    except InfeasibleBudget as exc:
+        _refused_json(args, exc)
+        raise
     executor = registry().executor(args.executor)
     if args.offload_start is not None:
         if args.executor != "simulate":

@@ -1514,3 +1514,19 @@ def test_plan_says_when_its_wait_was_numba_compiling(capsys, profile_file, monke
     assert code == 0 and "s of this went to compiling slow-first's Numba kernels" in err
     code, _, err = _run(capsys, "plan", str(path), "--planner", "slow-first", "--budget", "peak")
     assert code == 0 and "compiling" not in err
+
+
+def test_a_refused_budget_is_json_too_with_json(capsys, profile_file):
+    """QA: `simulate --json` printed nothing on stdout for a budget the planner refused, and a script
+    scanning budgets had to read the need out of the error line. It still exits 2 with that line, and
+    prints the refusal as JSON: the budget, the need in bytes, the message; the need plans."""
+    profile, path = profile_file
+    for command in ("plan", "simulate"):
+        code, out, err = _run(capsys, command, str(path), "--planner", "prefix", "--budget", "1KiB", "--json")
+        refusal = json.loads(out)
+        assert code == 2 and "cannot plan for 1024 bytes" in err
+        assert refusal["status"] == "infeasible" and refusal["budget_bytes"] == 1024
+        assert refusal["needed_bytes"] == min_memory(profile) and "cannot plan" in refusal["message"]
+    code, out, _ = _run(capsys, "simulate", str(path), "--planner", "prefix", "--budget", str(refusal["needed_bytes"]),
+                        "--json")
+    assert code == 0 and json.loads(out)["status"] == "ok"

@@ -712,6 +712,10 @@ def _run_in(suite: Suite, root: Path, run_dir: Path, resuming: bool, resume: boo
         cases=len(ids | finished), skipped_plugins=[*suite.skipped, *registry().problems], environment=env,
         device=suite.spec.device, profiler=suite.spec.profiler,
     )
+    if str(suite.spec.device).lower().endswith(".json"):  # a card described in a file: the page names the card
+        from harness.profilers import devices
+
+        meta["device_name"] = devices.spec(suite.spec.device).name
     meta.setdefault("sessions", []).append(session)
     write_meta(run_dir, meta)
 

@@ -724,3 +724,21 @@ def test_a_planner_that_fails_on_the_tiny_chain_anyway_is_not_said_to_refuse_its
     assert option_value_refusal(Picky(), {"depth": 2}) is None
     assert option_value_refusal(Picky(), {"depth": 10**6}) is None
     assert option_value_refusal(Broken(), {"depth": 0}) is None
+
+
+def test_the_page_names_a_card_described_in_a_file_by_its_name(tmp_path):
+    """QA: a suite on `device: l4.json` published "analytic profiles of l4.json"; the page names the card."""
+    from harness.publish.sentences import what_ran
+    from harness.results import load_rows, read_meta
+    from harness.runner import run_suite
+
+    card = {"name": "L4", "memory": "24GiB", "fp32_tflops": 30.3, "bf16_tflops": 121, "memory_bandwidth_gbs": 300,
+            "host_link_gbs": 25}
+    (tmp_path / "l4.json").write_text(__import__("json").dumps(card))
+    path = tmp_path / "on-l4.yaml"
+    path.write_text("name: l4\nprofiler: analytic\ndevice: l4.json\nmodels:\n  - model: builtin:tiny-cnn\n"
+                    "    batch_sizes: [2]\n    input_size: [3, 32, 32]\nbudgets: {fractions: [1.0]}\n"
+                    "planners: [keep-all]\nexecutors: [simulate]\n")
+    run = run_suite(load_suite(path), tmp_path / "out", progress=False).run_dir
+    line = what_ran(load_rows(run), read_meta(run))
+    assert "profiles of L4" in line and "l4.json" not in line

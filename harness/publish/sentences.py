@@ -129,7 +129,7 @@ def what_ran(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     """The page's first line: simulated or measured, by which executors, on which profiles."""
     devices = [d for d in dict.fromkeys(frame["device"]) if d]
     profiler = profilers_of(frame, meta)
-    device = meta.get("device") or " and ".join(devices) or "?"
+    device = meta.get("device_name") or meta.get("device") or " and ".join(devices) or "?"
     gpu = meta.get("environment", {}).get("cuda_device")
     kinds = {e: kind_of(frame[frame["executor"] == e]) for e in executors(frame)}
     measured = [e for e, k in kinds.items() if k == "measured"]

@@ -190,3 +190,32 @@ def test_the_gradient_note_names_the_run_with_the_largest_error_unless_all_are_e
     rows.loc[(rows["planner"] == "hybrid") & (rows["budget_label"] == "b30"), "grad_error"] = 3e-7
     table = ExecutorTable.of(model_groups(rows)[0], "torch")
     assert grad_note(table).endswith("the largest of the 4 that ran is 3.0e-07 (hybrid at b30).")
+
+
+def test_a_reduction_of_exactly_four_holds_and_a_grid_of_exactly_four_is_checked(monkeypatch):
+    monkeypatch.setitem(BUDGETS, "b35", 35)  # (110 - 10) / (35 - 10) = 4x
+    rows = _rows({"recompute": {"b35": 1.5, "b110": 1.0}, "hybrid": {"b35": 1.2, "b110": 1.0}})
+    c = check_claims(rows, summarise(rows))
+    assert c.grid_reduction == 4.0 and c.memory_reduction == 4.0 and c.reduction_held is True
+
+
+def test_a_combined_strategy_that_trained_a_different_network_is_not_counted():
+    rows = _rows({"recompute": {"b30": 2.0, "b60": 1.5, "b110": 1.0}, "hybrid": {"b30": 1.2, "b60": 1.1, "b110": 1.0}})
+    rows["grad_error"] = 0.0
+    rows.loc[(rows["planner"] == "hybrid") & (rows["budget_label"] == "b30"), "grad_error"] = 1.0
+    c = check_claims(rows, summarise(rows))
+    assert c.reduction_budget == 60 and c.share_budgets == 1
+
+
+def test_a_recompute_cell_that_does_not_say_what_it_recomputes_counts_for_the_share():
+    rows = _rows({"recompute": {"b30": 2.0, "b60": 1.5, "b110": 1.0}, "hybrid": {"b30": 1.5, "b60": 1.1, "b110": 1.0}})
+    rows["recomputed_bytes"] = rows["recomputed_bytes"].astype(float)
+    rows.loc[rows["budget_label"] == "b60", "recomputed_bytes"] = float("nan")
+    c = check_claims(rows, summarise(rows))
+    assert c.share_budgets == 2
+
+
+def test_the_runner_up_is_the_fastest_of_the_others():
+    rows = _rows({"a": {"b60": 1.0}, "b": {"b60": 3.0}, "c": {"b60": 2.0}})
+    _, lines, _ = strategy_table(ExecutorTable.of(model_groups(rows)[0], "simulate"))
+    assert lines[0][1] == "a" and lines[0][4] == "c" and lines[0][5] == "2.000x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -14,7 +15,8 @@ import pandas as pd
 import pytest
 
 from harness.publish import compare, fill_common_columns, fmt_bytes, publish
-from harness.results import ResultsError, find_runs, load_rows, read_rows_csv
+from harness.publish.cells import Cell, ExecutorTable, fastest, model_groups, slower_with_more_memory
+from harness.results import ResultsError, find_runs, load_rows, read_rows_csv, to_frame
 from harness.runner import run_suite
 from harness.suite import load_suite
 from tests import test_suite_support as support
@@ -1090,3 +1092,59 @@ def test_runners_up_that_tie_are_all_named(tmp_path):
     assert at_peak and all(line[1].split(" ")[0] == "keep-all" for line in at_peak)
     assert all([n.split(" ")[0] for n in line[4].removesuffix(" (tie)").split(", ")] == ["prefix", "prefix-again"]
                and line[4].endswith(" (tie)") and line[5].startswith("2.000x") for line in at_peak), at_peak
+
+
+def _one_budget_table(times: dict[str, float]) -> ExecutorTable:
+    """One budget, one simulated row per planner."""
+    rows = [dict(suite="s", case_id=f"m/{p}/b", model="m", batch_size=8, input_size="1", device="d",
+                 profiler="analytic", planner=p, planner_label=p, executor="simulate", allocator="",
+                 budget_label="b", budget_bytes=100, status="ok", makespan_s=t, ideal_s=1.0,
+                 peak_memory_bytes=110, weight_bytes=10, time_iqr_s=None) for p, t in times.items()]
+    return ExecutorTable.of(model_groups(to_frame(rows))[0], "simulate")
+
+
+def test_times_within_the_tie_tolerance_are_all_named_fastest():
+    """Two strategies whose times differ only in the last bits (not exactly equal) are a tie."""
+    cells = {("a", "b"): Cell("ok", 1.0), ("c", "b"): Cell("ok", 1.0 * (1 + 1e-12)), ("d", "b"): Cell("ok", 1.1)}
+    assert fastest(cells, "b") == {"a", "c"}
+
+
+def test_the_fastest_is_ranked_by_iteration_time_not_by_slowdown():
+    """The column's common quantity decides: a faster strategy whose row carries another ideal time (a larger
+    slowdown) is still the fastest."""
+    cells = {("a", "b"): Cell("ok", 1.0, slowdown=2.0), ("c", "b"): Cell("ok", 1.5, slowdown=1.5)}
+    assert fastest(cells, "b") == {"a"}
+
+
+def test_a_gradient_error_at_the_tolerance_is_the_same_training():
+    """Only an error *above* GRAD_TOLERANCE disqualifies a strategy from being named the fastest."""
+    from harness.publish.cells import GRAD_TOLERANCE
+
+    cells = {("a", "b"): Cell("ok", 1.0, grad_error=GRAD_TOLERANCE), ("c", "b"): Cell("ok", 2.0)}
+    assert fastest(cells, "b") == {"a"}
+    worse = {**cells, ("a", "b"): Cell("ok", 1.0, grad_error=GRAD_TOLERANCE * 1.01)}
+    assert fastest(worse, "b") == {"c"}
+
+
+def test_more_memory_names_the_fastest_smaller_budget_and_keeps_comparing_with_it():
+    """1.0 at b1, 3.0 at b2, 2.0 at b3: both b2 and b3 ran slower than at b1, and b1 is named for both."""
+    cells = {("p", "b1"): Cell("ok", 1.0), ("p", "b2"): Cell("ok", 3.0), ("p", "b3"): Cell("ok", 2.0)}
+    assert slower_with_more_memory(cells, ["b1", "b2", "b3"]) == {("p", "b2"): "b1", ("p", "b3"): "b1"}
+
+
+def test_a_runner_up_exactly_at_the_edge_of_the_spreads_is_a_close_call():
+    """Runner-up minus its spread equal to the winner plus its spread: the timings do not tell them apart."""
+    table = _one_budget_table({"a": 1.0, "c": 2.0})
+    cells = {k: dataclasses.replace(c, spread_s=0.5) for k, c in table.cells.items()}
+    table = dataclasses.replace(table, cells=cells)
+    assert table.close_calls == {"b": ("a", "c")}
+
+
+def test_one_schedule_timed_within_the_tie_tolerance_is_not_called_noise():
+    """Two strategies that ran one schedule with times a tie apart are a tie, not a noise note."""
+    table = _one_budget_table({"a": 1.0, "c": 1.0 * (1 + 1e-12)})
+    cells = {k: dataclasses.replace(c, schedule="same") for k, c in table.cells.items()}
+    assert dataclasses.replace(table, cells=cells).same_schedules == {}
+    apart = _one_budget_table({"a": 1.0, "c": 1.001})
+    cells = {k: dataclasses.replace(c, schedule="same") for k, c in apart.cells.items()}
+    assert dataclasses.replace(apart, cells=cells).same_schedules == {"b": [["a", "c"]]}

@@ -163,8 +163,9 @@ def plan_for_device(planner: Any, profile: Profile, budget: int, options: dict[s
     the chain budget is bisected between it and the last one that did not; the plan kept is the
     fastest found to fit, as the device runs it (fragmentation is not monotone in the budget, so
     this is a search, not a formula, and a smaller chain budget's plan, timed by the device's
-    rule for offloads rather than the one its planner planned by, may be the faster). A step below the planner's minimum, which
-    the planner refuses, is followed by a plan at that minimum (``InfeasibleBudget.needed_bytes``):
+    rule for offloads rather than the one its planner planned by, may be the faster). A step
+    below the planner's minimum, which the planner refuses, is followed by a plan at that
+    minimum (``InfeasibleBudget.needed_bytes``):
     its leanest plan; when that plan does not fit either, the search ends there (a plan between it
     and the last one too big might fit, fragmentation being what it is, but is not looked for). A plan
     the simulator cannot run counts as too big. At most ``MAX_ROUNDS`` plans.
@@ -252,15 +253,11 @@ class _Search:
             if self.too_big is None:
                 self.planning = None  # the first chain budget fits: nothing to gain above it
                 return
+            self._bisect()
         else:
-            self.too_big = planning if self.too_big is None else min(self.too_big, planning)
-            if self.best is None and self.floor is None:
-                following = self._last is None or self._last[1] - reserved >= (self._last[0] - planning) // 2
-                self._step = max(excess, self.precision) if following else max(excess, 2 * self._step)
-                self._last = (planning, reserved)
-                self._next(planning - self._step)
-                return
-        self._bisect()
+            following = self._last is None or self._last[1] - reserved >= (self._last[0] - planning) // 2
+            self._last = (planning, reserved)
+            self._too_big(planning, max(excess, self.precision) if following else max(excess, 2 * self._step))
 
     def refused(self, planning: int, minimum: int | None) -> None:
         """The planner refused ``planning``; ``minimum``: the chain budget it says it needs (it
@@ -275,12 +272,16 @@ class _Search:
 
     def unrunnable(self, planning: int) -> None:
         """The simulator could not run the plan of ``planning``: counted as too big, and stepped past."""
+        self._too_big(planning, max(2 * self._step, self.precision))
+
+    def _too_big(self, planning: int, step: int) -> None:
+        """``planning``'s plan does not fit: down by ``step`` while nothing bounds the search below, else bisect."""
         self.too_big = planning if self.too_big is None else min(self.too_big, planning)
         if self.best is None and self.floor is None:
-            self._step = max(2 * self._step, self.precision)
-            self._next(planning - self._step)
-            return
-        self._bisect()
+            self._step = step
+            self._next(planning - step)
+        else:
+            self._bisect()
 
     def _bisect(self) -> None:
         lower = max(b for b in (self.fits, self.floor) if b is not None)

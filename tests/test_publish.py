@@ -831,6 +831,58 @@ def test_a_tie_names_every_tied_strategy_and_a_small_lead_shows_in_three_decimal
     assert f1[4].split(" ")[0] == "prefix" and f1[5] == "1.004x (the same schedule: noise)"
 
 
+def test_runners_up_a_rounding_error_apart_are_named_as_a_tie(results, tmp_path):
+    """Two strategies behind the winner whose times differ only in the last bits (the same schedule summed
+    in another order) are a tie for second place, as ``fastest`` has ties for first: both are named."""
+    _, _, _, run_b = results
+    frame = pd.read_csv(run_b / "rows.csv", dtype=str, keep_default_na=False)
+    first = frame["case_id"].iloc[0].rsplit("/", 4)[0]
+    at_f1 = frame["case_id"].str.startswith(first + "/") & frame["budget_label"].eq("f1")
+    winner_s = float(frame.loc[at_f1 & frame["planner_label"].eq("keep-all"), "makespan_s"].iloc[0])
+
+    def two_behind(frame):
+        prefix = at_f1 & frame["planner_label"].eq("prefix")
+        frame.loc[prefix, "makespan_s"] = repr(winner_s * 1.004)
+        twin = frame[prefix].copy()
+        twin["planner_label"] = "prefix-b"
+        twin["case_id"] = twin["case_id"].str.replace("/prefix/", "/prefix-b/", regex=False)
+        twin["makespan_s"] = repr(winner_s * 1.004 * (1 + 1e-12))
+        return pd.concat([frame, twin], ignore_index=True)
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "twins", two_behind)
+    publish([run], tmp_path / "site")
+    _, lines = _cells(tmp_path / "site" / "pub" / "index.html", "the fastest strategy per budget")
+    f1 = next(line for line in lines if line[0].startswith("f1"))
+    assert f1[1].split(" ")[0] == "keep-all" and "(tie)" not in f1[1]
+    assert [name.split(" ")[0] for name in f1[4].removesuffix(" (tie)").split(", ")] == ["prefix", "prefix-b"]
+    assert f1[4].endswith(" (tie)") and f1[5].startswith("1.004x")
+
+
+def test_the_bound_table_divides_each_time_by_its_columns_lower_bound(results, tmp_path):
+    """'iteration time / the budget's lower bound' shares one bound per column (the header's LB), so its
+    cells rank within a column; where that bound is above the ideal iteration they are not the slowdown."""
+    _, _, _, run_b = results
+    frame = pd.read_csv(run_b / "rows.csv", dtype=str, keep_default_na=False)
+    first = frame["case_id"].iloc[0].rsplit("/", 4)[0]
+    at_f0 = frame["case_id"].str.startswith(first + "/") & frame["budget_label"].eq("f0")
+    ran = at_f0 & frame["status"].eq("ok")
+    time_s, ideal_s = (float(frame.loc[ran, column].iloc[0]) for column in ("makespan_s", "ideal_s"))
+    bound_s = (time_s + ideal_s) / 2  # between the ideal and the time: the budget costs something
+
+    def tighter(frame):
+        frame.loc[at_f0, "budget_lower_bound_s"] = repr(bound_s)
+        frame.loc[ran, "ratio_to_budget_lb"] = repr(time_s / bound_s)
+        return frame
+
+    run = _copy_with(run_b, tmp_path / "results" / "pub" / "bound", tighter)
+    publish([run], tmp_path / "site")
+    header, lines = next((h, b) for title, h, b, group in _tables(tmp_path / "site" / "pub" / "index.html")
+                         if "the budget's lower bound" in title and first.split("/")[0] in group)
+    assert header[1].startswith("f0") and f"LB {bound_s * 1e3:.2f} ms" in header[1]
+    prefix = next(line for line in lines if line[0] == "prefix")
+    assert prefix[1] == f"{time_s / bound_s:.3f}" != f"{time_s / ideal_s:.3f}"
+
+
 def test_a_page_says_what_its_budgets_count(results, tmp_path):
     """QA (2026-11-25): a simulated page's budgets are the chain model's bytes, a real process needs more
     (the 13 oom rows of the first H100 run); only a footnote said so. The page says it under its counts."""

@@ -602,3 +602,226 @@ def test_a_schedule_with_cudnns_autotuned_algorithm_is_refused_by_the_planned_pa
     assert run.status == "error" and "cuDNN's autotuned algorithm (stage 1, 2)" in run.message
     plain = Schedule("t", 10**6, training_ops(3), algorithms=(0, 0, -1))
     assert autotuned_stages(plain, profile) == []
+
+
+# --------------------------------------------------------------------------- QA: mutants that no test killed
+
+
+def test_requests_of_zero_bytes_get_addresses_of_their_own():
+    """A request of 0 bytes is served one alignment unit (module docstring), so that two of them alive at
+    once, and the block beside them, never share an address: in the profiling iteration (the fallback)
+    and at planned addresses. ``replay`` checks every live range (a 0-byte one as one byte)."""
+    real, _ = allocator([])
+    events = [("alloc", "a", 1000), ("alloc", "z1", 0), ("alloc", "z2", 0),
+              ("free", "z1", 0), ("free", "a", 0), ("free", "z2", 0)]
+    for _ in range(3):
+        replay(real, events)  # raises AssertionError where two live requests share an address
+    assert real.session.stats.planned == 6 and real.stats.departures == 0
+
+
+class _Scripted:
+    """An 'allocator' that serves the addresses it is given, whatever they overlap: what replay must catch."""
+
+    def __init__(self, addresses):
+        self.addresses = iter(addresses)
+
+    def begin_iteration(self):
+        pass
+
+    def end_iteration(self):
+        pass
+
+    def alloc(self, size):
+        return next(self.addresses)
+
+    def free(self, ptr, size=0):
+        pass
+
+
+@pytest.mark.parametrize("addresses", [(4096, 4096 + 64), (4096 + 64, 4096)], ids=["below", "above"])
+def test_replay_finds_two_live_requests_that_share_bytes(addresses):
+    """``replay`` is what the CPU emulation of the planned path and the tests above trust to find a plan
+    that hands out one address twice: an overlap with the live request just below the new one, or just
+    above it, is reported, also when that request is the only one alive."""
+    events = [("alloc", "x", 128), ("alloc", "y", 128)]
+    with pytest.raises(AssertionError, match="overlaps a live one"):
+        replay(_Scripted(addresses), events)
+    assert replay(_Scripted((4096, 4096 + 128)), events) == {"x": 4096, "y": 4096 + 128}  # adjacent: no overlap
+
+
+def test_a_request_the_fallback_refuses_holds_nothing_in_the_next_plan():
+    """A request the fallback cannot serve raises, and leaves nothing behind in the session: the plan made
+    from that iteration keeps it only for the moment it was asked for, not to the iteration's end (where
+    it would sit beside every later request and inflate the arena)."""
+    fallback = FakeMemory(base=1 << 44, alignment=ALIGN, capacity=1 << 20)
+    real = RealAddressAllocator(BestFit(), FakeMemory(alignment=ALIGN), fallback=fallback, alignment=ALIGN)
+    real.begin_iteration()
+    with pytest.raises(MemoryError):
+        real.alloc(2 << 20)  # more than the fallback has
+    real.free(real.alloc(4096))
+    real.end_iteration()
+    assert real.session.plan.max_live_bytes == 2 << 20  # the refused request alone, not it and the next one
+    assert fallback.live_bytes == 0 and not real.stats.errors
+
+
+def test_after_the_arena_is_given_back_requests_depart_and_the_next_plan_gets_a_new_one():
+    """``release_arena`` (nothing planned alive) leaves no planned address without an arena: the next
+    iteration's requests depart to the fallback (counted, never a planned address at a missing base),
+    its end obtains an arena again, and the iteration after is planned."""
+    events = [("alloc", "a", 4096), ("alloc", "b", 8192), ("free", "a", 0), ("free", "b", 0)]
+    real, memory = allocator(events)
+    replay(real, events)
+    replay(real, events)
+    real.release_arena()
+    assert real.arena_base is None and memory.live_bytes == 0
+    replay(real, events)  # would raise "a planned request with no arena"
+    assert real.stats.departures_by_iteration[-1] == 2 and real.arena_base is not None
+    replay(real, events)
+    assert real.stats.departures_by_iteration[-1] == 0 and real.stats.arena_allocations == 2
+
+
+def test_a_planned_run_is_judged_at_the_edges_of_its_tolerances():
+    """``planned_run_problems`` beyond one fault at a time: a plan smaller than its own trace's max-live
+    bytes is no placement (a fault even when the arena holds the plan); a profiled max-live within
+    ``PEAK_TOLERANCE`` of the schedule's predicted peak passes and one beyond it does not; a row that
+    does not say how many timed requests departed is a fault, not a pass (as a missing gradient check)."""
+    from harness.executors.planned import PEAK_TOLERANCE, planned_run_problems
+
+    sound = {"grad_error_vs_caching": 0.0, "departures": 0, "planned_requests": 120,
+             "plan_max_live_bytes": 900, "plan_bytes": 1000, "arena_bytes": 1024}
+    (problem,) = planned_run_problems({**sound, "plan_bytes": 800})
+    assert "not max-live 900 <= plan 800" in problem, problem
+    within = 900 / PEAK_TOLERANCE + 1  # the max-live a little above the prediction, inside the tolerance
+    assert within < 900 and planned_run_problems({**sound, "predicted_peak_bytes": within}) == []
+    (problem,) = planned_run_problems({**sound, "predicted_peak_bytes": 900 / PEAK_TOLERANCE - 1})
+    assert "predicted peak" in problem, problem
+    no_departures = {k: v for k, v in sound.items() if k != "departures"}
+    assert planned_run_problems(no_departures) == ["departures None"]
+
+
+def _planned_execution(monkeypatch, warmup, iterations):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from harness.executors.planned import _planned_execution_class
+    from harness.executors.torch_executor import TorchExecutor
+    from harness.plugins import registry
+    from tests.torch_cases import setup
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    chain, profile = setup("builtin:tiny-cnn")
+    schedule = registry().planner("keep-all").plan(profile, 10**12)
+    ex = TorchExecutor(device="cpu", warmup=warmup, iterations=iterations, grad_check=False)
+    execution = _planned_execution_class()(ex, schedule, profile, chain)
+    execution.real = RealAddressAllocator(BestFit(), FakeMemory())
+    return execution
+
+
+def test_the_planned_rows_departures_are_the_timed_iterations_alone(monkeypatch):
+    """A warm-up iteration after the profiling one may depart and re-plan (papers/003 section 4.3: the
+    planned process re-plans while a warm-up iteration departs); the row's ``departures``, by which
+    ``planned_run_problems`` judges the run, counts the timed iterations' requests only. On the CPU no
+    tensor reaches the allocator: each monitored iteration makes one request of its own."""
+    execution = _planned_execution(monkeypatch, warmup=3, iterations=2)
+    real = execution.real
+    sizes = iter([1000, 5000, 5000, 5000])  # profiling, a warm-up larger than profiled (departs), 2 timed
+    begin = real.begin_iteration
+
+    def begin_with_a_request():
+        begin()
+        real.free(real.alloc(next(sizes)))
+
+    monkeypatch.setattr(real, "begin_iteration", begin_with_a_request)
+    try:
+        run = execution.measure(None)
+    finally:
+        execution.close()
+    assert run.status == "ok", run.message
+    assert real.stats.departures_by_iteration == [0, 1, 0, 0]
+    assert run.metrics["departures"] == 0 and run.metrics["reoptimizations"] == 1
+
+
+def test_an_iteration_that_fails_still_ends_the_allocators_iteration(monkeypatch):
+    """A monitored iteration that fails (here: the allocator had handed torch a NULL) is closed before the
+    error goes on to become the oom row: the allocator is not left monitoring, as if the iteration were
+    still under way, and the row's figures count it."""
+    from types import SimpleNamespace
+
+    execution = _planned_execution(monkeypatch, warmup=2, iterations=1)
+    real = execution.real
+    execution.hook = hook = SimpleNamespace(out_of_memory=None, errors=[])
+    begin = real.begin_iteration
+
+    def begin_then_nothing_left():
+        begin()
+        hook.out_of_memory = "the device could not serve 4096 bytes (arena 0 bytes held): MemoryError: full"
+
+    monkeypatch.setattr(real, "begin_iteration", begin_then_nothing_left)
+    try:
+        run = execution.measure(None)
+    finally:
+        execution.close()
+    assert run.status == "oom" and "could not serve 4096 bytes" in run.message, run.message
+    assert not real.session.monitoring and real.session.stats.iterations == 1
+    assert real.stats.departures_by_iteration == [0]
+
+
+class _Runtime(FakeMemory):
+    """cudaMalloc/cudaFree/cudaStreamSynchronize stand-in: an address space of its own, synchronisations recorded."""
+
+    def __init__(self):
+        super().__init__(base=1 << 44, alignment=ALIGN)
+        self.synced: list[int] = []
+
+    def synchronize(self, stream):
+        self.synced.append(stream)
+
+
+def test_side_streams_are_synchronised_before_an_arena_block_is_freed_or_a_side_stream_allocates():
+    """``_cuda_pluggable`` assumption 4: the pluggable allocator ignores ``record_stream``, so freeing a
+    planned (arena) address first waits for the copy streams that may still read it, and a request made
+    on a copy stream first waits for the compute stream. Only those: a request on the compute stream and
+    the free of a fallback block (never handed out again before cudaFree returns) wait for nothing."""
+    from harness.executors._cuda_pluggable import PluggableAllocator
+
+    COMPUTE, D2H, H2D = 11, 22, 33
+    real, _ = allocator([])
+    runtime = _Runtime()
+    hook = PluggableAllocator(real, runtime)
+    hook.set_streams(COMPUTE, [D2H, H2D, COMPUTE])  # the compute stream among them is not a side stream
+    for _ in range(2):  # profile, then planned
+        real.begin_iteration()
+        planned = hook._alloc(4096, 0, COMPUTE)
+        assert runtime.synced == []
+        if real.in_arena(planned):
+            break
+        hook._free(planned, 4096, 0, COMPUTE)
+        real.end_iteration()
+    assert real.in_arena(planned)
+    weights = hook._alloc(1000, 0, D2H)  # e.g. a prefetch's destination, outside the plan's sequence
+    assert runtime.synced == [COMPUTE] and not real.in_arena(weights)
+    runtime.synced.clear()
+    hook._free(weights, 1000, 0, D2H)
+    assert runtime.synced == []
+    hook._free(planned, 4096, 0, COMPUTE)
+    assert runtime.synced == [D2H, H2D]
+    real.end_iteration()
+    assert not hook.errors and not real.stats.errors
+
+
+def test_an_emergency_block_goes_back_to_cuda_and_the_first_request_nothing_served_is_the_one_named():
+    """A request the allocator failed is served by cudaMalloc (assumption 3); its free goes back to
+    cudaFree alone, never also to the allocator (which did not serve it: an error). When nothing can
+    serve a request, ``out_of_memory`` names the first such request, not a later one."""
+    from harness.executors._cuda_pluggable import PluggableAllocator
+
+    real, memory = allocator([])
+    runtime = _Runtime()
+    hook = PluggableAllocator(real, runtime)
+    real.fallback = None  # the allocator fails every request
+    p = hook._alloc(1000, 0, 0)
+    assert p and runtime.live_bytes == 1000 and len(hook.errors) == 1
+    hook._free(p, 1000, 0, 0)
+    assert runtime.live_bytes == 0 and len(hook.errors) == 1 and not real.stats.errors
+    runtime.capacity = 0
+    assert hook._alloc(3000, 0, 0) == 0 and hook._alloc(5000, 0, 0) == 0
+    assert "could not serve 3000 bytes" in hook.out_of_memory

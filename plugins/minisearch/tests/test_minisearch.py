@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.allocators.trace import IntTrace, read_csv, to_int_trace, to_memory_blocks
+from harness.allocators.trace import IntTrace, max_live_bytes, read_csv, to_int_trace, to_memory_blocks
 from harness.allocators.validate import violations
 from harness.model import Placement, from_json, to_json
 from harness.testing import registered_by_entry_point
@@ -354,3 +354,89 @@ def test_an_interrupt_during_best_fits_rounds_leaves_its_placement(monkeypatch):
     best = caught.value.placement
     assert np.array_equal(best.offsets, first) and not violations(t, best)
     assert best.lower_bound_bytes == t.max_live_bytes and not best.optimal
+
+
+# --------------------------------------------------------------------------- QA: mutants that no test killed
+
+
+def test_an_incumbent_at_max_live_is_proved_optimal_without_search_and_not_timed_out():
+    """Best-fit's placement at the max-live bound is optimal before any node is tried: with no node to
+    spend (``node_limit=0``) the result is still proved, and the search is not reported as ended by
+    its limit (``timed_out``: the limit ended it before it settled; here nothing was left to settle)."""
+    res = solve([0, 2, 0], [1, 3, 3], [4, 5, 2], time_limit=None, node_limit=0)
+    assert res.optimal and res.arena_bytes == res.lower_bound_bytes == res.max_live_bytes == 7
+    assert res.nodes == 0 and not res.timed_out
+
+
+def test_blocks_that_hold_nothing_for_no_time_are_left_out_of_the_search():
+    """Only the blocks that occupy something take part (module docstring of ``solver``): a block that is
+    freed when it is allocated, whatever its size, gets offset 0 and does not reach the search (whose
+    instances refuse it). Every block stacked is the incumbent, so that the search has work to do."""
+    lower, upper, size = np.array([0, 0, 1, 3]), np.array([0, 2, 3, 4]), np.array([5, 3, 4, 6])
+    res = solve(lower, upper, size, time_limit=None, node_limit=1_000, incumbent=np.cumsum(size) - size)
+    assert res.nodes > 0 and res.optimal and res.arena_bytes == 7 and res.offsets[0] == 0
+    assert not violations(IntTrace(lower, upper, size), res.offsets, 7)
+
+
+def test_completion_puts_a_block_into_a_gap_it_fills_exactly():
+    """The completion of a partial placement puts each remaining block at the lowest offset where it
+    fits between the placed blocks that overlap it, a gap of exactly its size included."""
+    from membudget_minisearch.solver import complete
+
+    inst = prepare([0, 0, 0, 1], [2, 2, 2, 3], [10, 10, 10, 4])
+    placed = np.array([True, True, False, False])
+    full = complete(inst, placed, np.array([0, 20, 0, 0]))
+    assert full[:3].tolist() == [0, 20, 10]  # the gap [10, 20) between the two placed blocks
+    assert full[3] == 30  # above all three (alive with them at time 1)
+
+
+# Ten blocks whose optimum (8 units) is above their max-live bytes (7): no placement packs them at the
+# load's peak. Found by a search over random instances whose load is the same at every time; CP-SAT
+# proves it (below). Random instances almost never have such a gap, so without it the search's step
+# past a ruled-out threshold went untested (QA mutation run, 2026-12-01).
+ABOVE_MAX_LIVE = [(0, 1, 3), (0, 2, 4), (1, 3, 2), (1, 3, 1), (2, 4, 2), (2, 5, 1), (3, 5, 1), (2, 6, 1),
+                  (4, 6, 4), (5, 6, 2)]
+
+
+def test_an_optimum_above_max_live_is_proved_and_no_bound_claims_more():
+    """When the question at the max-live bound is exhausted, the bound rises to the smallest arena the
+    exhausted search met above it (a proved bound), not to the threshold + 1 byte: at 1 KiB units it is
+    the optimum at once. At every node limit the bound stated is max-live or that optimum, never above
+    the optimum CP-SAT proves, and both kernels agree."""
+    pytest.importorskip("ortools")
+    from harness.allocators.exact import solve_exact
+
+    unit = 1024
+    lower, upper, size = (np.array(column) for column in zip(*ABOVE_MAX_LIVE))
+    t = IntTrace(lower, upper, size * unit)
+    opt = solve_exact(t, time_limit_s=30)
+    assert opt.optimal and opt.arena_bytes == 8 * unit and max_live_bytes(t) == 7 * unit
+    assert solve_exact(IntTrace(lower, upper, size), time_limit_s=30, pool_bytes=7).status == "infeasible"
+    stacked = np.cumsum(t.size) - t.size
+    bounds = set()
+    for limit in range(400):  # every limit: the step is seen only where the limit ends the search right after it
+        res = solve(t.lower, t.upper, t.size, time_limit=None, node_limit=limit, incumbent=stacked)
+        assert res.lower_bound_bytes in (7 * unit, 8 * unit) and res.arena_bytes >= 8 * unit, (limit, res)
+        assert not violations(t, res.offsets, res.arena_bytes)
+        bounds.add(res.lower_bound_bytes)
+    assert bounds == {7 * unit, 8 * unit}  # the sweep saw the bound before and after the step
+    for kernel in ("numba", "python"):
+        res = solve(t.lower, t.upper, t.size, time_limit=None, incumbent=stacked, kernel=kernel)
+        assert res.optimal and res.arena_bytes == res.lower_bound_bytes == 8 * unit and res.thresholds >= 1
+
+
+def test_the_time_limit_stops_the_search_inside_a_slice(monkeypatch):
+    """The time limit is anytime: a deadline that passes while a question is being searched ends it
+    within a chunk of work, not at the end of the driver's slice (``slice_nodes`` children, doubling every
+    round). A clock that moves 0.3 s each time it is read passes a 1 s limit during the first slice."""
+    import types
+
+    from membudget_minisearch import solver as solver_module
+
+    clock = iter(np.arange(0, 10_000, 0.3))
+    monkeypatch.setattr(solver_module, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    t = cut_rectangle(150, 0)
+    stacked = np.cumsum(t.size) - t.size
+    res = solve(t.lower, t.upper, t.size, time_limit=1.0, incumbent=stacked, slice_nodes=20_000)
+    assert res.timed_out and not res.optimal
+    assert 0 < res.nodes < 20_000 and not violations(t, res.offsets, res.arena_bytes)

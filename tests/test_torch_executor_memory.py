@@ -22,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
+from contextlib import nullcontext  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 from harness.executors._torch_chain import TorchChain  # noqa: E402
@@ -204,3 +205,142 @@ def test_recomputed_stages_hold_nothing_between_their_forward_and_their_recomput
     kept = [i for i in range(profile.n_stages) if i not in recomputed]
     # the first kept stage may miss its input, saved (inside the checkpoint) by the stage before
     assert all(record.group_bytes.get((0, i), 0) == profile.stages[i].saved_bytes for i in kept[1:])
+
+
+# --------------------------------------------------------------------------- what the store passes through
+
+
+def test_a_tensor_on_another_device_is_saved_where_it_is():
+    """A CPU scalar saved by an operation on the executor's device (here ``meta`` stands in for CUDA) is not
+    the store's to move: it passes through, and the stage's group holds only blocks on the device. (A QA
+    mutant that packed it passed every test; offloading it would shrink a CPU storage a CUDA copy cannot
+    reach.)"""
+    from harness.executors._torch_store import SavedStore
+
+    store = SavedStore(set(), torch.device("meta"))
+    x = torch.ones(4, device="meta", requires_grad=True)
+    scale = torch.tensor(2.0)  # a CPU scalar the product saves for x's gradient
+    with store.packing(0, 0):
+        y = x * scale
+    assert all(b.storage.device.type == "meta" for b in store.blocks((0, 0)))
+    assert store.group_bytes((0, 0)) == 0  # x is a leaf: nothing of the device is saved either
+    y.sum().backward()
+    assert x.grad.device.type == "meta"
+
+
+def test_a_storage_that_cannot_be_resized_is_saved_where_it_is():
+    """A tensor over memory torch does not own (``torch.from_numpy``) cannot be shrunk by an offload: it
+    passes through the store, and the gradient is the plain one. (A QA mutant that packed it passed every
+    test; the offload's ``resize_`` would then fail mid-iteration.)"""
+    import numpy as np
+
+    from harness.executors._torch_store import SavedStore
+
+    store = SavedStore(set(), torch.device("cpu"))
+    weights = torch.from_numpy(np.arange(1, 4, dtype=np.float32))
+    assert not weights.untyped_storage().resizable()
+    x = torch.ones(3, requires_grad=True)
+    with store.packing(0, 0):
+        y = x * weights  # saves ``weights`` for x's gradient
+    assert store.blocks((0, 0)) == []
+    y.sum().backward()
+    assert torch.equal(x.grad, weights)
+
+
+def test_an_offloaded_checkpoint_is_let_go_once_its_recomputation_has_read_it():
+    """The checkpoints x_0 and x_2 of two recomputed segments go to the host and back (the store holds them
+    as blocks of their stage's group from Fc_i until R_i has read them: ``SavedStore.keep``, ``release``).
+    After R_i autograd holds what it saved, and after B_{i-1} nothing of stage i is left, as for every stage.
+    (A QA mutant whose ``release`` kept the checkpoint to the end of the iteration passed every test.)"""
+    chain, profile = setup(MODELS[0])
+    n = profile.n_stages
+    segments = [(0, 2), (2, n // 2)]
+    schedule = ordered_schedule(profile, 10**12, {0, 2}, planner="both", recompute=segments, prefetch_window=1)
+    assert {0, 2} <= set(schedule.offloaded_stages)
+    record = execute(schedule, profile, chain)
+    where = op_index(schedule.ops)
+    for i in (0, 2):
+        released = where[("B", i - 1 if i else 0, 0)]
+        assert record.held[where[("R", i, 0)]].get((0, i), 0) > 0
+        assert all(held.get((0, i), 0) == 0 for held in record.held[released:]), i
+    assert record.held[-1] == {}
+
+
+def test_the_store_refuses_saved_data_that_is_still_on_the_host():
+    """A backward that reads a block an offload left on the host is refused by name (``NotResident``), not
+    left to read a shrunk storage. (A QA mutant without the check passed every test: the executor brings
+    data back before each backward, so only the store's own guard is tested here.)"""
+    from harness.executors._torch_copies import Clock, CpuCopies, HostPool
+    from harness.executors._torch_store import NotResident, SavedStore, split_offload
+
+    store = SavedStore(set(), torch.device("cpu"))
+    w = torch.ones(1024, requires_grad=True)
+    with store.packing(0, 3):
+        y = (w * 2).exp().sum()  # exp saves its output, a storage only the graph holds
+    blocks = store.blocks((0, 3))
+    assert blocks
+    CpuCopies(HostPool(pinned=False), Clock(cuda=False)).offload(split_offload(blocks, None), "offload 3")
+    with pytest.raises(NotResident, match="stage 3 .* still on the host"):
+        y.backward()
+
+
+def test_a_saved_view_comes_back_at_its_offset():
+    """A forward that saves a view into the middle of a storage (the second half of a product, as a split of
+    attention's projections saves) gets that view back in its backward, so the gradient is the plain one.
+    (A QA mutant that unpacked every view at offset 0 passed every test: the models tested save no such view.)"""
+    from harness.executors._torch_store import SavedStore
+
+    store = SavedStore(set(), torch.device("cpu"))
+    grads = []
+    for context in (store.packing(0, 0), nullcontext()):
+        w = torch.ones(4, requires_grad=True)
+        with context:
+            h = torch.arange(8.0) * 2  # a storage of its own
+            y = (h[4:] * w).sum()  # the product saves h[4:], at offset 4, for w's gradient
+        if not grads:
+            assert [(b.nbytes, b.group) for b in store.blocks((0, 0))] == [(8 * 4, (0, 0))]
+        y.backward()
+        grads.append(w.grad)
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[1], torch.arange(8.0, 16.0, 2))
+
+
+def test_only_a_checkpointing_forward_keeps_its_input(monkeypatch):
+    """Fc_i keeps its input x_i for R_i (its checkpoint); Fn_i keeps nothing (``harness.model``'s vocabulary):
+    its input is dropped as soon as it has run, as the memory model frees it. (A QA mutant whose Fn kept its
+    input until the recomputation before it replaced it passed every test: the store's accounting, which the
+    other tests read, does not see tensors outside the saved blocks.)"""
+    from harness.executors._torch_chain import ChainPass
+
+    chain, profile = setup(MODELS[0])
+    schedule = registry().planner("torch-checkpoint").plan(profile, 10**12)
+    kinds = {op.kind for op in schedule.ops}
+    assert {"Fc", "Fn"} <= kinds
+    kept: dict[tuple[str, int], bool] = {}
+    forward = ChainPass.forward
+
+    def spy(self, stage, sb, kind="F"):
+        forward(self, stage, sb, kind)
+        kept[(kind, stage)] = self.kept_input(stage, sb) is not None
+
+    monkeypatch.setattr(ChainPass, "forward", spy)
+    execute(schedule, profile, chain)
+    assert {k for k, v in kept.items() if v} == {k for k in kept if k[0] == "Fc"}
+
+
+def test_the_end_of_an_iteration_lets_go_of_a_checkpoint_no_recomputation_read():
+    """The store holds an offloaded checkpoint alive from Fc_i until R_i releases it (``keep``); an iteration
+    cut short (an out-of-memory row) never runs R_i, and ``clear`` at the next iteration's start must free the
+    storage, or the next iteration starts with a dead checkpoint on the device. (A QA mutant whose ``clear``
+    kept it passed every test.)"""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from harness.executors._torch_store import SavedStore
+
+    store = SavedStore(set(), torch.device("cpu"))
+    x = torch.randn(256)
+    store.keep(0, 2, x)
+    alive = StorageWeakRef(x.untyped_storage())
+    del x
+    assert not alive.expired() and store.group_bytes((0, 2)) == 256 * 4  # the store holds it until R_2
+    store.clear()
+    assert alive.expired()

@@ -122,6 +122,29 @@ def test_the_recomputation_rival_plans_at_the_slots_hybrid_was_given(slots: int)
     check_reported(plan, profile, budget, slots)
 
 
+@pytest.mark.parametrize("slots", [500, 5000])
+def test_the_recomputation_rival_plans_at_hybrids_slots_where_its_exact_search_gives_up(slots: int,
+                                                                                       monkeypatch) -> None:
+    """The test above, where RECOMPUTE's exact search in bytes gives up (a chain too irregular for it: here
+    made to, ``exact_segments`` returning None): its answer then depends on the slots (8 ms at 500, 6 ms at
+    5000 on this chain), and the rival HYBRID compares must be RECOMPUTE's at HYBRID's slots. (The exact
+    search made RECOMPUTE slot-independent on the QA chain, and a QA mutant that planned the rival at the
+    default slots passed every test.)"""
+    import membudget_recompute.planner as recompute_planner
+
+    monkeypatch.setattr(recompute_planner, "exact_segments", lambda *args, **kwargs: None)
+    mb = 10**6
+    stages = (Stage("s0", "conv", 0.002, 0.001, mb, mb, mb), Stage("s1", "conv", 0.0, 0.001, 1, 1000, 1000),
+              Stage("s2", "conv", 0.001, 0.001, 1000, 0, mb))
+    profile = Profile("m", 1, (1,), "x", 10**9, 1e6, 1e6, 0, 1000, stages)
+    budget = 2_002_001
+    at = {s: makespan(Recompute().plan(profile, budget, slots=s), profile) for s in (500, 5000)}
+    assert at[500] > at[5000]  # the slots matter without the search
+    plan = plan_hybrid(profile, budget, slots=slots)
+    assert plan.rivals["recompute"] == at[slots] and plan.makespan <= at[slots] * (1 + 1e-12)
+    check_reported(plan, profile, budget, slots)
+
+
 def test_the_joint_plan_is_strictly_faster_on_random_chains():
     """On 30 random chains at three budgets, how often the table's plan beats both others (README)."""
     rng = random.Random(17)
@@ -357,6 +380,52 @@ def test_offloading_checkpoints_is_never_slower_than_keeping_them(seed, n, where
     assert makespan(plan.schedule, profile) == plan.makespan
 
 
+def test_the_tied_plans_of_the_table_are_each_simulated(monkeypatch) -> None:
+    """The table backtracks up to ``TIE_CANDIDATES`` plans tied for its optimum and keeps the fastest in the
+    simulator: on this chain (found by a QA probe) a later tied plan runs faster than the first, so HYBRID's
+    own plan is faster than with one candidate. (A QA mutant that simulated only the first passed every other
+    test.)"""
+    from membudget_hybrid import planner
+
+    profile = random_chain(random.Random(54), 6)
+    lo, hi = min_memory(profile), peak_memory(profile)
+    budget = int(lo + (hi - lo) * 0.5)
+    tied = plan_hybrid(profile, budget, rivals=False)
+    monkeypatch.setattr(planner, "TIE_CANDIDATES", 1)
+    first = plan_hybrid(profile, budget, rivals=False)
+    assert tied.makespan < first.makespan * (1 - 1e-9)
+    assert not validate(tied.schedule, profile, budget) and makespan(tied.schedule, profile) == tied.makespan
+
+
+def test_a_plan_that_runs_as_predicted_is_not_shrunk() -> None:
+    """The table is shrunk only while its plan runs more than ``MISPREDICTION`` slower than it predicts
+    (the compute time plus the predicted idle and recomputation): on equal stages, where both tables' plans
+    run as predicted, one DP run per table. (A QA mutant that compared the simulated makespan with the
+    predicted idle alone shrank every table eight times and passed every other test.)"""
+    from membudget_hybrid import planner
+
+    profile = uniform_chain(6)
+    lo, hi = min_memory(profile), peak_memory(profile)
+    plan = plan_hybrid(profile, lo + 4 * (hi - lo) // 8)
+    assert plan.own_makespan <= (profile.compute_time + plan.own.cost) * (1 + planner.MISPREDICTION)
+    assert plan.rounds == 2  # the table with the checkpoint move and the one without, once each
+
+
+def test_a_tie_between_the_tables_goes_to_the_table_with_the_move() -> None:
+    """``_table_plan``: of the plans of the tables with and without the checkpoint move, the faster in the
+    simulator, ties to the table with the move. On this chain (found by a QA probe) both run in the same
+    time but differ (the move's offloads stage 0, the other stage 2), so the plan is not the checkpoint-free
+    table's. (A QA mutant that gave ties to the checkpoint-free table passed every other test.)"""
+    profile = random_chain(random.Random(55), 6)
+    lo, hi = min_memory(profile), peak_memory(profile)
+    budget = int(lo + (hi - lo) * 0.5)
+    plan = plan_hybrid(profile, budget, rivals=False)
+    without = plan_hybrid(profile, budget, rivals=False, offload_checkpoints=False)
+    with_move, checkpoint_free = plan.table_times
+    assert with_move == checkpoint_free == without.own_makespan == plan.makespan
+    assert plan.own != without.own
+
+
 def test_an_absurdly_fast_link_is_planned_not_overflowed() -> None:
     """A host link of 1e23 B/s moved more slots in one window than 64 bits hold: HYBRID raised an
     OverflowError where both rivals planned, and DYNPROG's windows were cast to garbage (found by a QA
@@ -496,3 +565,27 @@ def test_the_kernels_layers_are_the_reference_ones(seed: int, beam: int) -> None
                 lo_, hi_ = offsets[b], offsets[b + 1]
                 got = [(int(K[s]), int(dF[s]), int(dB[s]), float(cost[s])) for s in range(lo_, hi_)]
                 assert len(got) == len(set(got)) and set(got) == expected[b], (b, where, seg_offload)
+
+
+@pytest.mark.parametrize("seed, where, beam", [(100, 0.5, 8), (101, 0.3, 5)])
+def test_the_kernels_layers_are_the_reference_ones_where_the_partial_sweep_keeps_too_few(seed: int, where: float,
+                                                                                        beam: int) -> None:
+    """As above on longer chains at 4 slots, where so many candidates collide that most of a layer's four beams
+    of least rank are dominated, fewer than a beam survive the partial sweep, and ``_sweep`` must widen it
+    (found by a QA probe: a mutant that returned the partial sweep's survivors, fewer than a beam, kept fewer
+    states than the reference and passed every other test)."""
+    from membudget_hybrid._kernels import hybrid_dp
+
+    rng = random.Random(seed)
+    profile = random_chain(rng, rng.randint(8, 16))
+    lo, hi = min_memory(profile), peak_memory(profile)
+    table = discretise_hybrid(profile, int(lo + (hi - lo) * where), 4)
+    d = table.disc
+    K, dF, dB, cost, _, _, offsets, built = hybrid_dp(
+        d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, *d.key_ranges, beam, True)
+    expected = reference_layers(table, beam, True)
+    assert built == len(expected)
+    for b in range(1, built):
+        got = [(int(K[s]), int(dF[s]), int(dB[s]), float(cost[s])) for s in range(offsets[b], offsets[b + 1])]
+        assert len(got) == len(set(got)) and set(got) == expected[b], b

@@ -33,7 +33,9 @@ from harness.schedules import recompute_ops
 from harness.simulate.executor import makespan, simulate, timing
 from harness.testing import PlannerConformance, budgets, chains
 from harness.validate import validate
-from membudget_recompute import Recompute, discretise, peak_of, plan, plan_segments, segment_tables, solve
+from membudget_recompute import (
+    Recompute, discretise, peak_of, plan, plan_segments, recompute_time, segment_tables, solve,
+)
 from membudget_recompute.planner import leanest
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
@@ -146,6 +148,70 @@ def test_the_exact_search_beats_the_slot_dp_where_it_can() -> None:
     assert slower >= 3, slower
 
 
+def test_the_lower_bound_is_below_every_schedule_and_an_optimal_plan_meets_it() -> None:
+    """``SegmentPlan.lower_bound``: no schedule of the vocabulary (brute force, simulated) is faster, and where
+    the plan says it is optimal, as the exact search in bytes proves at 4 slots, the bound is its time. (A QA
+    mutant that left the relaxation's bound in place after the search had proven the optimum passed every
+    other test: the planner's note printed "optimal" with a bound below the time.)"""
+    from dataclasses import replace as replaced
+
+    profile = _ten_stages()
+    profile = replaced(profile, stages=profile.stages[:7])
+    table = simulated(profile)
+    searched = 0
+    for budget in sorted({peak for peak, _, _ in table})[::12]:
+        best = best_under(table, budget)
+        found = plan(profile, budget, 4)
+        assert found.lower_bound <= best * (1 + 1e-12) and math.isclose(found.time, best, rel_tol=1e-9)
+        assert found.optimal and math.isclose(found.lower_bound, found.time, rel_tol=1e-12), (budget, found)
+        searched += plan(profile, budget, 4, front_limit=0).lower_bound < best * (1 - 1e-9)
+    assert searched  # budgets where the slot DP's bound is below the optimum: the exact search set it
+
+
+def test_a_rounded_up_schedule_as_fast_as_the_relaxation_is_optimal_without_the_search() -> None:
+    """Found by a QA probe: at 1145 bytes and 100 slots the relaxation's own schedule does not fit, but the DP
+    on sizes rounded up finds one as fast; its time meets the lower bound, so without the exact search
+    (``front_limit=0``) the plan is still proven optimal, and it is the brute-force optimum."""
+    from harness.model import Stage
+
+    figures = [(2.0, 200, 100), (2.0, 200, 200), (1.0, 200, 200), (2.0, 100, 100), (1.0, 200, 100),
+               (2.0, 200, 100), (2.0, 100, 100), (1.0, 100, 100)]
+    stages = tuple(Stage(f"s{i}", "conv", f, 2.0, x, s, 100) for i, (f, x, s) in enumerate(figures))
+    profile = Profile("ties", 4, (1,), "synthetic", 10**9, 1e9, 1e9, 0, 100, stages)
+    found = plan(profile, 1145, 100, front_limit=0)
+    assert found.source == "dp (sizes rounded up)" and found.optimal
+    assert found.lower_bound == found.time == best_under(simulated(profile), 1145)
+
+
+def test_the_quick_search_lets_the_exact_search_finish_within_a_small_front_limit() -> None:
+    """``plan`` first searches with each front thinned to ``QUICK_FRONT`` points: that schedule's time tightens
+    the upper bound of the exact search, which then prunes enough to finish within 64 points per front where
+    the slot DP's candidates' bound would not (30 stages, 4 slots). The plan is then proven optimal, as fast as
+    with the default front limit and faster than the candidates alone. (A QA mutant that ignored the quick
+    search's schedule passed every other test.)"""
+    profile = _mixed_stages(30, 10)
+    lo, hi = leanest(segment_tables(profile))[1], peak_memory(profile)
+    budget = int(lo + (hi - lo) * 0.6)
+    small, full, dp_only = plan(profile, budget, 4, front_limit=64), plan(profile, budget, 4), \
+        plan(profile, budget, 4, front_limit=0)
+    assert small.optimal and full.optimal and math.isclose(small.time, full.time, rel_tol=1e-12)
+    assert small.time < dp_only.time * (1 - 1e-9)
+
+
+def test_a_front_limit_of_one_point_is_a_search_that_can_finish() -> None:
+    """``front_limit`` is the most points the search may keep per stage, and 1 is a valid limit: on four stages
+    (1 slot, a third of the way from the leanest peak to keep-all) the best candidate's time prunes every front
+    to one point, so the search finishes and proves the candidate optimal (the brute-force optimum), where the
+    planner without the search (``front_limit=0``) cannot say so. (A QA mutant that skipped the search at a
+    limit of 1 passed every other test.)"""
+    profile = _mixed_stages(4, 10)
+    lo, hi = leanest(segment_tables(profile))[1], peak_memory(profile)
+    budget = int(lo + (hi - lo) * 13 / 40)
+    without, one = plan(profile, budget, 1, front_limit=0), plan(profile, budget, 1, front_limit=1)
+    assert not without.optimal and one.optimal
+    assert math.isclose(one.time, best_under(simulated(profile), budget), rel_tol=1e-12)
+
+
 def _large_stages(n: int, seed: int) -> Profile:
     """``n`` stages of nearly 2**48 bytes each: sizes the profile allows (they add up to under 2**53)."""
     from harness.model import Stage
@@ -168,6 +234,30 @@ def test_the_exact_search_stays_exact_with_sizes_near_the_profile_limit() -> Non
         kernel, reference = plan(profile, budget, 8000), plan(profile, budget, 8000, engine="reference")
         assert kernel == reference and kernel.optimal
         assert math.isclose(kernel.time, plan(profile, budget, 2).time, rel_tol=1e-12)  # exact: any slots
+
+
+def test_the_exact_search_decides_by_its_bound_exactly_with_sizes_near_the_profile_limit() -> None:
+    """The test above plans where the DP's own schedule is proven optimal, so its exact search never runs.
+    Here the search runs alone with the optimum as its upper bound, where the bound decides what is pruned,
+    and with the bound ``plan`` gives it (``prefix_bound`` from tables rounded at 8000 slots): with the room
+    (usable - peak) * 8000 past 64 bits, the kernel pruned the optimum (a QA mutant that dropped the cap of
+    the bound's slots, or reused the caller's 8000-slot tables, passed every other test)."""
+    from membudget_recompute.planner import exact_segments, prefix_bound
+
+    profile = _large_stages(10, 3)
+    tables = segment_tables(profile)
+    lo, hi = leanest(tables)[1], peak_memory(profile)
+    for where in (0.2, 0.5):
+        budget = int(lo + (hi - lo) * where)
+        assert (budget - tables.weights) * 8000 >= 2**63
+        best = plan(profile, budget, 2)  # the exact search at 2 slots: no room passes 64 bits
+        assert best.optimal
+        extra = best.time - tables.compute_time
+        for engine in ("kernel", "reference"):
+            bound = prefix_bound(tables, budget, 8000, engine, discretise(tables, budget, 8000, down=True))
+            found = exact_segments(tables, budget, extra * (1 + 1e-9), engine=engine, bound=bound)
+            assert found is not None, (where, engine)
+            assert math.isclose(found[1], extra, rel_tol=1e-9) and peak_of(tables, found[0]) <= budget
 
 
 def test_a_long_segment_of_large_stages_is_rounded_exactly() -> None:
@@ -211,16 +301,21 @@ def test_the_planner_is_the_brute_force_optimum_on_ten_stages() -> None:
 
 
 def _ten_stages() -> Profile:
+    return _mixed_stages(10, 10, "ten")
+
+
+def _mixed_stages(n: int, seed: int, model: str = "mixed") -> Profile:
+    """``n`` stages of mixed sizes and times (``_ten_stages`` is ``n`` = 10, seed 10)."""
     from harness.model import Stage
 
-    rng = random.Random(10)
+    rng = random.Random(seed)
     stages = []
-    for i in range(10):
+    for i in range(n):
         size = rng.randint(50, 400)
         stages.append(Stage(f"s{i}", "conv", rng.uniform(1e-3, 5e-3), rng.uniform(2e-3, 8e-3), size,
                             rng.randint(size // 2, 2 * size), rng.randint(50, 400), rng.randint(0, 100),
                             rng.randint(0, 100), output_saved_bytes=0))
-    return Profile("ten", 4, (3, 8, 8), "synthetic", 10**9, 1e9, 1e9, 1000, 64, tuple(stages))
+    return Profile(model, 4, (3, 8, 8), "synthetic", 10**9, 1e9, 1e9, 1000, 64, tuple(stages))
 
 
 def test_the_enumeration_counts_the_assignments() -> None:
@@ -283,6 +378,31 @@ def test_the_kernel_is_the_reference(profile: Profile, slots: int, where: float,
     (v1, c1), (v2, c2) = kernel(*args), reference(*args)
     assert np.array_equal(v1, v2) and np.array_equal(c1, c2)
     assert solve(d, "kernel") == solve(d, "reference")
+
+
+@pytest.mark.parametrize("n", [4, 6, 10])
+def test_the_dps_own_schedule_takes_its_time_and_rounded_up_fits(n: int) -> None:
+    """``solve`` alone, before the candidates and the exact search that would hide a wrong walk: the segments
+    it backtracks from its choice table take the time its table says (both roundings), and rounded up they
+    fit the budget in bytes (the module docstring's plans that always fit). (A QA mutant that forgot the
+    checkpoint's slots while walking the choices passed every other test: the candidates hid it.)"""
+    from dataclasses import replace as replaced
+
+    profile = _ten_stages()
+    profile = replaced(profile, stages=profile.stages[:n])
+    tables = segment_tables(profile)
+    lo, hi = leanest(tables)[1], peak_memory(profile)
+    for where in (0.05, 0.2, 0.4, 0.7):
+        budget = int(lo + (hi - lo) * where)
+        for slots in (3, 10, 40):
+            for down in (False, True):
+                found = solve(discretise(tables, budget, slots, down))
+                if found is None:
+                    assert not down  # the leanest schedule fits, and so fits the relaxation
+                    continue
+                segments, extra = found
+                assert math.isclose(recompute_time(tables, segments), extra, rel_tol=1e-9), (where, slots, down)
+                assert down or peak_of(tables, segments) <= budget, (where, slots, segments)
 
 
 @SETTINGS

@@ -547,24 +547,13 @@ def test_the_kernels_layers_are_the_reference_ones(seed: int, beam: int) -> None
     slots (so that states tie and collide): what its shortcuts (the loop's stop past the largest K a move
     accepts, the sweep's counting sorts, the beam's sweep of the least-ranked candidates first) must not
     change. Small beams make a layer's candidates outnumber four beams, where the partial sweep runs."""
-    from membudget_hybrid._kernels import hybrid_dp
-
     rng = random.Random(seed)
     profile = random_chain(rng, rng.randint(6, 9))
     lo, hi = min_memory(profile), peak_memory(profile)
     for where in (0.15, 0.5):
         table = discretise_hybrid(profile, int(lo + (hi - lo) * where), rng.choice([20, 40]))
-        d = table.disc
         for seg_offload in (True, False):
-            K, dF, dB, cost, _, _, offsets, built = hybrid_dp(
-                d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
-                table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, *d.key_ranges, beam, seg_offload)
-            expected = reference_layers(table, beam, seg_offload)
-            assert built == len(expected)
-            for b in range(1, built):
-                lo_, hi_ = offsets[b], offsets[b + 1]
-                got = [(int(K[s]), int(dF[s]), int(dB[s]), float(cost[s])) for s in range(lo_, hi_)]
-                assert len(got) == len(set(got)) and set(got) == expected[b], (b, where, seg_offload)
+            _assert_kernel_layers_are_the_reference(table, beam, seg_offload)
 
 
 @pytest.mark.parametrize("seed, where, beam", [(100, 0.5, 8), (101, 0.3, 5)])
@@ -574,18 +563,23 @@ def test_the_kernels_layers_are_the_reference_ones_where_the_partial_sweep_keeps
     of least rank are dominated, fewer than a beam survive the partial sweep, and ``_sweep`` must widen it
     (found by a QA probe: a mutant that returned the partial sweep's survivors, fewer than a beam, kept fewer
     states than the reference and passed every other test)."""
-    from membudget_hybrid._kernels import hybrid_dp
-
     rng = random.Random(seed)
     profile = random_chain(rng, rng.randint(8, 16))
     lo, hi = min_memory(profile), peak_memory(profile)
     table = discretise_hybrid(profile, int(lo + (hi - lo) * where), 4)
+    _assert_kernel_layers_are_the_reference(table, beam, True)
+
+
+def _assert_kernel_layers_are_the_reference(table, beam: int, seg_offload: bool) -> None:
+    """Every layer the kernel built holds exactly the reference's states, each once."""
+    from membudget_hybrid._kernels import hybrid_dp
+
     d = table.disc
     K, dF, dB, cost, _, _, offsets, built = hybrid_dp(
         d.x, d.cf, d.cb, d.uf, d.ub, d.offloadable, table.sx, table.scf, table.scb, table.suf, table.sub,
-        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, *d.key_ranges, beam, True)
-    expected = reference_layers(table, beam, True)
+        table.scost, d.wf, d.wb, d.slots, d.df_min, d.db_min, *d.key_ranges, beam, seg_offload)
+    expected = reference_layers(table, beam, seg_offload)
     assert built == len(expected)
     for b in range(1, built):
         got = [(int(K[s]), int(dF[s]), int(dB[s]), float(cost[s])) for s in range(offsets[b], offsets[b + 1])]
-        assert len(got) == len(set(got)) and set(got) == expected[b], b
+        assert len(got) == len(set(got)) and set(got) == expected[b], (b, seg_offload)

@@ -207,6 +207,48 @@ def test_recomputed_stages_hold_nothing_between_their_forward_and_their_recomput
     assert all(record.group_bytes.get((0, i), 0) == profile.stages[i].saved_bytes for i in kept[1:])
 
 
+
+def test_the_backward_of_a_recomputed_first_stage_runs_the_operations_of_a_saved_one(monkeypatch):
+    """B_0 computes no gradient of the model input after F_0 (the profile's y_0 is none, ``grad_bytes`` 0), and
+    so after R_0: its first convolution's backward asks for the weights' gradients alone. R_0 passed its
+    input through the stage-entry function that hands y_i to B_{i-1}, so B_0 computed the input's gradient
+    too, a tensor of x_0's size and a data-gradient convolution that neither the chain model nor the
+    simulator sees (found by a QA mutation run: a sub-batch's state kept past B_0 still held it)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from harness.executors._torch_chain import ChainPass
+
+    class Log(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            mask = tuple(args[-1]) if func is torch.ops.aten.convolution_backward.default else None
+            self.ops.append((str(func), mask))
+            return func(*args, **(kwargs or {}))
+
+    logs: dict[str, list] = {}
+    backward = ChainPass.backward
+
+    def spy(self, stage, sb):
+        if stage > 0:
+            return backward(self, stage, sb)
+        with Log() as log:
+            backward(self, stage, sb)
+        logs[planner] = log.ops
+
+    monkeypatch.setattr(ChainPass, "backward", spy)
+    chain, profile = setup(MODELS[0])
+    assert profile.stages[0].grad_bytes == 0
+    for planner in ("keep-all", "torch-checkpoint"):
+        schedule = registry().planner(planner).plan(profile, 10**12)
+        assert (0 in schedule.recomputed_stages) == (planner == "torch-checkpoint")
+        execute(schedule, profile, chain)
+    assert ("aten.convolution_backward.default", (False, True, False)) in logs["keep-all"]
+    assert logs["torch-checkpoint"] == logs["keep-all"]
+
+
 # --------------------------------------------------------------------------- what the store passes through
 
 

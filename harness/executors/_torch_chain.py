@@ -237,10 +237,13 @@ class ChainPass:
         """Run R_stage of sub-batch ``sb``: the stage again, saving, from the input it kept."""
         st = self._sub(sb)
         first = self.chain.plan.stages[stage]
-        box: dict = {}
-        st.boxes[stage] = box
         env = dict(st.carried.pop(stage))
-        env[first.input] = StageEntry.apply(self.token, st.inputs.pop(stage), box)
+        x = st.inputs.pop(stage)
+        if stage > 0:  # as in F: B_0 computes no gradient of the model input (the profile's y_0 is none)
+            box: dict = {}
+            st.boxes[stage] = box
+            x = StageEntry.apply(self.token, x, box)
+        env[first.input] = x
         devices = [self.chain.device] if self.chain.device.type == "cuda" else []
         buffers = self.chain.stage_buffers(stage)
         as_left = [b.detach().clone() for b in buffers]  # a few per stage: a batch norm has three

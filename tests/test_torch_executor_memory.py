@@ -208,6 +208,31 @@ def test_recomputed_stages_hold_nothing_between_their_forward_and_their_recomput
 
 
 
+def test_after_its_backward_a_stage_holds_only_the_share_of_its_input_the_backward_before_reads():
+    """Between B_j and B_{j-1}, stage j's group holds the part of x_j that B_{j-1} reads when B_{j-1} reads
+    the x_j stage j kept (``harness.memory``'s block ``x{j}.held``), and nothing when the recomputation of
+    stage j-1 made x_j anew for B_{j-1} alone: that share is stage j-1's (``x{j}.recomputed.held``). In
+    torch-checkpoint's ResNet-18, R_3 and R_7 make the inputs of the checkpoints x_4 and x_8, of which
+    B_3 and B_7 read a trailing ReLU's output. (A QA mutant that handed such an output on to stage j's
+    group passed every test.)"""
+    from harness.memory import pass_ops, schedule_blocks
+
+    chain, profile = setup(MODELS[0])
+    schedule = registry().planner("torch-checkpoint").plan(profile, 10**12)
+    record = execute(schedule, profile, chain)
+    where = op_index(schedule.ops)
+    share = {b.stage: b.size for b in schedule_blocks(schedule, [profile]) if b.name == f"x{b.stage}.held"}
+    ops = pass_ops(schedule, profile.n_stages)[0]
+    made_anew = [j for j in range(1, profile.n_stages) if ops.recompute[j - 1] is not None
+                 and ops.kind[j] != "Fn" and profile.stages[j - 1].output_saved_bytes > 0]
+    assert made_anew and not any(j in share for j in made_anew)
+    for j in range(1, profile.n_stages):
+        for k in range(where[("B", j, 0)], where[("B", j - 1, 0)]):
+            held = record.held[k].get((0, j), 0)
+            assert held == share.get(j, 0), f"stage {j} after {schedule.ops[k].label}: held {held}"
+
+
+
 def test_the_backward_of_a_recomputed_first_stage_runs_the_operations_of_a_saved_one(monkeypatch):
     """B_0 computes no gradient of the model input after F_0 (the profile's y_0 is none, ``grad_bytes`` 0), and
     so after R_0: its first convolution's backward asks for the weights' gradients alone. R_0 passed its

@@ -206,6 +206,22 @@ def test_the_executor_moves_what_the_profile_says_a_stage_saves_of_a_tensor_the_
     assert run.moved_bytes == simulated.moved_bytes > 0
 
 
+
+def test_the_executor_counts_a_gradient_only_for_the_weights_that_train():
+    """The weights the executor counts while no gradient exists yet (``TorchChain.trained_weight_bytes``,
+    its memory in use past the last operation) are the profiler's: every parameter, a gradient for those that
+    train, the buffers. The frozen gate's MLP has no gradient. (A QA mutant that gave every parameter a
+    gradient passed every test.)"""
+    from harness.profilers.instrument import record_chain
+
+    _register(_Factory("gate-frozen-weights", _FrozenGate, "a model with a frozen layer"))
+    torch.manual_seed(0)
+    chain = build_chain(Workload("test:gate-frozen-weights", 2, (3, 4, 4), "cpu"), "cpu")
+    record = record_chain(chain.graph, chain.plan, chain.example)
+    assert 0 < record.grad_param_bytes < record.param_bytes
+    assert chain.trained_weight_bytes() == record.param_bytes + record.grad_param_bytes + record.buffer_bytes
+
+
 def _offload_everything(model: str, size: tuple[int, ...]):
     """The torch executor's run (on the CPU) and the simulator's of ``model`` with every stage offloaded."""
     from harness.schedules import ordered_schedule
@@ -270,3 +286,36 @@ def test_a_tensor_a_parameter_writes_into_never_crosses_a_cut(planner, module):
     chain, _, run = _run(f"test:{name}", (3, 4, 4), planner, peak_memory)
     assert run.status == "ok", run.message
     assert run.metrics["grad_error"] < 1e-5
+
+
+def test_a_side_value_leaves_the_sub_batch_after_its_last_reader_whatever_the_forward(monkeypatch):
+    """GPT-2's side values (the attention mask, the position ids) are carried from stage to stage until the
+    last stage that reads them: after the forward of each stage the sub-batch holds the same side values
+    whether the stage saved (F, keep-all) or not (Fc, Fn, torch-checkpoint). (A QA mutant whose Fc and Fn
+    kept every side value to the end of the iteration passed every test.)"""
+    pytest.importorskip("transformers")
+    from harness.executors._torch_chain import ChainPass
+
+    model, size = "transformers:tiny-gpt2", (16,)
+    profile = registry().profiler("analytic").profile(Workload(model, 2, size, "V100-PCIe"))
+    torch.manual_seed(0)
+    chain = build_chain(Workload(model, 2, size, "cpu"), "cpu")
+    seen: dict[int, tuple[str, list[int]]] = {}  # stage: (its forward's kind, the sub-batch's values after it)
+    forward = ChainPass.forward
+
+    def spy(self, stage, sb, kind="F"):
+        forward(self, stage, sb, kind)
+        seen[stage] = (kind, sorted(self.state[sb].env))
+
+    monkeypatch.setattr(ChainPass, "forward", spy)
+    carried = {}
+    for planner, budget in (("keep-all", peak_memory(profile)), ("torch-checkpoint", 10**12)):
+        seen.clear()
+        schedule = registry().planner(planner).plan(profile, budget)
+        run = TorchExecutor(warmup=0, iterations=1, grad_check=False).execute(schedule, profile, chain)
+        assert run.status == "ok", run.message
+        carried[planner] = dict(seen)
+    plain, checkpointed = carried["keep-all"], carried["torch-checkpoint"]
+    assert {kind for kind, _ in checkpointed.values()} >= {"Fc", "Fn"}
+    assert any(values for _, values in plain.values())  # side values do cross some cuts
+    assert {s: v for s, (_, v) in checkpointed.items()} == {s: v for s, (_, v) in plain.items()}

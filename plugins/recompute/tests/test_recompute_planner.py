@@ -36,7 +36,7 @@ from harness.validate import validate
 from membudget_recompute import (
     Recompute, discretise, peak_of, plan, plan_segments, recompute_time, segment_tables, solve,
 )
-from membudget_recompute.planner import leanest
+from membudget_recompute.planner import Tables, leanest
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 FEW = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
@@ -222,15 +222,22 @@ def _large_stages(n: int, seed: int) -> Profile:
     return Profile("large", 1, (1,), "synthetic", 2**50, 1e9, 1e9, 0, 0, stages)
 
 
+def _budgets_past_64_bits(profile: Profile) -> tuple[Tables, list[int]]:
+    """``profile``'s tables and two budgets (a fifth and half of the way from the leanest schedule's peak to
+    keep-all's) whose room in slots, (usable - peak) * 8000, is past 64 bits."""
+    tables = segment_tables(profile)
+    lo, hi = leanest(tables)[1], peak_memory(profile)
+    budgets = [int(lo + (hi - lo) * where) for where in (0.2, 0.5)]
+    assert all((budget - tables.weights) * 8000 >= 2**63 for budget in budgets)
+    return tables, budgets
+
+
 def test_the_exact_search_stays_exact_with_sizes_near_the_profile_limit() -> None:
     """The room a point leaves, in slots, is (usable - peak) * S: past 64 bits at S = 8000 here (the kernel
     then read its bound table out of range); fewer slots for the bound keep the search exact."""
     profile = _large_stages(10, 3)
-    tables = segment_tables(profile)
-    lo, hi = leanest(tables)[1], peak_memory(profile)
-    for where in (0.2, 0.5):
-        budget = int(lo + (hi - lo) * where)
-        assert (budget - tables.weights) * 8000 >= 2**63
+    tables, budgets = _budgets_past_64_bits(profile)
+    for budget in budgets:
         kernel, reference = plan(profile, budget, 8000), plan(profile, budget, 8000, engine="reference")
         assert kernel == reference and kernel.optimal
         assert math.isclose(kernel.time, plan(profile, budget, 2).time, rel_tol=1e-12)  # exact: any slots
@@ -245,11 +252,8 @@ def test_the_exact_search_decides_by_its_bound_exactly_with_sizes_near_the_profi
     from membudget_recompute.planner import exact_segments, prefix_bound
 
     profile = _large_stages(10, 3)
-    tables = segment_tables(profile)
-    lo, hi = leanest(tables)[1], peak_memory(profile)
-    for where in (0.2, 0.5):
-        budget = int(lo + (hi - lo) * where)
-        assert (budget - tables.weights) * 8000 >= 2**63
+    tables, budgets = _budgets_past_64_bits(profile)
+    for budget in budgets:
         best = plan(profile, budget, 2)  # the exact search at 2 slots: no room passes 64 bits
         assert best.optimal
         extra = best.time - tables.compute_time

@@ -207,7 +207,6 @@ def test_recomputed_stages_hold_nothing_between_their_forward_and_their_recomput
     assert all(record.group_bytes.get((0, i), 0) == profile.stages[i].saved_bytes for i in kept[1:])
 
 
-
 def test_after_its_backward_a_stage_holds_only_the_share_of_its_input_the_backward_before_reads():
     """Between B_j and B_{j-1}, stage j's group holds the part of x_j that B_{j-1} reads when B_{j-1} reads
     the x_j stage j kept (``harness.memory``'s block ``x{j}.held``), and nothing when the recomputation of
@@ -230,7 +229,6 @@ def test_after_its_backward_a_stage_holds_only_the_share_of_its_input_the_backwa
         for k in range(where[("B", j, 0)], where[("B", j - 1, 0)]):
             held = record.held[k].get((0, j), 0)
             assert held == share.get(j, 0), f"stage {j} after {schedule.ops[k].label}: held {held}"
-
 
 
 def test_the_backward_of_a_recomputed_first_stage_runs_the_operations_of_a_saved_one(monkeypatch):

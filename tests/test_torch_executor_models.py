@@ -206,7 +206,6 @@ def test_the_executor_moves_what_the_profile_says_a_stage_saves_of_a_tensor_the_
     assert run.moved_bytes == simulated.moved_bytes > 0
 
 
-
 def test_the_executor_counts_a_gradient_only_for_the_weights_that_train():
     """The weights the executor counts while no gradient exists yet (``TorchChain.trained_weight_bytes``,
     its memory in use past the last operation) are the profiler's: every parameter, a gradient for those that

@@ -195,9 +195,7 @@ class ChainPass:
             return
         first = self.chain.plan.stages[stage]
         if stage > 0:
-            box: dict = {}
-            st.boxes[stage] = box
-            st.env[first.input] = StageEntry.apply(self.token, st.next_input, box)
+            st.env[first.input] = self._entry(st, stage, st.next_input)
         st.next_input = None
         with self.algorithm(stage), self.packing(sb, stage):
             self.chain.graph.run(first.first, first.last, st.env, on_node=self._on_node)
@@ -238,12 +236,7 @@ class ChainPass:
         st = self._sub(sb)
         first = self.chain.plan.stages[stage]
         env = dict(st.carried.pop(stage))
-        x = st.inputs.pop(stage)
-        if stage > 0:  # as in F: B_0 computes no gradient of the model input (the profile's y_0 is none)
-            box: dict = {}
-            st.boxes[stage] = box
-            x = StageEntry.apply(self.token, x, box)
-        env[first.input] = x
+        env[first.input] = self._entry(st, stage, st.inputs.pop(stage))
         devices = [self.chain.device] if self.chain.device.type == "cuda" else []
         buffers = self.chain.stage_buffers(stage)
         as_left = [b.detach().clone() for b in buffers]  # a few per stage: a batch norm has three
@@ -256,6 +249,16 @@ class ChainPass:
                 torch._foreach_copy_([b.data for b in buffers], as_left)
         out = env.pop(first.output)
         self._produced(stage, sb, st, out, forward_pass=False)
+
+    def _entry(self, st: _SubBatch, stage: int, x: torch.Tensor) -> torch.Tensor:
+        """x_stage as F and R feed it to the stage: through ``StageEntry``, whose box receives y_stage for
+        B_{stage-1}; x_0 as it is, so that B_0 computes no gradient of the model input (the profile's y_0 is
+        none)."""
+        if stage == 0:
+            return x
+        box: dict = {}
+        st.boxes[stage] = box
+        return StageEntry.apply(self.token, x, box)
 
     def kept_input(self, stage: int, sb: int) -> torch.Tensor | None:
         """The input x_stage that Fc_stage keeps for R_stage (its checkpoint), None when there is none."""

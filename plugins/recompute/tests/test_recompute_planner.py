@@ -153,10 +153,7 @@ def test_the_lower_bound_is_below_every_schedule_and_an_optimal_plan_meets_it() 
     the plan says it is optimal, as the exact search in bytes proves at 4 slots, the bound is its time. (A QA
     mutant that left the relaxation's bound in place after the search had proven the optimum passed every
     other test: the planner's note printed "optimal" with a bound below the time.)"""
-    from dataclasses import replace as replaced
-
-    profile = _ten_stages()
-    profile = replaced(profile, stages=profile.stages[:7])
+    profile = _mixed_stages(7, 10)  # the first seven of _ten_stages
     table = simulated(profile)
     searched = 0
     for budget in sorted({peak for peak, _, _ in table})[::12]:
@@ -192,8 +189,8 @@ def test_the_quick_search_lets_the_exact_search_finish_within_a_small_front_limi
     profile = _mixed_stages(30, 10)
     lo, hi = leanest(segment_tables(profile))[1], peak_memory(profile)
     budget = int(lo + (hi - lo) * 0.6)
-    small, full, dp_only = plan(profile, budget, 4, front_limit=64), plan(profile, budget, 4), \
-        plan(profile, budget, 4, front_limit=0)
+    small, full = plan(profile, budget, 4, front_limit=64), plan(profile, budget, 4)
+    dp_only = plan(profile, budget, 4, front_limit=0)
     assert small.optimal and full.optimal and math.isclose(small.time, full.time, rel_tol=1e-12)
     assert small.time < dp_only.time * (1 - 1e-9)
 
@@ -260,7 +257,7 @@ def test_the_exact_search_decides_by_its_bound_exactly_with_sizes_near_the_profi
         for engine in ("kernel", "reference"):
             bound = prefix_bound(tables, budget, 8000, engine, discretise(tables, budget, 8000, down=True))
             found = exact_segments(tables, budget, extra * (1 + 1e-9), engine=engine, bound=bound)
-            assert found is not None, (where, engine)
+            assert found is not None, (budget, engine)
             assert math.isclose(found[1], extra, rel_tol=1e-9) and peak_of(tables, found[0]) <= budget
 
 
@@ -390,10 +387,7 @@ def test_the_dps_own_schedule_takes_its_time_and_rounded_up_fits(n: int) -> None
     it backtracks from its choice table take the time its table says (both roundings), and rounded up they
     fit the budget in bytes (the module docstring's plans that always fit). (A QA mutant that forgot the
     checkpoint's slots while walking the choices passed every other test: the candidates hid it.)"""
-    from dataclasses import replace as replaced
-
-    profile = _ten_stages()
-    profile = replaced(profile, stages=profile.stages[:n])
+    profile = _mixed_stages(n, 10)  # the first n of _ten_stages
     tables = segment_tables(profile)
     lo, hi = leanest(tables)[1], peak_memory(profile)
     for where in (0.05, 0.2, 0.4, 0.7):

@@ -168,3 +168,71 @@ def test_misuse_is_refused():
         s.free(a)
     with pytest.raises(ValueError):
         s.malloc(-1)
+
+
+def test_a_request_one_byte_larger_than_planned_departs():
+    """Served at its planned offset, a request larger than its block would run into the block planned
+    next to it (section 4.3: a larger request is served from the pool and the plan is recomputed)."""
+    s = BestFit().session()
+    both = [("alloc", "a", 100), ("alloc", "b", 100), ("free", "a"), ("free", "b")]
+    run_iteration(s, both)
+    assert s.arena_bytes == 200
+    served, replanned = run_iteration(s, [("alloc", "a", 101), ("alloc", "b", 100), ("free", "a"), ("free", "b")])
+    assert [a.region for a in served] == ["pool", "plan"] and replanned
+    assert any("101 bytes > 100 planned" in r for r in s.stats.reasons)
+
+
+def test_a_planned_request_that_would_end_one_byte_past_the_arena_departs():
+    """``capacity`` is the real arena's size: a planned block that ends past it is a departure."""
+    s = BestFit().session()
+    both = [("alloc", "a", 100), ("alloc", "b", 100), ("free", "a"), ("free", "b")]
+    run_iteration(s, both)
+    s.capacity = s.arena_bytes - 1
+    served, replanned = run_iteration(s, both)
+    ends = [a.offset + a.size for a in served if a.region == "plan"]
+    assert ends == [100] and replanned  # the block ending at 200 went to the pool
+    assert any("beyond the arena's 199 bytes" in r for r in s.stats.reasons)
+
+
+def test_a_replan_keeps_each_request_at_the_largest_size_it_had():
+    """Section 4.3 keeps every lambda's largest size: a re-plan caused by one request does not shrink
+    another that was smaller in the iteration it re-planned from, so the sizes can alternate without
+    a departure once each has been seen."""
+    s = BestFit().session()
+
+    def program(a, b):
+        return [("alloc", "a", a), ("alloc", "b", b), ("free", "a"), ("free", "b")]
+
+    run_iteration(s, program(300, 100))
+    served, replanned = run_iteration(s, program(200, 400))  # b departs, a is smaller
+    assert [a.region for a in served] == ["plan", "pool"] and replanned
+    for sizes in [(300, 100), (200, 400), (300, 400)]:
+        served, replanned = run_iteration(s, program(*sizes))
+        assert not replanned and [a.region for a in served] == ["plan", "plan"]
+    assert s.stats.reoptimizations == 1 and s.arena_bytes == 700
+
+
+def test_a_request_that_grows_within_its_aligned_size_stays_planned():
+    """Planned sizes are rounded up to the alignment (CUDA's 512 bytes): a request of 1000 bytes
+    where 513 were profiled fits the 1024 planned for it."""
+    s = BestFit().session(alignment=512)
+    run_iteration(s, [("alloc", "a", 513), ("alloc", "b", 512), ("free", "a"), ("free", "b")])
+    served, replanned = run_iteration(s, [("alloc", "a", 1000), ("alloc", "b", 512), ("free", "a"), ("free", "b")])
+    assert not replanned and [a.region for a in served] == ["plan", "plan"]
+    assert all(a.offset % 512 == 0 for a in served) and s.arena_bytes == 1536
+
+
+def test_the_pool_merges_a_freed_block_with_both_neighbours_and_gives_its_top_back():
+    """The dynamic pool is first fit over a free list that merges neighbours: its high-water mark
+    (``pool_bytes``) grows only when no free stretch fits. Requests outside iterations go to it."""
+    s = BestFit().session()
+    a, b, c = (s.malloc(1024) for _ in range(3))
+    s.free(b)
+    s.free(a)  # merges with b, after it
+    d = s.malloc(2048)
+    assert d.offset == 0 and s.pool_bytes == 3072
+    s.free(d)
+    s.free(c)  # the whole pool is free again, its top back at 0
+    e = s.malloc(1024)
+    f = s.malloc(4096)
+    assert (e.offset, f.offset) == (0, 1024) and s.pool_bytes == 5120

@@ -501,6 +501,29 @@ def test_a_transfer_waits_for_those_listed_before_it_on_its_engine(monkeypatch):
     assert started == [0, 1, 2, 3] and execution.heads == [4]
 
 
+def test_an_offload_passed_over_for_a_wait_goes_once_its_forward_has_run(monkeypatch):
+    """An operation that waits for a transfer starts those listed before it on its engine first; an
+    offload among them whose forward has not produced its data yet cannot go then, and is not lost:
+    it goes as soon as that forward is over (``_after_forward``), or its stage would keep all its
+    saved data on the device and the prefetch would find nothing to bring back."""
+    _, profile = setup()
+    n = profile.n_stages
+    # F_1 waits for the offload of stage 0 (vDNN's synchronisation), listed after that of stage 1
+    transfers = (Transfer(1, "offload", 1), Transfer(0, "offload", 0, wait_op=1), Transfer(1, "prefetch", n),
+                 Transfer(0, "prefetch", n))
+    execution = _waiting_execution(monkeypatch, 0, Schedule("passed-over", 10**12, training_ops(n), transfers))
+    started = []
+    monkeypatch.setattr(execution, "_offload", lambda j: started.append(j))
+    execution._issue(0, "start")
+    execution._after_forward(0, 0)
+    execution._issue(1, "start")
+    assert started == []  # stage 0's offload waits behind stage 1's, whose forward has not run
+    execution._submit_through(1)  # F_1 waits for stage 0's offload: it starts, stage 1's cannot yet
+    assert started == [1] and execution.heads == [2]
+    execution._after_forward(0, 1)
+    assert started == [1, 0]
+
+
 @pytest.mark.parametrize("text, status", [
     ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "oom"),
     ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "oom"),

@@ -166,6 +166,22 @@ def test_a_partial_offload_moves_exactly_its_bytes():
     assert run.moved_bytes == 2 * sum(amounts.values())
 
 
+def test_a_partial_offload_moves_its_share_of_what_the_stage_saved_where_the_profile_differs():
+    """A profile measured elsewhere (another device's kernels, an analytic estimate) may give a stage
+    other saved bytes than the model saves here: an offload of part of a stage then moves the same
+    share of what the stage really saved (``_Execution._amount``), not the profile's byte count,
+    which would move all of it here."""
+    chain, profile = setup(MODELS[0])
+    doubled = replace(profile, stages=tuple(replace(s, saved_bytes=2 * s.saved_bytes) for s in profile.stages))
+    amounts = {i: s.saved_bytes // 3 for i, s in enumerate(doubled.stages) if s.saved_bytes > 4096}
+    schedule = ordered_schedule(doubled, 10**12, amounts, planner="third", prefetch_window=1)
+    run = TorchExecutor(warmup=0, iterations=1).execute(schedule, doubled, chain)
+    assert run.status == "ok", run.message
+    shares = {i: round(nbytes * profile.stages[i].saved_bytes / doubled.stages[i].saved_bytes)
+              for i, nbytes in amounts.items()}
+    assert run.moved_bytes == 2 * sum(shares.values())  # offloaded and prefetched
+
+
 def test_the_executor_moves_what_the_simulator_moves():
     chain, profile = setup(MODELS[1])
     schedule = ordered_schedule(profile, 10**12, set(range(0, profile.n_stages, 2)), planner="even")

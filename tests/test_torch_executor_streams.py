@@ -21,6 +21,7 @@ from harness.executors import torch_executor  # noqa: E402
 from harness.executors._torch_copies import Clock, CudaCopies, HostPool  # noqa: E402
 from harness.executors._torch_store import Block, flat_bytes  # noqa: E402
 from harness.executors.torch_executor import TorchExecutor  # noqa: E402
+from harness.model import Schedule, Transfer, training_ops  # noqa: E402
 from harness.plugins import registry  # noqa: E402
 from harness.schedules import ordered_schedule  # noqa: E402
 from tests.fake_cuda import FakeCuda  # noqa: E402
@@ -237,6 +238,25 @@ def test_the_host_buffers_of_one_iteration_serve_the_next(monkeypatch, path):
         run = executor.execute(schedule, profile, chain)
     assert run.status == "ok", run.message
     assert run.metrics["host_pool_bytes"] == run.moved_bytes // 2 == sum(s.saved_bytes for s in profile.stages)
+
+
+def test_an_offload_that_reuses_a_host_buffer_waits_for_the_prefetch_that_read_it(monkeypatch):
+    """Stage 3 goes to the host and comes back during the forward, before stage 4, of the same size,
+    goes out into the buffers it left: on two copy streams the offload's copy must wait for the
+    prefetch that read them (its event, handed back with the buffers), or it overwrites data the
+    prefetch may still be reading."""
+    chain, profile = setup(MODEL)
+    n = profile.n_stages
+    assert profile.stages[3].saved_bytes == profile.stages[4].saved_bytes
+    transfers = (Transfer(3, "offload", 3), Transfer(3, "prefetch", 4), Transfer(4, "offload", 4),
+                 Transfer(4, "prefetch", n))
+    schedule = Schedule("reuse", 10**12, training_ops(n), transfers)
+    expected = cached_reference(MODEL, 1)
+    run, fake = _run(monkeypatch, schedule, events="when waited", duplex=True)
+    assert run.status == "ok", run.message
+    assert run.metrics["host_pool_bytes"] == profile.stages[3].saved_bytes  # stage 4 took stage 3's buffers
+    assert fake.races == [], "\n".join(fake.races)
+    assert_gradients_equal(chain, expected)
 
 
 def test_operations_wait_for_the_offloads_that_free_their_memory(monkeypatch):

@@ -174,9 +174,10 @@ class SavedStore:
         """The recomputation has read the checkpoint: the store no longer holds it alive."""
         self._kept.pop((sub_batch, stage), None)
 
-    def end_forward(self, sub_batch: int, stage: int, output: torch.Tensor | None, last: bool) -> None:
-        """Apply the attribution rule: the stage's saved output joins the next stage's group."""
-        if last or output is None:
+    def end_forward(self, sub_batch: int, stage: int, output: torch.Tensor | None) -> None:
+        """Apply the attribution rule: the stage's saved output joins the next stage's group (``output``
+        None: it feeds no stage's forward, as the last stage's does not)."""
+        if output is None:
             return
         ref = self._by_storage.get(storage_key(output))
         block = ref() if ref is not None else None

@@ -631,7 +631,7 @@ class _Execution:
         self._start_copies()
 
     def _forward_end(self, sb: int, stage: int, output: torch.Tensor | None) -> None:
-        self.store.end_forward(sb, stage, output, last=output is None)
+        self.store.end_forward(sb, stage, output)
         if self.ex.record:
             self.record.group_bytes[(sb, stage)] = self.store.group_bytes((sb, stage))
 

@@ -12,6 +12,8 @@ check finds the races it is there to find.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -255,6 +257,25 @@ def test_an_offload_that_reuses_a_host_buffer_waits_for_the_prefetch_that_read_i
     run, fake = _run(monkeypatch, schedule, events="when waited", duplex=True)
     assert run.status == "ok", run.message
     assert run.metrics["host_pool_bytes"] == profile.stages[3].saved_bytes  # stage 4 took stage 3's buffers
+    assert fake.races == [], "\n".join(fake.races)
+    assert_gradients_equal(chain, expected)
+
+
+@pytest.mark.parametrize("duplex", [False, True])
+def test_a_recomputation_waits_for_its_offloaded_checkpoint_to_come_back(monkeypatch, duplex):
+    """The checkpoints x_0 and x_2 of two recomputed segments go to the host after Fc_i: R_i, which
+    reads x_i, must wait on the compute stream for the prefetch that brings it back, as a backward
+    waits for its saved data (``_Execution._resident``), or it reads a block still being written."""
+    chain, profile = setup(MODEL)
+    n = profile.n_stages
+    planned = ordered_schedule(profile, 10**12, {0, 2}, planner="checkpoints", recompute=[(0, 2), (2, n // 2)],
+                               prefetch_window=1)
+    # no wait the schedule asks for (ordered_schedule's is at R_i): the executor's own before R_i remains
+    schedule = replace(planned, transfers=tuple(replace(tr, wait_op=None) for tr in planned.transfers))
+    assert {tr.stage for tr in schedule.transfers} == {0, 2}
+    expected = cached_reference(MODEL, 1)
+    run, fake = _run(monkeypatch, schedule, events="when waited", duplex=duplex)
+    assert run.status == "ok", run.message
     assert fake.races == [], "\n".join(fake.races)
     assert_gradients_equal(chain, expected)
 

@@ -82,6 +82,9 @@ def test_the_emulated_budget_is_exactly_what_is_held():
     offloading = TorchExecutor(warmup=0, iterations=1).execute(everything, profile, chain).peak_bytes
     held = TorchExecutor(warmup=0, iterations=1).execute(keep_all_schedule(profile, 10**12), profile, chain).peak_bytes
     assert chain.weight_bytes() < offloading < held  # offloading holds less, measured on the storages
+    # keep-all holds the weights and every stage's saved data as the forward ends (and gradients after)
+    weights = sum(t.untyped_storage().nbytes() for t in (*chain.model.parameters(), *chain.model.buffers()))
+    assert held >= weights + sum(s.saved_bytes for s in profile.stages)
     strict = TorchExecutor(warmup=0, iterations=1, emulate_budget=True)
     assert strict.execute(keep_all_schedule(profile, held), profile, chain).status == "ok"
     assert strict.execute(keep_all_schedule(profile, held - 1), profile, chain).status == "oom"

@@ -504,6 +504,27 @@ def test_a_transfer_waits_for_those_listed_before_it_on_its_engine(monkeypatch):
     assert started == [0, 1, 2, 3] and execution.heads == [4]
 
 
+def test_with_two_copy_engines_a_prefetch_does_not_queue_behind_an_offload(monkeypatch):
+    """Duplex copy engines (``Schedule.duplex``): offloads and prefetches queue in list order each on
+    their own engine, as on the simulator's two engines, so a prefetch issued while an offload listed
+    before it waits for its forward starts at once."""
+    _, profile = setup()
+    n = profile.n_stages
+    transfers = (Transfer(3, "offload", 3), Transfer(4, "offload", 4), Transfer(3, "prefetch", 4),
+                 Transfer(4, "prefetch", n))
+    schedule = Schedule("early-prefetch", 10**12, training_ops(n), transfers, duplex=True)
+    execution = _waiting_execution(monkeypatch, 0, schedule)
+    started = []
+    monkeypatch.setattr(execution, "_offload", lambda j: started.append(j))
+    monkeypatch.setattr(execution, "_prefetch", lambda j, force=False: started.append(j) or True)
+    execution._issue(3, "start")
+    execution._after_forward(0, 3)
+    execution._issue(4, "start")
+    assert started == [0, 2]  # stage 4's offload waits for F_4; stage 3's prefetch does not wait for it
+    execution._after_forward(0, 4)
+    assert started == [0, 2, 1] and execution.heads == [2, 1]
+
+
 def test_an_offload_passed_over_for_a_wait_goes_once_its_forward_has_run(monkeypatch):
     """An operation that waits for a transfer starts those listed before it on its engine first; an
     offload among them whose forward has not produced its data yet cannot go then, and is not lost:

@@ -280,6 +280,36 @@ def test_a_recomputation_waits_for_its_offloaded_checkpoint_to_come_back(monkeyp
     assert_gradients_equal(chain, expected)
 
 
+def test_an_offload_that_keeps_a_head_frees_its_whole_block_when_its_copy_is_over(monkeypatch):
+    """A block that keeps its head gets a new, smaller storage at once (held), and its old storage goes
+    back to the allocator only once the copy of the tail is over: until then the executor counts the
+    whole block as in use (``_Execution.releasing``), not just the tail moved, or the operations after it
+    would not wait for the memory they need."""
+    _, profile = setup(MODEL)
+    half = {i: s.saved_bytes // 2 for i, s in enumerate(profile.stages) if i % 3 == 0 and s.saved_bytes}
+    schedule = ordered_schedule(profile, 10**12, half, planner="probe", prefetch_window=1)
+    seen = []  # per offload: (bytes moved, bytes of the blocks it touches, bytes counted until its copy ends)
+    offload = torch_executor._Execution._offload
+
+    def spy(self, j):
+        copy = self.copies.offload
+
+        def copying(plan, label):
+            seen.append([sum(take for _, take in plan), sum(block.nbytes for block, _ in plan)])
+            return copy(plan, label)
+
+        self.copies.offload = copying
+        offload(self, j)
+        del self.copies.offload
+        seen[-1].append(self.releasing[-1][1])
+
+    monkeypatch.setattr(torch_executor._Execution, "_offload", spy)
+    run, fake = _run(monkeypatch, schedule, events="when waited")
+    assert run.status == "ok", run.message
+    assert any(moved < whole for moved, whole, _ in seen)  # some offload moved a block's tail only
+    assert all(counted == whole for _, whole, counted in seen), seen
+
+
 def test_operations_wait_for_the_offloads_that_free_their_memory(monkeypatch):
     """Copies that end only when the host waits for them: the operations wait (on the host) for the
     oldest offloads until their allocation fits the chain's budget, as the simulator has them."""

@@ -334,6 +334,20 @@ def test_an_oom_in_warm_up_on_the_cuda_path_reports_its_own_peak(monkeypatch):
     assert fake.races == [], "\n".join(fake.races)
 
 
+def test_the_cap_is_the_device_budget_where_the_schedule_has_one(monkeypatch):
+    """The memory cap is the device budget (the chain's budget and what the runtime and the allocator
+    hold beside it: ``Schedule.device_budget_bytes``), not the chain's budget alone, which would leave
+    the runtime's bytes no room."""
+    schedule = plan_tight(setup(MODEL)[1], "vdnn-all")
+    assert schedule.device_budget_bytes is None  # the chain's budget is the cap
+    plain, fake = _run(monkeypatch, schedule)
+    device = replace(schedule, device_budget_bytes=3 * schedule.budget_bytes)
+    wider, _ = _run(monkeypatch, device, fake=fake)
+    assert plain.status == wider.status == "ok", (plain.message, wider.message)
+    assert 0 < plain.metrics["memory_fraction"] < wider.metrics["memory_fraction"] < 1
+    assert wider.metrics["memory_fraction"] == pytest.approx(3 * plain.metrics["memory_fraction"])
+
+
 FAULTS = {
     # the compute stream deaf to its waits: the backwards read blocks their prefetch may still be writing
     "a backward that does not wait for its prefetch": ({"ignore_wait": lambda stream, event: stream.cuda_stream == 0},

@@ -243,8 +243,8 @@ def test_the_host_buffers_of_one_iteration_serve_the_next(monkeypatch, path):
 
 
 def test_an_offload_that_reuses_a_host_buffer_waits_for_the_prefetch_that_read_it(monkeypatch):
-    """Stage 3 goes to the host and comes back during the forward, before stage 4, of the same size,
-    goes out into the buffers it left: on two copy streams the offload's copy must wait for the
+    """Stage 3 goes to the host and comes back during the forward; then stage 4, of the same size, goes
+    out into the buffers stage 3 left. On two copy streams the offload's copy must wait for the
     prefetch that read them (its event, handed back with the buffers), or it overwrites data the
     prefetch may still be reading."""
     chain, profile = setup(MODEL)

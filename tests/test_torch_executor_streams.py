@@ -12,6 +12,7 @@ check finds the races it is there to find.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
@@ -230,15 +231,11 @@ def test_the_host_buffers_of_one_iteration_serve_the_next(monkeypatch, path):
     iterations of offloading everything the pool holds one iteration's offloaded bytes."""
     chain, profile = setup(MODEL)
     schedule = ordered_schedule(profile, 10**12, set(range(profile.n_stages)), planner="all")
-    executor = TorchExecutor(warmup=1, iterations=2, grad_check=False)
-    if path == "cuda":
-        fake = _cuda_path(monkeypatch, events_complete="when waited")
-        with fake.checking():
-            run = executor.execute(schedule, profile, chain)
-        assert fake.races == [], "\n".join(fake.races)
-    else:
-        run = executor.execute(schedule, profile, chain)
+    fake = _cuda_path(monkeypatch, events_complete="when waited") if path == "cuda" else None
+    with fake.checking() if fake else nullcontext():
+        run = TorchExecutor(warmup=1, iterations=2, grad_check=False).execute(schedule, profile, chain)
     assert run.status == "ok", run.message
+    assert fake is None or fake.races == [], "\n".join(fake.races)
     assert run.metrics["host_pool_bytes"] == run.moved_bytes // 2 == sum(s.saved_bytes for s in profile.stages)
 
 
@@ -289,21 +286,18 @@ def test_an_offload_that_keeps_a_head_frees_its_whole_block_when_its_copy_is_ove
     half = {i: s.saved_bytes // 2 for i, s in enumerate(profile.stages) if i % 3 == 0 and s.saved_bytes}
     schedule = ordered_schedule(profile, 10**12, half, planner="probe", prefetch_window=1)
     seen = []  # per offload: (bytes moved, bytes of the blocks it touches, bytes counted until its copy ends)
-    offload = torch_executor._Execution._offload
+    copy, offload = CudaCopies.offload, torch_executor._Execution._offload
 
-    def spy(self, j):
-        copy = self.copies.offload
+    def copying(self, plan, label):
+        seen.append([sum(take for _, take in plan), sum(block.nbytes for block, _ in plan)])
+        return copy(self, plan, label)
 
-        def copying(plan, label):
-            seen.append([sum(take for _, take in plan), sum(block.nbytes for block, _ in plan)])
-            return copy(plan, label)
-
-        self.copies.offload = copying
+    def offloading(self, j):
         offload(self, j)
-        del self.copies.offload
         seen[-1].append(self.releasing[-1][1])
 
-    monkeypatch.setattr(torch_executor._Execution, "_offload", spy)
+    monkeypatch.setattr(CudaCopies, "offload", copying)
+    monkeypatch.setattr(torch_executor._Execution, "_offload", offloading)
     run, fake = _run(monkeypatch, schedule, events="when waited")
     assert run.status == "ok", run.message
     assert any(moved < whole for moved, whole, _ in seen)  # some offload moved a block's tail only

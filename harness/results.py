@@ -490,14 +490,16 @@ def runs_of_suite(suite_dir: Path) -> list[RunFolder]:
     """The run folders of one suite folder, oldest first: by when a run last started (meta.json).
 
     Run ids are names (``published``, a timestamp, anything given with ``--run-id``), so
-    their order says nothing; a folder without sessions counts by its modification time.
+    their order says nothing; a folder without sessions counts by its modification time. Two runs
+    started within the same second (``started`` is in seconds) go by when their ``meta.json`` was
+    last written: the run written last is taken as the later one.
     """
     suite_dir = Path(suite_dir)
     runs = [p for p in suite_dir.iterdir() if p.is_dir() and is_run_folder(p)] if suite_dir.is_dir() else []
     return [RunFolder(suite_dir.name, p.name, p) for p in sorted(runs, key=_last_started)]
 
 
-def _last_started(run_dir: Path) -> tuple[str, str]:
+def _last_started(run_dir: Path) -> tuple[str, int, str]:
     try:
         sessions = read_meta(run_dir).get("sessions") or []
     except ResultsError:
@@ -507,7 +509,8 @@ def _last_started(run_dir: Path) -> tuple[str, str]:
         from datetime import datetime, timezone
 
         started = datetime.fromtimestamp(run_dir.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
-    return started, run_dir.name
+    meta = run_dir / META_JSON
+    return started, meta.stat().st_mtime_ns if meta.is_file() else 0, run_dir.name
 
 
 def _not_a_run(path: Path) -> str:

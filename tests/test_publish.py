@@ -551,6 +551,8 @@ def test_the_latest_run_is_the_last_started_not_the_last_by_name(results, tmp_pa
     shutil.copytree(run_a, suite_dir / "aaa-new")
     meta = json.loads((suite_dir / "aaa-new" / "meta.json").read_text())
     meta["sessions"][-1]["started"] = "2999-01-01T00:00:00+00:00"
+    # its first session started before the other run's: a run counts by its last session (a resume)
+    meta["sessions"].insert(0, {**meta["sessions"][-1], "started": "1999-01-01T00:00:00+00:00"})
     (suite_dir / "aaa-new" / "meta.json").write_text(json.dumps(meta))
     assert [r.path for r in find_runs([suite_dir])] == [suite_dir / "aaa-new"]
 

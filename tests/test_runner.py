@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.bounds import lower_bound, min_memory, peak_memory
-from harness.results import COLUMNS, STABLE_COLUMNS, read_meta, read_rows_csv
+from harness.results import COLUMNS, STABLE_COLUMNS, drop_rows, read_meta, read_rows_csv
 from harness.runner import run_suite
 from harness.same_schedule import key, took_earlier_run
 from harness.suite import load_suite
@@ -96,6 +96,18 @@ def test_each_profile_is_made_once_and_kept_in_the_run_folder(tmp_path):
     assert len(list((outcome.run_dir / "profiles").glob("*.json"))) == 3
 
 
+def test_a_resumed_run_takes_the_profiles_its_folder_stored(tmp_path):
+    """A GPU part resumed in a later call ranks its new rows on the profile its earlier rows ran on: the one
+    in the run folder, not a new measurement."""
+    suite = _suite(tmp_path)
+    run_dir = run_suite(suite, tmp_path / "r", run_id="x", progress=False).run_dir
+    kept = [r["case_id"] for r in _rows(run_dir)][:3]
+    drop_rows(run_dir, lambda row: row["case_id"] not in kept)
+    support.PROFILED.clear()
+    outcome = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert outcome.ran == len(suite.cases()) - 3 and not support.PROFILED
+
+
 def test_budget_below_the_minimum_gives_infeasible_rows_with_the_needed_bytes(tmp_path):
     suite = _suite(tmp_path, """\
         name: low
@@ -112,7 +124,31 @@ def test_budget_below_the_minimum_gives_infeasible_rows_with_the_needed_bytes(tm
     assert f"needs at least {min_memory(profile)} bytes" in low["message"]
     assert low["budget_bytes"] == "1024" and low["makespan_s"] == ""
     assert rows["synthetic:chain4/b2/3x32x32/keep-all/1KiB/simulate"]["status"] == "infeasible"
-    assert rows["synthetic:chain4/b2/3x32x32/prefix/1GiB/simulate"]["status"] == "ok"
+    high = rows["synthetic:chain4/b2/3x32x32/prefix/1GiB/simulate"]
+    assert high["status"] == "ok"
+    # a byte budget's place in the span from the minimum to the peak (the pages' x axis), as a fraction's is
+    lo, hi = min_memory(profile), peak_memory(profile)
+    assert float(high["budget_fraction"]) == pytest.approx((2**30 - lo) / (hi - lo))
+    assert float(low["budget_fraction"]) == pytest.approx((1024 - lo) / (hi - lo))
+
+
+def test_only_a_budget_below_the_minimum_is_said_to_be_below_it(tmp_path):
+    """A failed row's message adds that the budget is below the minimum memory only where it is: at the
+    minimum itself (memory-optimal algorithms) a failure is the planner's own."""
+    profile = support.chain("synthetic:chain4", 2)
+    least = min_memory(profile, memory_optimal=True)
+    suite = _suite(tmp_path, f"""\
+        name: edge
+        profiler: synthetic
+        device: synthetic
+        models: [{{model: synthetic:chain4, batch_sizes: [2]}}]
+        budgets: {{bytes: [{least - 1}, {least}]}}
+        planners: [boom]
+        """)
+    rows = {int(r["budget_bytes"]): r for r in _rows(run_suite(suite, tmp_path / "r", progress=False).run_dir)}
+    assert {r["status"] for r in rows.values()} == {"error"}
+    assert f"needs at least {least} bytes" in rows[least - 1]["message"]
+    assert "below the minimum" not in rows[least]["message"]
 
 
 def test_failing_cases_become_rows_and_the_rest_run(tmp_path):
@@ -321,7 +357,7 @@ def test_an_allocator_placement_is_judged_by_the_core_not_taken_at_its_word(tmp_
 
 
 CRASHER_SUITE = (support.SUITE.format(name="crash").replace("[keep-all, prefix]", "[prefix]").replace("[1, 2]", "[1]")
-                 .replace("[0, 0.5, 1.0]", "[1.0]") + "allocators: [first-fit, crasher]\n")
+                 .replace("[0, 0.5, 1.0]", "[1.0]") + "allocators: [first-fit, crasher]\ntimelines: [{planner: prefix}]\n")
 
 
 def _only_the_crashing_allocator_failed(suite, outcome):
@@ -337,6 +373,8 @@ def _only_the_crashing_allocator_failed(suite, outcome):
     assert all(r["status"] == "ok" and int(r["arena_bytes"]) >= int(r["max_live_bytes"]) > 0
                for r in by_allocator["first-fit"])
     assert len(by_allocator["first-fit"]) == len(by_allocator["crasher"]) == 2
+    # the unit's timeline comes from the part that finished (runner._joined)
+    assert all(r["timeline"] and (outcome.run_dir / r["timeline"]).is_file() for r in by_allocator["first-fit"])
 
 
 @pytest.mark.parametrize("jobs, limit", [(2, None), (1, 60)])
@@ -434,6 +472,23 @@ def test_interrupted_run_resumes_without_losing_or_repeating_a_case(tmp_path):
     assert meta["status"] == "complete" and [s["status"] for s in meta["sessions"]] == ["interrupted", "complete"]
     again = run_suite(suite, tmp_path / "r", resume=True, progress=False)
     assert again.ran == 0 and len(_rows(run_dir)) == total
+
+
+def test_resume_without_a_run_id_continues_the_run_started_last(tmp_path):
+    """``--resume`` alone takes the suite's latest run: the one started last, whatever the names sort as
+    (here the finished run is "b", the interrupted one started after it "a")."""
+    suite = _suite(tmp_path, support.SUITE.format(name="latest").replace("[keep-all, prefix]", "[interrupter]"))
+    total = len(suite.cases())
+    support.Interrupter.calls, support.Interrupter.interrupt_at = 0, 0
+    assert run_suite(suite, tmp_path / "r", run_id="b", progress=False).ran == total
+    support.Interrupter.calls, support.Interrupter.interrupt_at = 0, 4
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, tmp_path / "r", run_id="a", progress=False)
+    support.Interrupter.interrupt_at = 0
+    outcome = run_suite(suite, tmp_path / "r", resume=True, progress=False)
+    assert outcome.run_dir == tmp_path / "r" / "latest" / "a"
+    assert (outcome.skipped, outcome.ran) == (3, total - 3)
+    assert read_meta(outcome.run_dir)["status"] == "complete" and len(_rows(tmp_path / "r" / "latest" / "b")) == total
 
 
 def test_ctrl_c_inside_a_compiled_kernel_interrupts_the_run_and_is_never_a_row(tmp_path):
@@ -542,6 +597,21 @@ def test_reuse_leaves_the_cases_with_an_allocator_alone_and_says_so(tmp_path):
     assert not any(took_earlier_run(r) for r in rows)
 
 
+def test_under_reuse_a_case_with_an_allocator_never_takes_a_run_without_a_trace(tmp_path):
+    """A run folder shared by two suites (the GPU table's parts): the rows of one without allocators hold the
+    same schedules' runs, which carry no memory trace, so the other's cases with an allocator run their own."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = load_suite(support.write_suite(tmp_path / "a", SAME.format(name="mix") + "same_schedule: reuse\n"))
+    placed = load_suite(support.write_suite(tmp_path / "b", SAME.format(name="mix")
+                                            + "same_schedule: reuse\nallocators: [caching]\n"))
+    run_suite(plain, tmp_path / "r", run_id="x", progress=False)
+    outcome = run_suite(placed, tmp_path / "r", run_id="x", resume=True, progress=False)
+    rows = [r for r in _rows(outcome.run_dir) if r["allocator"]]
+    assert len(rows) == len(placed.cases()) and not any(took_earlier_run(r) for r in rows)
+    assert all(int(r["arena_bytes"]) >= int(r["max_live_bytes"]) > 0 for r in rows if r["status"] == "ok")
+
+
 def test_by_default_every_case_runs_its_schedule(tmp_path):
     support.NOISY_RUNS.clear()
     rows = _rows(run_suite(_suite(tmp_path, SAME.format(name="apart")), tmp_path / "r", progress=False).run_dir)
@@ -627,6 +697,21 @@ def test_resume_reruns_error_rows_left_by_an_interrupt_without_duplicating_them(
     assert all(again[c]["message"] != m for c, m in stale.items())
     assert all(again[c]["status"] in ("ok", "infeasible") for c in stale)
     assert sorted(outcome.rows["case_id"]) == sorted(ids)
+
+
+def test_an_interrupt_row_beside_its_cases_finished_row_is_not_a_second_row(tmp_path):
+    """A case with an interrupt's error row beside its finished row counts one row: resume does not refuse the
+    folder as one whose case has two rows (_check_one_row_per_case), and the case ends with one row, no error."""
+    suite = _suite(tmp_path)
+    first = run_suite(suite, tmp_path / "r", run_id="x", progress=False)
+    rows = _rows(first.run_dir)
+    with open(first.run_dir / "rows.csv", "a", newline="") as f:
+        csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n").writerow(
+            {**rows[2], "status": "error", "message": "KeyboardInterrupt: ", "makespan_s": ""})
+    outcome = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    ids = [r["case_id"] for r in _rows(outcome.run_dir)]
+    assert sorted(ids) == sorted(r["case_id"] for r in rows)
+    assert all(r["status"] != "error" for r in _rows(outcome.run_dir))
 
 
 @pytest.mark.slow
@@ -1125,8 +1210,10 @@ def test_the_ray_backend_stops_a_case_past_the_time_limit(tmp_path):
     completes. Before, a time limit with --backend ray was refused (Ray's cancel loses a unit's rows)."""
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
     suite = _suite(tmp_path, HANG_SUITE)
-    outcome = _run_on_ray(suite, tmp_path / "r", case_timeout=3)
-    _only_the_hanging_case_stopped(suite, outcome)
+    # 8 s, not the local pool's 3: each Ray task starts a worker process of its own, whose planning (its
+    # kernels' compilation) took over 3 s on a loaded 2-core machine and stopped a case that does not hang
+    outcome = _run_on_ray(suite, tmp_path / "r", case_timeout=8)
+    _only_the_hanging_case_stopped(suite, outcome, limit=8)
     assert read_meta(outcome.run_dir)["sessions"][-1]["backend"] == "ray"
 
 
@@ -1215,6 +1302,7 @@ def test_resume_with_retry_runs_the_failed_cases_again_once_each(tmp_path, monke
     assert {r["case_id"]: r["status"] for r in rows if r["case_id"] not in failed} == \
         {c: s for c, s in statuses.items() if c not in failed}  # the infeasible rows were not asked for
     assert f"{len(failed)} case(s) with status error run again (--retry)" in again.notes
+    assert not any("by an interrupt" in note for note in again.notes)  # a retried error is no interrupt's
     assert read_meta(again.run_dir)["sessions"][-1]["retry"] == ["error"]
 
 
@@ -1562,6 +1650,33 @@ def test_a_failure_before_the_first_case_does_not_leave_the_run_running(tmp_path
         run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", progress=False)
     meta = read_meta(tmp_path / "r" / "synth" / "x")
     assert meta["status"] == "interrupted" and meta["sessions"][-1]["status"] == "interrupted"
+
+
+def test_an_interrupt_before_meta_json_names_no_run_folder_to_resume(tmp_path, monkeypatch):
+    """Ctrl-C after the folder is made but before its meta.json is written: the interrupt carries no run folder
+    (the command then says that nothing was written), since that folder holds nothing to resume."""
+    import harness.runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(harness.runner, "write_meta", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_suite(_suite(tmp_path), tmp_path / "r", run_id="x", progress=False)
+    assert (tmp_path / "r" / "synth" / "x").is_dir() and caught.value.run_dir is None
+
+
+def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
+    """Run ids are the second a run started: the second run of that second gets a folder of its own
+    instead of appending to the first's."""
+    import harness.runner
+
+    monkeypatch.setattr(harness.runner, "new_run_id", lambda: "20240131-142501")
+    suite = _suite(tmp_path)
+    first = run_suite(suite, tmp_path / "r", progress=False)
+    second = run_suite(suite, tmp_path / "r", progress=False)
+    assert (first.run_dir.name, second.run_dir.name) == ("20240131-142501", "20240131-142501-1")
+    assert second.ran == len(_rows(first.run_dir)) == len(_rows(second.run_dir)) == len(suite.cases())
 
 
 def test_resuming_a_run_written_with_fewer_columns_keeps_every_row(tmp_path):

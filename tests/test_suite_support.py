@@ -143,7 +143,7 @@ class Interrupter(Prefix):
     def plan(self, profile, budget_bytes, **options):
         """Plan like ``prefix`` or press Ctrl-C."""
         type(self).calls += profile.model in MODELS
-        if type(self).calls == self.interrupt_at:
+        if self.interrupt_at and type(self).calls == self.interrupt_at:  # 0 never: not at a warm-up plan either
             raise KeyboardInterrupt
         return super().plan(profile, budget_bytes, **options)
 

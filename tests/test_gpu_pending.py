@@ -61,6 +61,9 @@ def test_the_counts_and_forgetting_one_suites_errors_in_a_shared_run_folder(tmp_
     assert pending.pending(str(p1), "r1", root) == (1, 4, run_dir, 0, 0)
     assert pending.pending(str(p2), "r1", root) == (1, 4, run_dir, 1, 1)  # p2's error is p2's to keep
     assert sum("KeyboardInterrupt" in r["message"] for r in read_rows_csv(run_dir / "rows.csv")) == 1
+    assert pending.main(["--forget-errors", str(p2), "r1", root]) == 0
+    assert "1 error row(s) removed" in capsys.readouterr().err  # its error: the interrupt row is resume's to drop
+    assert pending.pending(str(p2), "r1", root) == (2, 4, run_dir, 0, 0)
 
 
 def test_a_torn_row_is_a_pending_case_not_a_failed_question(tmp_path):
@@ -74,6 +77,8 @@ def test_a_torn_row_is_a_pending_case_not_a_failed_question(tmp_path):
     lines[1] = lines[1][:40] + "\n"  # torn, then the next rows appended after it
     (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
     assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (1, 4, run_dir, 2, 0)  # the torch rows
+    # and so does --forget-errors (the torn row goes with the error rows: its case is pending either way)
+    assert pending.pending(str(p1), "r1", str(tmp_path / "results"), forget_errors=True) == (1, 4, run_dir, 2, 0)
 
 
 def test_asking_plans_nothing(tmp_path, monkeypatch):

@@ -151,3 +151,72 @@ def test_a_run_written_with_a_message_over_csvs_field_limit_reads(tmp_path):
         csv.writer(f, lineterminator="\n").writerow([row.get(c, "") for c in COLUMNS])
     assert len(read_rows_csv(run_dir / "rows.csv")[0]["message"]) == 200_012
     assert list(load_rows(run_dir)["case_id"]) == ["c"]
+
+
+def test_a_message_as_long_as_the_limit_is_kept_whole_and_one_character_more_is_cut():
+    from harness.results import MESSAGE_LIMIT, cut_message
+
+    assert cut_message("m" * MESSAGE_LIMIT) == "m" * MESSAGE_LIMIT
+    longer = cut_message("m" * MESSAGE_LIMIT + "!")
+    assert " [... 1 characters cut ...] " in longer and longer.endswith("m!")
+
+
+def test_a_blank_line_in_rows_csv_is_no_row(run, tmp_path):
+    """A blank line (an edit by hand) is skipped, not refused as a row of no cells."""
+    _, _, run_dir = run
+    copy = tmp_path / "blank"
+    shutil.copytree(run_dir, copy)
+    lines = (copy / "rows.csv").read_text().splitlines(keepends=True)
+    (copy / "rows.csv").write_text("".join(lines[:2] + ["\n"] + lines[2:]))
+    assert len(load_rows(copy)) == len(lines) - 1
+
+
+@pytest.mark.parametrize("status, message, interrupt", [
+    ("error", "KeyboardInterrupt: ", True),
+    ("error", "allocator caching: KeyboardInterrupt: ", True),  # the prefixes the runner puts before it
+    ("error", "profiling failed: KeyboardInterrupt", True),
+    ("error", "SystemError: CPUDispatcher(<function f at 0x7f>) returned a result with an exception set", True),
+    ("error", "planner 'x' raised KeyboardInterrupt in a worker process, which Ctrl-C does not reach", False),
+    ("error", "ValueError: no KeyboardInterrupts here", False),
+    ("ok", "KeyboardInterrupt: ", False),
+])
+def test_the_rows_that_record_an_interrupt_are_told_from_results(status, message, interrupt):
+    """The rows written before interrupts were recognised: --resume drops them and runs their cases again; a
+    plugin's own KeyboardInterrupt in a worker is a result (harness.case.classify's error row)."""
+    from harness.results import is_interrupt_row
+
+    assert is_interrupt_row({"status": status, "message": message}) is interrupt
+
+
+def test_a_value_that_is_not_a_number_is_an_empty_cell():
+    """An oom row's iteration time (NaN) is an empty cell in rows.csv, as every missing value is
+    (docs/results.md), not the text nan."""
+    from harness.results import row_cells
+
+    cells = row_cells({"case_id": "c", "status": "oom", "makespan_s": float("nan"), "ratio_to_lb": 1.5})
+    assert (cells["makespan_s"], cells["ratio_to_lb"], cells["peak_bytes"]) == ("", "1.5", "")
+
+
+def test_the_row_writer_cuts_a_torn_last_line_before_it_appends(tmp_path):
+    """``RowWriter`` on a rows.csv whose last line a kill cut short: the torn line goes, whole rows stay, and
+    the appended row is a row of its own (not glued to the torn one)."""
+    from harness.results import RowWriter, format_row, header_line
+
+    path = tmp_path / "rows.csv"
+    whole = format_row({"suite": "s", "case_id": "a", "status": "ok"})
+    torn = format_row({"suite": "s", "case_id": "b", "status": "ok", "message": "cut"})[:-9]
+    path.write_text(header_line() + whole + torn)
+    RowWriter(path).append([{"suite": "s", "case_id": "c", "status": "error", "message": "m"}])
+    rows = read_rows_csv(path)
+    assert [(r["case_id"], r["status"]) for r in rows] == [("a", "ok"), ("c", "error")]
+
+
+def test_a_run_whose_rows_csv_is_empty_resumes(tmp_path):
+    """A run killed as it began leaves a rows.csv of no bytes, not even the header: resume runs every case."""
+    from harness.suite import load_suite
+
+    suite = load_suite(support.write_suite(tmp_path))
+    run_dir = run_suite(suite, tmp_path / "r", run_id="x", progress=False).run_dir
+    (run_dir / "rows.csv").write_text("")
+    outcome = run_suite(suite, tmp_path / "r", run_id="x", resume=True, progress=False)
+    assert outcome.ran == len(suite.cases()) == len(load_rows(run_dir))

@@ -862,6 +862,31 @@ def test_a_worker_that_dies_costs_its_case_only(tmp_path, monkeypatch, jobs, lim
     assert not multiprocessing.active_children()
 
 
+@pytest.mark.slow
+def test_a_unit_sent_to_a_pool_that_broke_since_the_last_wait_still_gets_its_rows(tmp_path, monkeypatch):
+    """A worker that died since the last wait breaks the pool before the next unit is sent: ``submit`` raises
+    BrokenProcessPool. That unit runs again alone, as the pool's other units do, and every case has its row.
+    (The parent's ``submit`` raises it here on its third call, standing in for a death between two waits.)"""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import harness.workers
+
+    submit, calls = harness.workers._Watch.submit, []
+
+    def breaks_once(self, task):
+        calls.append(task)
+        if len(calls) == 3:
+            raise BrokenProcessPool("a worker died since the last wait")
+        return submit(self, task)
+
+    monkeypatch.setattr(harness.workers._Watch, "submit", breaks_once)
+    suite = _suite(tmp_path, support.SUITE.format(name="broke").replace("[0, 0.5, 1.0]", "[1.0]"))
+    rows = _rows(run_suite(suite, tmp_path / "r", jobs=2, progress=False).run_dir)
+    assert len(calls) > 3
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in suite.cases())
+    assert {r["status"] for r in rows} == {"ok"}
+
+
 def _run_on_ray(suite, root, case_timeout=None, **env):
     """``suite`` run on a local Ray of two CPUs whose workers see this checkout (and ``env``)."""
     import ray

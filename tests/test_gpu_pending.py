@@ -77,7 +77,7 @@ def test_a_torn_row_is_a_pending_case_not_a_failed_question(tmp_path):
     lines[1] = lines[1][:40] + "\n"  # torn, then the next rows appended after it
     (run_dir / "rows.csv").write_text(header_line() + "".join(lines))
     assert pending.pending(str(p1), "r1", str(tmp_path / "results")) == (1, 4, run_dir, 2, 0)  # the torch rows
-    # and so does --forget-errors (the torn row goes with the error rows: its case is pending either way)
+    # --forget-errors reads it as leniently (no error row here to remove: the file stays, the torn case pending)
     assert pending.pending(str(p1), "r1", str(tmp_path / "results"), forget_errors=True) == (1, 4, run_dir, 2, 0)
 
 

@@ -135,15 +135,15 @@ def test_a_job_that_finishes_no_case_in_a_whole_call_is_skipped_by_the_calls_aft
     env["SESSION_JOBS"] = "suite:a.yaml suite:a.yaml:r1"  # the first word has no run id: refused, not run
     run_a = work / "results" / "cpu-a" / "r1"
 
-    # every case sleeps longer than the suite's share of the call: nothing finishes (the call leaves 200 s
-    # for its jobs, so that a loaded machine's slow start still leaves the 150 s a job needs to begin)
-    first = _call(work, env, SESSION_SECONDS="230", SESSION_STALL_SECONDS="60", SLICE_TEST_CASE_SLEEP="200")
+    # every case sleeps longer than the suite's share of the call: nothing finishes (the call leaves 230 s
+    # for its jobs, so that a loaded machine's slow start, 24 s on CI, still leaves the 150 s a job needs)
+    first = _call(work, env, SESSION_SECONDS="260", SESSION_STALL_SECONDS="60", SLICE_TEST_CASE_SLEEP="300")
     assert "suite:a.yaml: not a job (suite:SUITE.yaml:RUN_ID)" in first.stdout
     assert "suite:a.yaml:r1: no case finished in this call: later calls skip it" in first.stdout, first.stdout
     assert "no case finished in" in (run_a / "no-progress").read_text()
     assert "results/cpu-a/r1/no-progress" in _archive(env)  # the mark travels with the run folder
 
-    second = _call(work, env, SESSION_SECONDS="200")
+    second = _call(work, env, SESSION_SECONDS="240")  # (a job is looked at only with 150 s left)
     assert "suite:a.yaml:r1: skipped: no case finished in" in second.stdout, second.stdout
     assert "cases to run" not in second.stdout
     assert not (run_a / "rows.csv").exists() or _case_ids(run_a) == []  # no case ran, in either call

@@ -1193,6 +1193,24 @@ def test_a_case_past_the_time_limit_takes_what_its_planner_started_with_it(tmp_p
         _end(pids)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_what_a_planner_left_running_ends_with_the_pool_of_a_run_that_completes(tmp_path, monkeypatch):
+    """A planner that returns its schedule but leaves its child (a solver's server; here ``sleep 600``)
+    running: the run completes, and the child goes with its worker's process group when the pool is
+    shut down, rather than holding the run's stdout and, on a GPU, its memory after the run."""
+    monkeypatch.setenv("MEMBUDGET_TEST_SLIP", "child-returns")
+    monkeypatch.setenv("MEMBUDGET_TEST_CHILD", str(tmp_path / "pids"))
+    outcome = run_suite(_suite(tmp_path, CHILD_SUITE), tmp_path / "r", jobs=2, progress=False)
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    try:
+        rows = _rows(outcome.run_dir)
+        assert rows and all(r["status"] in ("ok", "infeasible") for r in rows), rows
+        assert read_meta(outcome.run_dir)["status"] == "complete"
+        assert _still_running(pids, 5) == []
+    finally:
+        _end(pids)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_and_what_they_started_end_with_a_run_killed_without_a_word(tmp_path):

@@ -220,7 +220,8 @@ class Sloppy(Prefix):
     ``cancel`` raises ``asyncio.CancelledError`` (a BaseException), ``ctrl-c`` raises ``KeyboardInterrupt``,
     ``chdir`` changes the working folder to ``MEMBUDGET_TEST_CHDIR`` (as a solver working in a temporary folder
     does), then plans, ``child`` starts ``sleep 600``, writes its process's pid and the child's to the file
-    ``MEMBUDGET_TEST_CHILD`` and sleeps for an hour; and
+    ``MEMBUDGET_TEST_CHILD`` and sleeps for an hour, ``child-returns`` does the same but plans like ``prefix``
+    instead of sleeping (the child left running); and
     schedules no memory rule can read (``MALFORMED``): ``no-b0`` leaves out B0, ``algorithm`` names algorithm 7
     of every stage, ``stage999`` offloads stage 999, ``kind`` runs an operation ``X0``, ``tuple`` lists a plain
     tuple as an operation, ``sideways`` copies in a direction that is neither, ``half-byte`` moves 1000.5 bytes."""
@@ -247,13 +248,14 @@ class Sloppy(Prefix):
             raise KeyboardInterrupt("pressed by the plugin")
         if slip == "chdir":
             os.chdir(os.environ["MEMBUDGET_TEST_CHDIR"])
-        if slip == "child":
+        if slip in ("child", "child-returns"):
             import subprocess
             import time
 
             child = subprocess.Popen(["sleep", "600"])
             Path(os.environ["MEMBUDGET_TEST_CHILD"]).write_text(f"{os.getpid()} {child.pid}")
-            time.sleep(3600)
+            if slip == "child":
+                time.sleep(3600)
         if slip in ("lie", "over"):
             return keep_all_schedule(profile, 10**15 if slip == "lie" else budget_bytes, self.name)
         if slip in ("refuse", "refuse-float"):

@@ -887,11 +887,12 @@ def test_a_unit_sent_to_a_pool_that_broke_since_the_last_wait_still_gets_its_row
     assert {r["status"] for r in rows} == {"ok"}
 
 
-def _run_on_ray(suite, root, case_timeout=None, **env):
-    """``suite`` run on a local Ray of two CPUs whose workers see this checkout (and ``env``)."""
+def _run_on_ray(suite, root, case_timeout=None, gpus=0, **env):
+    """``suite`` run on a local Ray of two CPUs (and ``gpus`` GPUs, declared: Ray counts them, whatever the
+    machine has) whose workers see this checkout (and ``env``)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(num_cpus=2, num_gpus=gpus, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), **env}})
     try:
         return run_suite(suite, root, backend="ray", jobs=2, case_timeout=case_timeout, progress=False)
@@ -1095,6 +1096,22 @@ def test_on_ray_a_plugins_keyboard_interrupt_is_an_error_row_naming_it(tmp_path)
     assert sloppy and all(r["status"] == "error" and re.fullmatch(
         re.escape(raised) + r" \(at tests\.test_suite_support:\d+ in plan\)", r["message"]) for r in sloppy), sloppy
     assert {r["status"] for r in rows if r["planner"] == "prefix"} == {"ok"}
+
+
+@pytest.mark.slow
+def test_on_ray_a_unit_whose_executor_needs_a_gpu_is_given_one(tmp_path, monkeypatch):
+    """Ray hands a GPU only to a task that asks for one (it hides the others: ``CUDA_VISIBLE_DEVICES``), so a
+    unit whose executor says ``needs_gpu`` is submitted asking for one; the cluster here declares one GPU."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'membudget[ray]')")
+    monkeypatch.setenv("MEMBUDGET_TEST_RUN", "gpu")  # the driver reads needs_gpu
+    suite = _suite(tmp_path, support.SUITE.format(name="gpu").replace("[simulate]", "[quirky]")
+                   .replace("[1, 2]", "[1]").replace("[0, 0.5, 1.0]", "[1.0]"))
+    ids = tmp_path / "gpu-ids"
+    outcome = _run_on_ray(suite, tmp_path / "r", gpus=1, MEMBUDGET_TEST_RUN="gpu", MEMBUDGET_TEST_GPU_IDS=str(ids))
+    rows = _rows(outcome.run_dir)
+    assert rows and {r["status"] for r in rows} <= {"ok", "infeasible"}, rows
+    given = [json.loads(line) for line in ids.read_text().splitlines()]
+    assert given and all(len(g) == 1 for g in given), given
 
 
 @pytest.mark.slow

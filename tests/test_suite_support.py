@@ -351,20 +351,32 @@ class Quirky:
     in its metrics (a documented column, a figure of its own, an array) and an object JSON cannot write;
     ``cancel`` raises ``asyncio.CancelledError`` (a BaseException); ``negative`` says ok with a makespan of
     -1 s and a peak of -100 bytes, ``nan`` with a makespan of NaN; ``memory`` raises ``MemoryError`` (the host's);
-    else it runs as ``simulate``."""
+    ``gpu`` says it needs a GPU (``needs_gpu``) and appends the GPU ids Ray gave its worker to the file
+    ``MEMBUDGET_TEST_GPU_IDS``, one JSON list a run; else it runs as ``simulate``."""
 
     name = "quirky"
     description = "the simulator with an executor author's slips (test plugin)"
 
+    @property
+    def needs_gpu(self):
+        """True with ``MEMBUDGET_TEST_RUN=gpu`` (read where the runner submits the unit)."""
+        return os.environ.get("MEMBUDGET_TEST_RUN") == "gpu"
+
     def run(self, schedule, profile, workload=None):
         """Simulate ``schedule``, then slip as ``MEMBUDGET_TEST_RUN`` says."""
         import dataclasses
+        import json
 
         import numpy as np
 
         from harness.simulate.executor import simulate
 
         slip = os.environ.get("MEMBUDGET_TEST_RUN", "")
+        if slip == "gpu":
+            import ray
+
+            with open(os.environ["MEMBUDGET_TEST_GPU_IDS"], "a") as ids:
+                ids.write(json.dumps([str(i) for i in ray.get_gpu_ids()]) + "\n")
         if slip == "cancel":
             import asyncio
 

@@ -346,6 +346,22 @@ def test_one_executors_runs_on_a_chain_share_one_reference_pass_until_a_weight_c
     assert calls == [1, 2, 1, 1]
 
 
+def test_the_kept_reference_is_the_one_of_the_chain_and_seed_asked_for():
+    """``ReferenceCache`` keys its reference by chain, sub-batch count and seed: a second chain of the same model
+    (other weights, the same version counters) or another seed (another output gradient) computes its own,
+    where the kept one would judge right gradients wrong."""
+    from harness.executors.grad_check import ReferenceCache, largest_relative_error, reference_gradients
+
+    chain, other = (build_chain(Workload(MODEL, BATCH, SIZE, "cpu"), "cpu") for _ in range(2))
+    for p in other.model.parameters():  # other weights; through .data, so that the version counters stay the
+        p.data.mul_(1.5)                # first chain's and only the chain tells the two apart
+    cache = ReferenceCache()
+    cache.get(chain, 1, 0)
+    assert largest_relative_error(cache.get(chain, 1, 1), reference_gradients(chain, 1, 1)) == 0.0
+    assert largest_relative_error(cache.get(other, 1, 0), reference_gradients(other, 1, 0)) == 0.0
+    assert largest_relative_error(reference_gradients(chain, 1, 0), reference_gradients(other, 1, 0)) > 0.1
+
+
 def test_a_gradient_that_should_be_zero_is_judged_against_the_models_scale():
     """A convolution's bias before a batch norm has a true gradient of zero: the reference holds
     rounding noise (1e-9), and another algorithm's noise read as an error of about 1 when each
@@ -360,6 +376,9 @@ def test_a_gradient_that_should_be_zero_is_judged_against_the_models_scale():
     assert largest_relative_error(wrong, expected) == pytest.approx(0.2 / (SCALE_FLOOR * 2.0))
     assert largest_relative_error(dict(expected, **{"conv.weight": torch.tensor([float("nan"), 0.0])}),
                                   expected) == float("inf")
+    zero = {"w": torch.tensor([0.0, 0.0])}  # every gradient zero: no scale at all
+    assert largest_relative_error(zero, zero) == 0.0
+    assert largest_relative_error({"w": torch.tensor([0.0, 1e-6])}, zero) == float("inf")
 
 
 def test_memory_statistics_are_reset_before_the_warm_up(monkeypatch):

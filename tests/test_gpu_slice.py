@@ -72,7 +72,7 @@ SLOW_CLI = """
 """
 CASE_SLEEP_S = 25  # the first slice's suite gets 60 to about 112 s: 2 to 4 of its 6 cases
 # minus the 30 s kept to pack and the CUDA tests: the suite starts (>= 60 s left) even where those
-# take 55 s (they took 24 s with the environment's check on a loaded CI machine)
+# take 55 s (in a session rehearsal on a loaded CI machine, the environment's check and they ended 24 s in)
 FIRST_SLICE_S = 145
 
 

@@ -887,9 +887,9 @@ def test_a_unit_sent_to_a_pool_that_broke_since_the_last_wait_still_gets_its_row
     assert {r["status"] for r in rows} == {"ok"}
 
 
-def _run_on_ray(suite, root, case_timeout=None, gpus=0, **env):
-    """``suite`` run on a local Ray of two CPUs (and ``gpus`` GPUs, declared: Ray counts them, whatever the
-    machine has) whose workers see this checkout (and ``env``)."""
+def _run_on_ray(suite, root, case_timeout=None, gpus=None, **env):
+    """``suite`` run on a local Ray of two CPUs whose workers see this checkout (and ``env``); ``gpus``
+    declares that many GPUs, which Ray then counts whatever the machine has (None: the ones it finds)."""
     import ray
 
     ray.init(num_cpus=2, num_gpus=gpus, include_dashboard=False, log_to_driver=False,

@@ -219,7 +219,7 @@ class Sloppy(Prefix):
     ``refuse`` refuses saying it needs 1 byte, ``refuse-float`` saying it needs 1.5 bytes more than it got,
     ``cancel`` raises ``asyncio.CancelledError`` (a BaseException), ``ctrl-c`` raises ``KeyboardInterrupt``,
     ``chdir`` changes the working folder to ``MEMBUDGET_TEST_CHDIR`` (as a solver working in a temporary folder
-    does), then plans, ``child`` starts ``sleep 600``, writes its process's pid and the child's to the file
+    does), then plans, ``child`` starts ``sleep 600``, appends its process's pid and the child's to the file
     ``MEMBUDGET_TEST_CHILD`` and sleeps for an hour, ``child-returns`` does the same but plans like ``prefix``
     instead of sleeping (the child left running); and
     schedules no memory rule can read (``MALFORMED``): ``no-b0`` leaves out B0, ``algorithm`` names algorithm 7
@@ -253,7 +253,8 @@ class Sloppy(Prefix):
             import time
 
             child = subprocess.Popen(["sleep", "600"])
-            Path(os.environ["MEMBUDGET_TEST_CHILD"]).write_text(f"{os.getpid()} {child.pid}")
+            with open(os.environ["MEMBUDGET_TEST_CHILD"], "a") as pids:  # a plan may be asked for more than once
+                pids.write(f"{os.getpid()} {child.pid}\n")
             if slip == "child":
                 time.sleep(3600)
         if slip in ("lie", "over"):
